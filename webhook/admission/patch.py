@@ -1,0 +1,1 @@
+"""JSONPatch building for the mutating endpoint (pure; no I/O)."""

@@ -1,0 +1,1 @@
+"""AdmissionReview wire types, parsing and response constructors (pure; no I/O)."""
