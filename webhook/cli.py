@@ -1,0 +1,1 @@
+"""Command line: `tollgate serve | certs | test`. Argument parsing only; no logic."""
