@@ -1,0 +1,288 @@
+"""Least privilege and fail-safe settings of manifests/ (issue 7, item 7).
+
+Parses the kustomize base's YAML (everything but crds/, which another part of
+the project owns) and fails when:
+
+* RBAC grants more than get/list/watch on the cached resources, update/patch on
+  the policy ``/status`` subresources, and get/create/update on Leases in
+  ``tollgate-system``; or any wildcard, nonResourceURL or extra verb;
+* the Deployment could run as root, with a writable root filesystem, with
+  privilege escalation, capabilities, host namespaces, or without resource
+  requests and limits;
+* a webhook configuration lacks ``sideEffects: None``, an explicit
+  ``failurePolicy``, ``timeoutSeconds`` <= 10, or a namespaceSelector that
+  keeps ``tollgate-system`` (and ``kube-system``) out;
+* the probes point at paths the server does not serve.
+"""
+
+from __future__ import annotations
+
+import base64
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[3]
+MANIFESTS = ROOT / "manifests"
+NAMESPACE = "tollgate-system"
+SERVICE_ACCOUNT = "tollgate"
+
+# (apiGroup, resource) -> the verbs Tollgate may hold, and whether the grant may
+# be cluster-wide (ClusterRole) or only in tollgate-system (Role).
+CACHED = frozenset({"get", "list", "watch"})
+STATUS = frozenset({"update", "patch"})
+LEASE = frozenset({"get", "create", "update"})
+ALLOWED_CLUSTER: dict[tuple[str, str], frozenset[str]] = {
+    ("", "configmaps"): CACHED,
+    ("", "namespaces"): CACHED,
+    ("tollgate.dev", "clusteradmissionpolicies"): CACHED,
+    ("tollgate.dev", "admissionpolicies"): CACHED,
+    ("tollgate.dev", "clusteradmissionpolicies/status"): STATUS,
+    ("tollgate.dev", "admissionpolicies/status"): STATUS,
+}
+ALLOWED_NAMESPACED: dict[tuple[str, str], frozenset[str]] = {
+    ("coordination.k8s.io", "leases"): LEASE,
+}
+# What the server actually uses, so the RBAC must not be *less* either: informers
+# list/watch, StatusWriter GETs after a 409 and PUTs .../status.
+REQUIRED_CLUSTER: dict[tuple[str, str], frozenset[str]] = {
+    ("", "configmaps"): frozenset({"list", "watch"}),
+    ("", "namespaces"): frozenset({"list", "watch"}),
+    ("tollgate.dev", "clusteradmissionpolicies"): CACHED,
+    ("tollgate.dev", "admissionpolicies"): CACHED,
+    ("tollgate.dev", "clusteradmissionpolicies/status"): frozenset({"update"}),
+    ("tollgate.dev", "admissionpolicies/status"): frozenset({"update"}),
+}
+
+
+def _kustomization() -> dict[str, Any]:
+    return yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())
+
+
+def _documents() -> list[dict[str, Any]]:
+    docs: list[dict[str, Any]] = []
+    for entry in _kustomization()["resources"]:
+        path = MANIFESTS / entry
+        if entry == "crds" or path.is_dir():
+            continue  # crds/ (its own kustomization, owned elsewhere)
+        docs.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
+    return docs
+
+
+def _of_kind(kind: str) -> list[dict[str, Any]]:
+    return [d for d in _documents() if d.get("kind") == kind]
+
+
+def _one(kind: str) -> dict[str, Any]:
+    found = _of_kind(kind)
+    assert len(found) == 1, f"expected exactly one {kind}, found {len(found)}"
+    return found[0]
+
+
+def test_kustomization_lists_existing_files_and_crds() -> None:
+    resources = _kustomization()["resources"]
+    assert "crds" in resources, "the CRDs must be part of `kubectl apply -k manifests/`"
+    for entry in resources:
+        if entry != "crds":
+            assert (MANIFESTS / entry).is_file(), entry
+    on_disk = {p.name for p in MANIFESTS.glob("*.yaml")} - {"kustomization.yaml"}
+    assert on_disk <= set(resources), f"manifests not in kustomization.yaml: {on_disk - set(resources)}"
+
+
+def _grants(role: dict[str, Any]) -> list[tuple[str, str, str, tuple[str, ...]]]:
+    out = []
+    for rule in role.get("rules") or []:
+        assert not rule.get("nonResourceURLs"), f"{role['metadata']['name']}: nonResourceURLs granted"
+        for group in rule.get("apiGroups") or []:
+            for resource in rule.get("resources") or []:
+                for verb in rule.get("verbs") or []:
+                    out.append((group, resource, verb, tuple(rule.get("resourceNames") or ())))
+    return out
+
+
+@pytest.mark.parametrize("kind", ["ClusterRole", "Role"])
+def test_rbac_has_no_wildcards(kind: str) -> None:
+    for role in _of_kind(kind):
+        for group, resource, verb, _ in _grants(role):
+            assert "*" not in (group, resource, verb), f"{kind} {role['metadata']['name']}: wildcard in {group}/{resource} {verb}"
+
+
+def test_cluster_role_grants_only_cache_reads_and_status_writes() -> None:
+    granted: dict[tuple[str, str], set[str]] = {}
+    for role in _of_kind("ClusterRole"):
+        for group, resource, verb, _ in _grants(role):
+            allowed = ALLOWED_CLUSTER.get((group, resource))
+            assert allowed is not None, f"ClusterRole grants {verb} on {group or 'core'}/{resource}"
+            assert verb in allowed, f"ClusterRole grants {verb} on {group or 'core'}/{resource}; allowed: {sorted(allowed)}"
+            granted.setdefault((group, resource), set()).add(verb)
+    for key, verbs in REQUIRED_CLUSTER.items():
+        assert verbs <= granted.get(key, set()), f"server needs {sorted(verbs)} on {key}"
+
+
+def test_roles_only_handle_leases_in_own_namespace() -> None:
+    roles = _of_kind("Role")
+    assert roles, "leader election needs a Role for Leases"
+    granted: set[str] = set()
+    for role in roles:
+        assert role["metadata"]["namespace"] == NAMESPACE
+        for group, resource, verb, names in _grants(role):
+            allowed = ALLOWED_NAMESPACED.get((group, resource))
+            assert allowed is not None and verb in allowed, f"Role grants {verb} on {group}/{resource}"
+            if verb != "create":
+                # create cannot be narrowed by name; everything else can and must be
+                assert names, f"Role grants {verb} on every Lease in {NAMESPACE}"
+            granted.add(verb)
+    assert LEASE <= granted
+
+
+def test_bindings_bind_only_our_roles_to_our_service_account() -> None:
+    role_names = {r["metadata"]["name"] for r in _of_kind("ClusterRole") + _of_kind("Role")}
+    bindings = _of_kind("ClusterRoleBinding") + _of_kind("RoleBinding")
+    assert bindings
+    for binding in bindings:
+        assert binding["roleRef"]["name"] in role_names, f"binds foreign role {binding['roleRef']['name']}"
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}]
+
+
+def _pod_spec() -> dict[str, Any]:
+    deployment = _one("Deployment")
+    assert deployment["spec"]["replicas"] >= 2, "one replica is a single point of failure for a fail-closed webhook"
+    return deployment["spec"]["template"]["spec"]
+
+
+def test_deployment_runs_unprivileged() -> None:
+    pod = _pod_spec()
+    assert pod["serviceAccountName"] == SERVICE_ACCOUNT
+    for host in ("hostNetwork", "hostPID", "hostIPC"):
+        assert not pod.get(host), host
+    pod_sc = pod.get("securityContext") or {}
+    assert pod_sc.get("runAsNonRoot") is True
+    assert pod_sc.get("seccompProfile", {}).get("type") in ("RuntimeDefault", "Localhost")
+    for volume in pod.get("volumes") or []:
+        assert "hostPath" not in volume, f"hostPath volume {volume['name']}"
+    for container in pod["containers"] + pod.get("initContainers", []):
+        sc = container.get("securityContext") or {}
+        name = container["name"]
+        run_as_user = sc.get("runAsUser", pod_sc.get("runAsUser"))
+        assert run_as_user not in (None, 0), f"{name}: runAsUser must be set and non-zero"
+        assert sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot")) is True, name
+        assert sc.get("readOnlyRootFilesystem") is True, f"{name}: writable root filesystem"
+        assert sc.get("allowPrivilegeEscalation") is False, f"{name}: privilege escalation allowed"
+        assert not sc.get("privileged"), f"{name}: privileged"
+        caps = sc.get("capabilities") or {}
+        assert caps.get("drop") == ["ALL"] and not caps.get("add"), f"{name}: capabilities {caps}"
+
+
+def test_deployment_has_requests_and_limits() -> None:
+    for container in _pod_spec()["containers"]:
+        resources = container.get("resources") or {}
+        for section in ("requests", "limits"):
+            for resource in ("cpu", "memory"):
+                assert resources.get(section, {}).get(resource), f"{container['name']}: no {section}.{resource}"
+
+
+def test_tls_secret_mounted_read_only_and_tmp_is_empty_dir() -> None:
+    pod = _pod_spec()
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: m for m in pod["containers"][0]["volumeMounts"]}
+    tls = next(m for m in mounts.values() if "secret" in volumes[m["name"]])
+    assert tls["readOnly"] is True
+    assert "emptyDir" in volumes[mounts["/tmp"]["name"]]
+
+
+def _server_serves(path: str) -> bool:
+    """Whether the server's code registers ``path`` (app routes when importable, else its source)."""
+    sources = [p for p in (ROOT / "webhook").rglob("*.py") if "policy" not in p.parts]
+    return any(f'"{path}"' in p.read_text() or f"'{path}'" in p.read_text() for p in sources)
+
+
+def test_probes_use_https_paths_the_server_serves() -> None:
+    container = _pod_spec()["containers"][0]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    expected = {"readinessProbe": "/readyz", "livenessProbe": "/healthz"}
+    for probe_name, path in expected.items():
+        probe = container[probe_name]["httpGet"]
+        assert probe["path"] == path
+        assert probe["scheme"] == "HTTPS"
+        assert probe["port"] in ports or probe["port"] in ports.values()
+        assert _server_serves(path), f"no route {path} in webhook/"
+
+
+def _webhooks() -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+        configs = _of_kind(kind)
+        assert configs, f"no {kind}"
+        out.extend((kind, hook) for cfg in configs for hook in cfg["webhooks"])
+    return out
+
+
+def test_webhooks_fail_safe_settings() -> None:
+    paths = set()
+    for kind, hook in _webhooks():
+        name = f"{kind}/{hook['name']}"
+        assert hook["sideEffects"] == "None", name
+        assert hook.get("failurePolicy") in ("Fail", "Ignore"), f"{name}: failurePolicy must be explicit"
+        assert 1 <= hook["timeoutSeconds"] <= 10, name
+        assert hook["admissionReviewVersions"] == ["v1"], name
+        excluded = {
+            value
+            for expr in hook["namespaceSelector"]["matchExpressions"]
+            if expr["key"] == "kubernetes.io/metadata.name" and expr["operator"] == "NotIn"
+            for value in expr["values"]
+        }
+        assert {NAMESPACE, "kube-system"} <= excluded, f"{name}: namespaceSelector must exclude {NAMESPACE}, kube-system"
+        conditions = " ".join(c["expression"] for c in hook.get("matchConditions") or [])
+        assert f"system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}" in conditions, f"{name}: own ServiceAccount not excluded"
+        assert "coordination.k8s.io" in conditions and "leases" in conditions, f"{name}: leases not excluded"
+        paths.add(hook["clientConfig"]["service"]["path"])
+    assert paths == {"/validate", "/mutate"}
+    for path in paths:
+        assert _server_serves(path), f"no route {path} in webhook/"
+
+
+def test_webhooks_reach_the_service_and_its_container_port() -> None:
+    service = _one("Service")
+    container = _pod_spec()["containers"][0]
+    container_ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    for kind, hook in _webhooks():
+        ref = hook["clientConfig"]["service"]
+        assert (ref["name"], ref["namespace"]) == (service["metadata"]["name"], service["metadata"]["namespace"])
+        port = next(p for p in service["spec"]["ports"] if p["port"] == ref.get("port", 443))
+        assert port["targetPort"] in container_ports or port["targetPort"] in container_ports.values(), kind
+    selector = service["spec"]["selector"]
+    labels = _one("Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert selector.items() <= labels.items()
+    pdb = _one("PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl (built-in kustomize) not on PATH")
+def test_kustomize_build_injects_ca_bundle(tmp_path: Path) -> None:
+    copy = tmp_path / "manifests"
+    shutil.copytree(MANIFESTS, copy, ignore=shutil.ignore_patterns("tls"))
+    if not (copy / "crds" / "kustomization.yaml").exists():
+        # crds/ is written by another part of the project; stand in for it if absent.
+        (copy / "crds").mkdir(exist_ok=True)
+        (copy / "crds" / "kustomization.yaml").write_text("resources: []\n")
+    (copy / "tls").mkdir()
+    for name, content in (("ca.crt", "CA PEM\n"), ("tls.crt", "CERT PEM\n"), ("tls.key", "KEY PEM\n")):
+        (copy / "tls" / name).write_text(content)
+    rendered = subprocess.run(
+        ["kubectl", "kustomize", str(copy)], check=True, capture_output=True, text=True, timeout=30
+    ).stdout
+    docs = [d for d in yaml.safe_load_all(rendered) if d]
+    want = base64.b64encode(b"CA PEM\n").decode()
+    hooks = [h for d in docs if d["kind"].endswith("WebhookConfiguration") for h in d["webhooks"]]
+    assert len(hooks) == 2
+    assert all(h["clientConfig"]["caBundle"] == want for h in hooks)
+    secret = next(d for d in docs if d["kind"] == "Secret")
+    assert secret["metadata"]["name"] == "tollgate-tls" and secret["type"] == "kubernetes.io/tls"
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    volumes = deployment["spec"]["template"]["spec"]["volumes"]
+    assert {"secretName": "tollgate-tls", "defaultMode": 0o440} in [v.get("secret") for v in volumes]
