@@ -1,0 +1,321 @@
+"""End-to-end: real API server requests through the deployed webhook, with kubectl.
+
+Run by tests/e2e/run.sh after it created a kind cluster, deployed manifests/
+and applied policies/. Skipped unless ``TOLLGATE_E2E=1`` is set and ``kind``
+and ``docker`` are usable, so a plain ``pytest`` run skips them cleanly.
+
+Two groups:
+
+* tests of the shipped policies (policies/pod-security, policies/examples),
+  asserting the messages their authors wrote;
+* self-contained tests that create their own policies, so the engine's
+  semantics (DELETE, UPDATE, dry-run, Warn, mutation, namespaced
+  AdmissionPolicy, a policy edit changing the very next decision) do not hinge
+  on the examples' wording.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import pytest
+
+
+def _cluster_available() -> bool:
+    if os.environ.get("TOLLGATE_E2E") != "1":
+        return False
+    if shutil.which("kind") is None or shutil.which("docker") is None or shutil.which("kubectl") is None:
+        return False
+    # The docker client may be installed without an engine: ask the engine.
+    try:
+        return subprocess.run(["docker", "info"], capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(
+        not _cluster_available(),
+        reason="e2e needs TOLLGATE_E2E=1 (set by tests/e2e/run.sh), kind, kubectl and a running docker engine",
+    ),
+]
+
+CONTEXT = os.environ.get("TOLLGATE_E2E_CONTEXT", "kind-tollgate-e2e")
+DENIED = 'admission webhook "validate.tollgate.dev" denied the request'
+T = TypeVar("T")
+
+
+# -- helpers ------------------------------------------------------------------
+
+
+def kubectl(*args: str, obj: Any = None, check: bool = False) -> subprocess.CompletedProcess[str]:
+    """Run kubectl against the e2e cluster; ``obj`` is sent as JSON on stdin."""
+    result = subprocess.run(
+        ["kubectl", "--context", CONTEXT, *args],
+        input=json.dumps(obj) if obj is not None else None,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"kubectl {' '.join(args)} failed: {result.stderr}")
+    return result
+
+
+def apply(obj: dict[str, Any], *extra: str) -> subprocess.CompletedProcess[str]:
+    """``kubectl apply -f -`` of one object (stdout/stderr captured, no check)."""
+    return kubectl("apply", "-f", "-", *extra, obj=obj)
+
+
+def create(obj: dict[str, Any], *extra: str) -> subprocess.CompletedProcess[str]:
+    """``kubectl create -f -`` of one object (stdout/stderr captured, no check)."""
+    return kubectl("create", "-f", "-", *extra, obj=obj)
+
+
+def get(kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+    """The object as JSON, or ``None`` when not found."""
+    ns = ["-n", namespace] if namespace else []
+    result = kubectl("get", kind, name, *ns, "-o", "json")
+    if result.returncode != 0:
+        assert "NotFound" in result.stderr, result.stderr
+        return None
+    return json.loads(result.stdout)
+
+
+def eventually(check: Callable[[], T], *, timeout: float = 30.0, interval: float = 0.5) -> T:
+    """Retry ``check`` until it stops raising AssertionError (policies arrive by watch: not instantly)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return check()
+        except AssertionError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(interval)
+
+
+def assert_denied(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    """The request was rejected by Tollgate's validating webhook with every fragment in the message."""
+    assert result.returncode != 0, f"expected a denial, got: {result.stdout}"
+    assert DENIED in result.stderr, result.stderr
+    for fragment in fragments:
+        assert fragment in result.stderr, f"{fragment!r} not in {result.stderr!r}"
+
+
+def assert_admitted(result: subprocess.CompletedProcess[str]) -> None:
+    """The request went through."""
+    assert result.returncode == 0, result.stderr
+
+
+def configmap(name: str, namespace: str, *, data: dict[str, str] | None = None, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """A ConfigMap object."""
+    meta: dict[str, Any] = {"name": name, "namespace": namespace}
+    if labels:
+        meta["labels"] = labels
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data or {}}
+
+
+def unique(prefix: str) -> str:
+    """A DNS-1123 name unique to this run."""
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+# -- fixtures -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def namespace() -> Iterator[str]:
+    """A fresh namespace for this module's objects, labelled with a team."""
+    name = unique("tollgate-e2e")
+    kubectl("create", "-f", "-", obj={
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": name, "labels": {"team": "e2e"}},
+    }, check=True)
+    yield name
+    kubectl("delete", "namespace", name, "--wait=false")
+
+
+@pytest.fixture()
+def cluster_policy(namespace: str) -> Iterator[Callable[[dict[str, Any]], str]]:
+    """Create ClusterAdmissionPolicies confined to the test namespace; delete them afterwards."""
+    created: list[str] = []
+
+    def make(spec: dict[str, Any]) -> str:
+        name = unique("e2e")
+        spec = json.loads(json.dumps(spec))
+        # Confined to our namespace: other tests and the cluster's own writes are untouched.
+        spec.setdefault("match", {})["namespaceSelector"] = {
+            "matchLabels": {"kubernetes.io/metadata.name": namespace}
+        }
+        kubectl("create", "-f", "-", obj={
+            "apiVersion": "tollgate.dev/v1alpha1",
+            "kind": "ClusterAdmissionPolicy",
+            "metadata": {"name": name},
+            "spec": spec,
+        }, check=True)
+        created.append(name)
+        return name
+
+    yield make
+    for name in created:
+        kubectl("delete", "clusteradmissionpolicy", name, "--ignore-not-found")
+
+
+CONFIGMAP_RULE = {
+    "apiGroups": [""],
+    "apiVersions": ["v1"],
+    "resources": ["configmaps"],
+    "operations": ["CREATE", "UPDATE", "DELETE"],
+}
+
+
+def forbidden_key_spec(key: str, message: str) -> dict[str, Any]:
+    """A policy denying ConfigMaps that carry ``data[key]``."""
+    return {
+        "failurePolicy": "Fail",
+        "validationActions": ["Deny"],
+        "match": {"resourceRules": [CONFIGMAP_RULE]},
+        "validations": [{
+            "expression": f"request.operation == 'DELETE' || !has(object.data) || !('{key}' in object.data)",
+            "message": message,
+        }],
+    }
+
+
+# -- self-contained engine semantics -----------------------------------------
+
+
+def test_policy_denies_create_and_edit_changes_next_decision(namespace: str, cluster_policy: Callable[[dict[str, Any]], str]) -> None:
+    policy = cluster_policy(forbidden_key_spec("forbidden", "e2e: key forbidden is not allowed"))
+
+    eventually(lambda: assert_denied(
+        create(configmap(unique("cm"), namespace, data={"forbidden": "x"})), "e2e: key forbidden is not allowed"
+    ))
+    assert_admitted(create(configmap(unique("cm"), namespace, data={"banned": "x"})))
+
+    # Edit the policy with kubectl: the informer delivers it and the next request follows it.
+    patch = [
+        {"op": "replace", "path": "/spec/validations/0/expression",
+         "value": "request.operation == 'DELETE' || !has(object.data) || !('banned' in object.data)"},
+        {"op": "replace", "path": "/spec/validations/0/message", "value": "e2e: key banned is not allowed"},
+    ]
+    assert_admitted(kubectl("patch", "clusteradmissionpolicy", policy, "--type=json", "-p", json.dumps(patch)))
+    eventually(lambda: assert_denied(
+        create(configmap(unique("cm"), namespace, data={"banned": "x"})), "e2e: key banned is not allowed"
+    ))
+    assert_admitted(create(configmap(unique("cm"), namespace, data={"forbidden": "x"})))
+
+    # Deleting the policy lifts the restriction.
+    assert_admitted(kubectl("delete", "clusteradmissionpolicy", policy))
+    eventually(lambda: assert_admitted(create(configmap(unique("cm"), namespace, data={"banned": "x"}))))
+
+
+def test_update_is_evaluated_against_the_new_object(namespace: str, cluster_policy: Callable[[dict[str, Any]], str]) -> None:
+    cluster_policy(forbidden_key_spec("forbidden", "e2e: no forbidden key"))
+    name = unique("cm")
+    eventually(lambda: assert_denied(create(configmap(unique("probe"), namespace, data={"forbidden": "1"}))))
+    assert_admitted(create(configmap(name, namespace, data={"ok": "1"})))
+    patch = json.dumps({"data": {"forbidden": "1"}})
+    assert_denied(kubectl("patch", "configmap", name, "-n", namespace, "--type=merge", "-p", patch), "e2e: no forbidden key")
+    stored = get("configmap", name, namespace)
+    assert stored is not None and "forbidden" not in stored["data"]
+
+
+def test_delete_sees_old_object(namespace: str, cluster_policy: Callable[[dict[str, Any]], str]) -> None:
+    cluster_policy({
+        "failurePolicy": "Fail",
+        "validationActions": ["Deny"],
+        "match": {"resourceRules": [dict(CONFIGMAP_RULE, operations=["DELETE"])]},
+        "validations": [{
+            "expression": "!has(oldObject.metadata.labels) || !('protected' in oldObject.metadata.labels)",
+            "message": "e2e: protected ConfigMaps cannot be deleted",
+        }],
+    })
+    name = unique("cm")
+    assert_admitted(create(configmap(name, namespace, labels={"protected": "yes"})))
+    eventually(lambda: assert_denied(
+        kubectl("delete", "configmap", name, "-n", namespace), "e2e: protected ConfigMaps cannot be deleted"
+    ))
+    assert get("configmap", name, namespace) is not None
+    assert_admitted(kubectl("label", "configmap", name, "-n", namespace, "protected-"))
+    assert_admitted(kubectl("delete", "configmap", name, "-n", namespace))
+
+
+def test_server_side_dry_run_is_decided_and_writes_nothing(namespace: str, cluster_policy: Callable[[dict[str, Any]], str]) -> None:
+    cluster_policy(forbidden_key_spec("forbidden", "e2e: dry-run denied too"))
+    denied_name, allowed_name = unique("cm"), unique("cm")
+    eventually(lambda: assert_denied(
+        create(configmap(denied_name, namespace, data={"forbidden": "1"}), "--dry-run=server"), "e2e: dry-run denied too"
+    ))
+    assert_admitted(create(configmap(allowed_name, namespace, data={"ok": "1"}), "--dry-run=server"))
+    assert get("configmap", allowed_name, namespace) is None
+
+
+def test_warn_action_admits_with_a_warning(namespace: str, cluster_policy: Callable[[dict[str, Any]], str]) -> None:
+    spec = forbidden_key_spec("deprecated", "e2e: key deprecated is deprecated")
+    spec["validationActions"] = ["Warn"]
+    cluster_policy(spec)
+
+    def check() -> None:
+        result = create(configmap(unique("cm"), namespace, data={"deprecated": "1"}))
+        assert_admitted(result)
+        assert "Warning:" in result.stderr and "e2e: key deprecated is deprecated" in result.stderr, result.stderr
+
+    eventually(check)
+
+
+def test_mutation_adds_labels(namespace: str, cluster_policy: Callable[[dict[str, Any]], str]) -> None:
+    cluster_policy({
+        "failurePolicy": "Fail",
+        "match": {"resourceRules": [dict(CONFIGMAP_RULE, operations=["CREATE"])]},
+        "mutations": [{
+            "patchType": "ApplyConfiguration",
+            "applyConfiguration": {"expression": "{'metadata': {'labels': {'e2e-mutated': 'true'}}}"},
+        }],
+    })
+
+    def check() -> None:
+        name = unique("cm")
+        assert_admitted(create(configmap(name, namespace, labels={"keep": "me"})))
+        stored = get("configmap", name, namespace)
+        assert stored is not None
+        labels = stored["metadata"]["labels"]
+        # Subset: a shipped example (add-default-labels) may add its own labels too.
+        assert labels.get("keep") == "me" and labels.get("e2e-mutated") == "true", labels
+
+    eventually(check)
+
+
+def test_namespaced_admission_policy_only_applies_in_its_namespace(namespace: str) -> None:
+    other = unique("tollgate-e2e-other")
+    kubectl("create", "namespace", other, check=True)
+    try:
+        policy = {
+            "apiVersion": "tollgate.dev/v1alpha1",
+            "kind": "AdmissionPolicy",
+            "metadata": {"name": "e2e-tenant", "namespace": namespace},
+            "spec": forbidden_key_spec("tenant-forbidden", "e2e: tenant rule"),
+        }
+        assert_admitted(create(policy))
+        eventually(lambda: assert_denied(
+            create(configmap(unique("cm"), namespace, data={"tenant-forbidden": "1"})), "e2e: tenant rule"
+        ))
+        assert_admitted(create(configmap(unique("cm"), other, data={"tenant-forbidden": "1"})))
+    finally:
+        kubectl("delete", "admissionpolicy", "e2e-tenant", "-n", namespace, "--ignore-not-found")
+        kubectl("delete", "namespace", other, "--wait=false")
+
+
+def test_webhook_serves_with_two_replicas() -> None:
+    deployment = get("deployment", "tollgate", "tollgate-system")
+    assert deployment is not None
+    assert deployment["status"].get("readyReplicas") == 2
