@@ -46,9 +46,7 @@ def collect(root: Path) -> list[dict[str, Any]]:
         except yaml.YAMLError as exc:
             raise SystemExit(f"{path}: {exc}") from exc
         found.extend(d for d in docs if isinstance(d, dict) and wanted(d))
-    namespaces = sorted(
-        {ns for d in found if (ns := (d.get("metadata") or {}).get("namespace"))} - EXISTING_NAMESPACES
-    )
+    namespaces = sorted({ns for d in found if (ns := (d.get("metadata") or {}).get("namespace"))} - EXISTING_NAMESPACES)
     out: list[dict[str, Any]] = [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}} for ns in namespaces
     ]

@@ -115,7 +115,9 @@ def assert_admitted(result: subprocess.CompletedProcess[str]) -> None:
     assert result.returncode == 0, result.stderr
 
 
-def configmap(name: str, namespace: str, *, data: dict[str, str] | None = None, labels: dict[str, str] | None = None) -> dict[str, Any]:
+def configmap(
+    name: str, namespace: str, *, data: dict[str, str] | None = None, labels: dict[str, str] | None = None
+) -> dict[str, Any]:
     """A ConfigMap object."""
     meta: dict[str, Any] = {"name": name, "namespace": namespace}
     if labels:
@@ -135,11 +137,17 @@ def unique(prefix: str) -> str:
 def namespace() -> Iterator[str]:
     """A fresh namespace for this module's objects, labelled with a team."""
     name = unique("tollgate-e2e")
-    kubectl("create", "-f", "-", obj={
-        "apiVersion": "v1",
-        "kind": "Namespace",
-        "metadata": {"name": name, "labels": {"team": "e2e"}},
-    }, check=True)
+    kubectl(
+        "create",
+        "-f",
+        "-",
+        obj={
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": name, "labels": {"team": "e2e"}},
+        },
+        check=True,
+    )
     yield name
     kubectl("delete", "namespace", name, "--wait=false")
 
@@ -153,15 +161,19 @@ def cluster_policy(namespace: str) -> Iterator[Callable[[dict[str, Any]], str]]:
         name = unique("e2e")
         spec = json.loads(json.dumps(spec))
         # Confined to our namespace: other tests and the cluster's own writes are untouched.
-        spec.setdefault("match", {})["namespaceSelector"] = {
-            "matchLabels": {"kubernetes.io/metadata.name": namespace}
-        }
-        kubectl("create", "-f", "-", obj={
-            "apiVersion": "tollgate.dev/v1alpha1",
-            "kind": "ClusterAdmissionPolicy",
-            "metadata": {"name": name},
-            "spec": spec,
-        }, check=True)
+        spec.setdefault("match", {})["namespaceSelector"] = {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+        kubectl(
+            "create",
+            "-f",
+            "-",
+            obj={
+                "apiVersion": "tollgate.dev/v1alpha1",
+                "kind": "ClusterAdmissionPolicy",
+                "metadata": {"name": name},
+                "spec": spec,
+            },
+            check=True,
+        )
         created.append(name)
         return name
 
@@ -184,34 +196,45 @@ def forbidden_key_spec(key: str, message: str) -> dict[str, Any]:
         "failurePolicy": "Fail",
         "validationActions": ["Deny"],
         "match": {"resourceRules": [CONFIGMAP_RULE]},
-        "validations": [{
-            "expression": f"request.operation == 'DELETE' || !has(object.data) || !('{key}' in object.data)",
-            "message": message,
-        }],
+        "validations": [
+            {
+                "expression": f"request.operation == 'DELETE' || !has(object.data) || !('{key}' in object.data)",
+                "message": message,
+            }
+        ],
     }
 
 
 # -- self-contained engine semantics -----------------------------------------
 
 
-def test_policy_denies_create_and_edit_changes_next_decision(namespace: str, cluster_policy: Callable[[dict[str, Any]], str]) -> None:
+def test_policy_denies_create_and_edit_changes_next_decision(
+    namespace: str, cluster_policy: Callable[[dict[str, Any]], str]
+) -> None:
     policy = cluster_policy(forbidden_key_spec("forbidden", "e2e: key forbidden is not allowed"))
 
-    eventually(lambda: assert_denied(
-        create(configmap(unique("cm"), namespace, data={"forbidden": "x"})), "e2e: key forbidden is not allowed"
-    ))
+    eventually(
+        lambda: assert_denied(
+            create(configmap(unique("cm"), namespace, data={"forbidden": "x"})), "e2e: key forbidden is not allowed"
+        )
+    )
     assert_admitted(create(configmap(unique("cm"), namespace, data={"banned": "x"})))
 
     # Edit the policy with kubectl: the informer delivers it and the next request follows it.
     patch = [
-        {"op": "replace", "path": "/spec/validations/0/expression",
-         "value": "request.operation == 'DELETE' || !has(object.data) || !('banned' in object.data)"},
+        {
+            "op": "replace",
+            "path": "/spec/validations/0/expression",
+            "value": "request.operation == 'DELETE' || !has(object.data) || !('banned' in object.data)",
+        },
         {"op": "replace", "path": "/spec/validations/0/message", "value": "e2e: key banned is not allowed"},
     ]
     assert_admitted(kubectl("patch", "clusteradmissionpolicy", policy, "--type=json", "-p", json.dumps(patch)))
-    eventually(lambda: assert_denied(
-        create(configmap(unique("cm"), namespace, data={"banned": "x"})), "e2e: key banned is not allowed"
-    ))
+    eventually(
+        lambda: assert_denied(
+            create(configmap(unique("cm"), namespace, data={"banned": "x"})), "e2e: key banned is not allowed"
+        )
+    )
     assert_admitted(create(configmap(unique("cm"), namespace, data={"forbidden": "x"})))
 
     # Deleting the policy lifts the restriction.
@@ -219,43 +242,58 @@ def test_policy_denies_create_and_edit_changes_next_decision(namespace: str, clu
     eventually(lambda: assert_admitted(create(configmap(unique("cm"), namespace, data={"banned": "x"}))))
 
 
-def test_update_is_evaluated_against_the_new_object(namespace: str, cluster_policy: Callable[[dict[str, Any]], str]) -> None:
+def test_update_is_evaluated_against_the_new_object(
+    namespace: str, cluster_policy: Callable[[dict[str, Any]], str]
+) -> None:
     cluster_policy(forbidden_key_spec("forbidden", "e2e: no forbidden key"))
     name = unique("cm")
     eventually(lambda: assert_denied(create(configmap(unique("probe"), namespace, data={"forbidden": "1"}))))
     assert_admitted(create(configmap(name, namespace, data={"ok": "1"})))
     patch = json.dumps({"data": {"forbidden": "1"}})
-    assert_denied(kubectl("patch", "configmap", name, "-n", namespace, "--type=merge", "-p", patch), "e2e: no forbidden key")
+    assert_denied(
+        kubectl("patch", "configmap", name, "-n", namespace, "--type=merge", "-p", patch), "e2e: no forbidden key"
+    )
     stored = get("configmap", name, namespace)
     assert stored is not None and "forbidden" not in stored["data"]
 
 
 def test_delete_sees_old_object(namespace: str, cluster_policy: Callable[[dict[str, Any]], str]) -> None:
-    cluster_policy({
-        "failurePolicy": "Fail",
-        "validationActions": ["Deny"],
-        "match": {"resourceRules": [dict(CONFIGMAP_RULE, operations=["DELETE"])]},
-        "validations": [{
-            "expression": "!has(oldObject.metadata.labels) || !('protected' in oldObject.metadata.labels)",
-            "message": "e2e: protected ConfigMaps cannot be deleted",
-        }],
-    })
+    cluster_policy(
+        {
+            "failurePolicy": "Fail",
+            "validationActions": ["Deny"],
+            "match": {"resourceRules": [dict(CONFIGMAP_RULE, operations=["DELETE"])]},
+            "validations": [
+                {
+                    "expression": "!has(oldObject.metadata.labels) || !('protected' in oldObject.metadata.labels)",
+                    "message": "e2e: protected ConfigMaps cannot be deleted",
+                }
+            ],
+        }
+    )
     name = unique("cm")
     assert_admitted(create(configmap(name, namespace, labels={"protected": "yes"})))
-    eventually(lambda: assert_denied(
-        kubectl("delete", "configmap", name, "-n", namespace), "e2e: protected ConfigMaps cannot be deleted"
-    ))
+    eventually(
+        lambda: assert_denied(
+            kubectl("delete", "configmap", name, "-n", namespace), "e2e: protected ConfigMaps cannot be deleted"
+        )
+    )
     assert get("configmap", name, namespace) is not None
     assert_admitted(kubectl("label", "configmap", name, "-n", namespace, "protected-"))
     assert_admitted(kubectl("delete", "configmap", name, "-n", namespace))
 
 
-def test_server_side_dry_run_is_decided_and_writes_nothing(namespace: str, cluster_policy: Callable[[dict[str, Any]], str]) -> None:
+def test_server_side_dry_run_is_decided_and_writes_nothing(
+    namespace: str, cluster_policy: Callable[[dict[str, Any]], str]
+) -> None:
     cluster_policy(forbidden_key_spec("forbidden", "e2e: dry-run denied too"))
     denied_name, allowed_name = unique("cm"), unique("cm")
-    eventually(lambda: assert_denied(
-        create(configmap(denied_name, namespace, data={"forbidden": "1"}), "--dry-run=server"), "e2e: dry-run denied too"
-    ))
+    eventually(
+        lambda: assert_denied(
+            create(configmap(denied_name, namespace, data={"forbidden": "1"}), "--dry-run=server"),
+            "e2e: dry-run denied too",
+        )
+    )
     assert_admitted(create(configmap(allowed_name, namespace, data={"ok": "1"}), "--dry-run=server"))
     assert get("configmap", allowed_name, namespace) is None
 
@@ -274,14 +312,18 @@ def test_warn_action_admits_with_a_warning(namespace: str, cluster_policy: Calla
 
 
 def test_mutation_adds_labels(namespace: str, cluster_policy: Callable[[dict[str, Any]], str]) -> None:
-    cluster_policy({
-        "failurePolicy": "Fail",
-        "match": {"resourceRules": [dict(CONFIGMAP_RULE, operations=["CREATE"])]},
-        "mutations": [{
-            "patchType": "ApplyConfiguration",
-            "applyConfiguration": {"expression": "{'metadata': {'labels': {'e2e-mutated': 'true'}}}"},
-        }],
-    })
+    cluster_policy(
+        {
+            "failurePolicy": "Fail",
+            "match": {"resourceRules": [dict(CONFIGMAP_RULE, operations=["CREATE"])]},
+            "mutations": [
+                {
+                    "patchType": "ApplyConfiguration",
+                    "applyConfiguration": {"expression": "{'metadata': {'labels': {'e2e-mutated': 'true'}}}"},
+                }
+            ],
+        }
+    )
 
     def check() -> None:
         name = unique("cm")
@@ -306,9 +348,11 @@ def test_namespaced_admission_policy_only_applies_in_its_namespace(namespace: st
             "spec": forbidden_key_spec("tenant-forbidden", "e2e: tenant rule"),
         }
         assert_admitted(create(policy))
-        eventually(lambda: assert_denied(
-            create(configmap(unique("cm"), namespace, data={"tenant-forbidden": "1"})), "e2e: tenant rule"
-        ))
+        eventually(
+            lambda: assert_denied(
+                create(configmap(unique("cm"), namespace, data={"tenant-forbidden": "1"})), "e2e: tenant rule"
+            )
+        )
         assert_admitted(create(configmap(unique("cm"), other, data={"tenant-forbidden": "1"})))
     finally:
         kubectl("delete", "admissionpolicy", "e2e-tenant", "-n", namespace, "--ignore-not-found")

@@ -37,7 +37,7 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timezone, UTC
 from typing import Any
 
 from kubernetes_asyncio.client import ApiClient
@@ -176,7 +176,7 @@ def lease_is_held_by_other(
 
 
 def _micro_time(moment: datetime) -> str:
-    return moment.astimezone(timezone.utc).strftime(_MICRO_TIME_FORMAT)
+    return moment.astimezone(UTC).strftime(_MICRO_TIME_FORMAT)
 
 
 @dataclass(slots=True)
@@ -221,7 +221,7 @@ class LeaderElector:
         on_stopped_leading: Callable[[], None] | None = None,
         on_new_leader: Callable[[str], None] | None = None,
         clock: Callable[[], float] | None = None,
-        wall_clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+        wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         rng: Callable[[], float] = random.random,
     ) -> None:
         self._api = api_client
@@ -307,14 +307,16 @@ class LeaderElector:
                 _log.warning("leader election: lease %s taken by %s", cfg.lease_name, self.leader_identity())
                 return
             if self._now() - last_renewed >= cfg.renew_deadline:
-                _log.warning("leader election: failed to renew lease %s within %.3gs", cfg.lease_name, cfg.renew_deadline)
+                _log.warning(
+                    "leader election: failed to renew lease %s within %.3gs", cfg.lease_name, cfg.renew_deadline
+                )
                 return
 
     async def _try_acquire_or_renew(self, *, deadline: float) -> bool:
         """One attempt of client-go's ``tryAcquireOrRenew``; never raises (except cancellation)."""
         try:
             return await asyncio.wait_for(self._acquire_or_renew_once(), timeout=deadline)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             _log.info("leader election: attempt on lease %s timed out", self._config.lease_name)
         except ApiException as exc:
             # 409: another replica wrote between our GET and PUT; just a lost race.

@@ -38,7 +38,7 @@ import copy
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timezone, UTC
 from typing import Any, NotRequired, TypedDict
 
 from kubernetes_asyncio.client import ApiClient
@@ -201,7 +201,7 @@ def set_condition(
     new_status = copy.deepcopy(status)
     conditions: list[dict[str, Any]] = list(new_status.get("conditions") or [])
     entry: dict[str, Any] = dict(condition)
-    stamp = now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    stamp = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     for i, existing in enumerate(conditions):
         if existing.get("type") == condition["type"]:
             same_status = existing.get("status") == condition["status"]
@@ -223,7 +223,7 @@ def _with_generation(obj: dict[str, Any], condition: Condition) -> Condition:
     generation = (obj.get("metadata") or {}).get("generation")
     if generation is None:
         return condition
-    return Condition(**condition, observedGeneration=int(generation))  # type: ignore[typeddict-item]
+    return Condition(**condition, observedGeneration=int(generation))
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,7 +257,7 @@ class StatusWriter:
         is_leader: Callable[[], bool] = lambda: True,
         backoff: Backoff = Backoff(),
         request_timeout: float = 10.0,
-        wall_clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+        wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self._api = api_client
         self._is_leader = is_leader
@@ -430,7 +430,7 @@ class StatusWriter:
             self._bump(errors=1)
             self._retry_later(key)
             return
-        except (OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, OSError) as exc:
             _log.warning("status writer: %s: %r", key, exc)
             self._bump(errors=1)
             self._retry_later(key)

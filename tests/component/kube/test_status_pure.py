@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timezone, UTC
 
 import pytest
 
 from webhook.kube.leader import LeaderElectionConfig, LeaderElectionRecord, lease_is_held_by_other
 from webhook.kube.status import Backoff, Condition, condition_is_current, set_condition, status_path
 
-T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
-T1 = datetime(2026, 1, 1, 12, 5, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+T1 = datetime(2026, 1, 1, 12, 5, 0, tzinfo=UTC)
 
 
 def _policy(*, generation: int = 3, status: dict | None = None, namespace: str | None = None) -> dict:

@@ -108,7 +108,9 @@ def _grants(role: dict[str, Any]) -> list[tuple[str, str, str, tuple[str, ...]]]
 def test_rbac_has_no_wildcards(kind: str) -> None:
     for role in _of_kind(kind):
         for group, resource, verb, _ in _grants(role):
-            assert "*" not in (group, resource, verb), f"{kind} {role['metadata']['name']}: wildcard in {group}/{resource} {verb}"
+            assert "*" not in (group, resource, verb), (
+                f"{kind} {role['metadata']['name']}: wildcard in {group}/{resource} {verb}"
+            )
 
 
 def test_cluster_role_grants_only_cache_reads_and_status_writes() -> None:
@@ -117,7 +119,9 @@ def test_cluster_role_grants_only_cache_reads_and_status_writes() -> None:
         for group, resource, verb, _ in _grants(role):
             allowed = ALLOWED_CLUSTER.get((group, resource))
             assert allowed is not None, f"ClusterRole grants {verb} on {group or 'core'}/{resource}"
-            assert verb in allowed, f"ClusterRole grants {verb} on {group or 'core'}/{resource}; allowed: {sorted(allowed)}"
+            assert verb in allowed, (
+                f"ClusterRole grants {verb} on {group or 'core'}/{resource}; allowed: {sorted(allowed)}"
+            )
             granted.setdefault((group, resource), set()).add(verb)
     for key, verbs in REQUIRED_CLUSTER.items():
         assert verbs <= granted.get(key, set()), f"server needs {sorted(verbs)} on {key}"
@@ -235,9 +239,13 @@ def test_webhooks_fail_safe_settings() -> None:
             if expr["key"] == "kubernetes.io/metadata.name" and expr["operator"] == "NotIn"
             for value in expr["values"]
         }
-        assert {NAMESPACE, "kube-system"} <= excluded, f"{name}: namespaceSelector must exclude {NAMESPACE}, kube-system"
+        assert {NAMESPACE, "kube-system"} <= excluded, (
+            f"{name}: namespaceSelector must exclude {NAMESPACE}, kube-system"
+        )
         conditions = " ".join(c["expression"] for c in hook.get("matchConditions") or [])
-        assert f"system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}" in conditions, f"{name}: own ServiceAccount not excluded"
+        assert f"system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}" in conditions, (
+            f"{name}: own ServiceAccount not excluded"
+        )
         assert "coordination.k8s.io" in conditions and "leases" in conditions, f"{name}: leases not excluded"
         paths.add(hook["clientConfig"]["service"]["path"])
     assert paths == {"/validate", "/mutate"}
