@@ -315,7 +315,11 @@ class LeaderElector:
     async def _try_acquire_or_renew(self, *, deadline: float) -> bool:
         """One attempt of client-go's ``tryAcquireOrRenew``; never raises (except cancellation)."""
         try:
-            return await asyncio.wait_for(self._acquire_or_renew_once(), timeout=deadline)
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a
+            # cancellation that arrives as the inner call completes, and stop()
+            # would then wait forever for a loop that never ends.
+            async with asyncio.timeout(deadline):
+                return await self._acquire_or_renew_once()
         except TimeoutError:
             _log.info("leader election: attempt on lease %s timed out", self._config.lease_name)
         except ApiException as exc:
@@ -399,10 +403,8 @@ class LeaderElector:
             lease_transitions=self._observed.record.lease_transitions,
         )
         try:
-            await asyncio.wait_for(
-                _call_json(self._api, "PUT", self._lease_path, body=self._with_spec(lease, released)),
-                timeout=self._config.renew_deadline,
-            )
+            async with asyncio.timeout(self._config.renew_deadline):
+                await _call_json(self._api, "PUT", self._lease_path, body=self._with_spec(lease, released))
         except Exception:  # noqa: BLE001 — releasing is best effort; the Lease expires anyway
             _log.warning("leader election: could not release lease %s", self._config.lease_name, exc_info=True)
 

@@ -320,6 +320,8 @@ class StatusWriter:
         handle = self._retries.pop(key, None)
         if handle is not None:
             handle.cancel()
+            if self._queue.empty() and not self._retries:
+                self._idle.set()
 
     def resync(self) -> None:
         """Queue every pending write again, e.g. right after becoming leader."""
