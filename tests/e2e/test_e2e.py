@@ -23,9 +23,11 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+import yaml
 
 
 def _cluster_available() -> bool:
@@ -363,3 +365,172 @@ def test_webhook_serves_with_two_replicas() -> None:
     deployment = get("deployment", "tollgate", "tollgate-system")
     assert deployment is not None
     assert deployment["status"].get("readyReplicas") == 2
+
+
+# -- the shipped policies (policies/) -------------------------------------------
+#
+# Messages and params are read from the policy files themselves, so these tests
+# follow the policies' wording instead of restating it.
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def shipped(kind: str, name: str) -> dict[str, Any]:
+    """The object ``kind``/``name`` from policies/; skip the test when it is not shipped."""
+    for path in sorted(ROOT.joinpath("policies").rglob("*.y*ml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if isinstance(doc, dict) and doc.get("kind") == kind and doc.get("metadata", {}).get("name") == name:
+                return doc
+    pytest.skip(f"{kind} {name} is not in policies/")
+
+
+def messages(policy: dict[str, Any]) -> list[str]:
+    """The static ``message`` of each validation of ``policy``."""
+    return [v["message"] for v in policy["spec"].get("validations", []) if v.get("message")]
+
+
+def assert_denied_by(result: subprocess.CompletedProcess[str], policy: dict[str, Any]) -> None:
+    """Denied, and the message names ``policy`` or carries one of its validation messages."""
+    assert_denied(result)
+    candidates = [policy["metadata"]["name"], *messages(policy)]
+    assert any(c in result.stderr for c in candidates), f"none of {candidates} in {result.stderr!r}"
+
+
+def allowed_registry() -> str:
+    """A registry prefix the allowed-registries example accepts (first entry of its params)."""
+    policy = shipped("ClusterAdmissionPolicy", "allowed-registries")
+    ref = policy["spec"].get("paramRef") or {}
+    params = shipped("ConfigMap", ref.get("name", "allowed-registries"))
+    value = next(iter((params.get("data") or {}).values()), "")
+    first = value.replace("\n", ",").split(",")[0].strip()
+    assert first, f"no registry in {params['data']}"
+    return first
+
+
+def image_in(registry: str, repository: str) -> str:
+    """``repository`` (e.g. ``pause:3.10``) under a registry prefix with or without a trailing slash."""
+    return f"{registry.rstrip('/')}/{repository}"
+
+
+def compliant_pod(namespace: str, name: str, *, image: str | None = None) -> dict[str, Any]:
+    """A Pod meeting the restricted Pod Security Standard and the examples (team label, pinned tag)."""
+    if image is None:
+        image = image_in(allowed_registry(), "pause:3.10")
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"team": "e2e", "app": "e2e"}},
+        "spec": {
+            "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [
+                {
+                    "name": "app",
+                    "image": image,
+                    "securityContext": {
+                        "allowPrivilegeEscalation": False,
+                        "capabilities": {"drop": ["ALL"]},
+                        "runAsNonRoot": True,
+                        "readOnlyRootFilesystem": True,
+                    },
+                    "resources": {
+                        "requests": {"cpu": "10m", "memory": "16Mi"},
+                        "limits": {"cpu": "50m", "memory": "32Mi"},
+                    },
+                }
+            ],
+        },
+    }
+
+
+def privileged(pod: dict[str, Any]) -> dict[str, Any]:
+    """``pod`` with its container privileged (and allowed to escalate, as privileged implies)."""
+    pod = json.loads(json.dumps(pod))
+    pod["spec"]["containers"][0]["securityContext"].update({"privileged": True, "allowPrivilegeEscalation": True})
+    return pod
+
+
+def deployment_of(pod: dict[str, Any]) -> dict[str, Any]:
+    """A Deployment whose pod template is ``pod``."""
+    meta = pod["metadata"]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": meta["name"], "namespace": meta["namespace"], "labels": meta["labels"]},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": meta["labels"]["app"]}},
+            "template": {"metadata": {"labels": meta["labels"]}, "spec": pod["spec"]},
+        },
+    }
+
+
+def test_privileged_pod_denied_with_pod_security_message(namespace: str) -> None:
+    policy = shipped("ClusterAdmissionPolicy", "disallow-privileged-containers")
+    result = create(privileged(compliant_pod(namespace, unique("priv"))))
+    assert_denied_by(result, policy)
+    assert any(m in result.stderr for m in messages(policy)), result.stderr
+
+
+def test_compliant_pod_admitted_and_mutated(namespace: str) -> None:
+    name = unique("good")
+    assert_admitted(create(compliant_pod(namespace, name)))
+    stored = get("pod", name, namespace)
+    assert stored is not None
+    mutating = shipped("ClusterAdmissionPolicy", "add-default-labels")
+    # The example adds labels on CREATE: the stored Pod has more labels than were sent.
+    assert set(stored["metadata"].get("labels", {})) > {"team", "app"}, (
+        mutating["metadata"]["name"],
+        stored["metadata"],
+    )
+
+
+def test_deployment_with_privileged_template_denied_by_autogen(namespace: str) -> None:
+    policy = shipped("ClusterAdmissionPolicy", "disallow-privileged-containers")
+    result = create(deployment_of(privileged(compliant_pod(namespace, unique("dep")))))
+    assert_denied_by(result, policy)
+    assert "spec.template" in result.stderr, result.stderr
+    assert_admitted(create(deployment_of(compliant_pod(namespace, unique("dep")))))
+
+
+def test_update_of_deployment_to_privileged_template_denied(namespace: str) -> None:
+    policy = shipped("ClusterAdmissionPolicy", "disallow-privileged-containers")
+    name = unique("dep")
+    assert_admitted(create(deployment_of(compliant_pod(namespace, name))))
+    patch = [{"op": "add", "path": "/spec/template/spec/containers/0/securityContext/privileged", "value": True}]
+    result = kubectl("patch", "deployment", name, "-n", namespace, "--type=json", "-p", json.dumps(patch))
+    assert_denied_by(result, policy)
+
+
+def test_allowed_registries_follows_its_configmap(namespace: str) -> None:
+    policy = shipped("ClusterAdmissionPolicy", "allowed-registries")
+    ref = policy["spec"]["paramRef"]
+    params = shipped("ConfigMap", ref.get("name", "allowed-registries"))
+    foreign = "e2e-registry.example.com/pause:3.10"
+    eventually(lambda: assert_denied_by(create(compliant_pod(namespace, unique("reg"), image=foreign)), policy))
+
+    # Allow the foreign registry by editing the params ConfigMap: the next request follows it.
+    key, value = next(iter(params["data"].items()))
+    separator = "\n" if "\n" in value.strip() else ","
+    widened = value.rstrip("\n" + ",") + separator + "e2e-registry.example.com/"
+    cm_ns = ref.get("namespace") or params["metadata"].get("namespace", "tollgate-system")
+    patch = json.dumps({"data": {key: widened}})
+    assert_admitted(kubectl("patch", "configmap", params["metadata"]["name"], "-n", cm_ns, "--type=merge", "-p", patch))
+    try:
+        eventually(lambda: assert_admitted(create(compliant_pod(namespace, unique("reg"), image=foreign))))
+    finally:
+        restore = json.dumps({"data": {key: value}})
+        kubectl("patch", "configmap", params["metadata"]["name"], "-n", cm_ns, "--type=merge", "-p", restore)
+
+
+def test_latest_tag_denied(namespace: str) -> None:
+    policy = shipped("ClusterAdmissionPolicy", "disallow-latest-tag")
+    image = image_in(allowed_registry(), "pause:latest")
+    assert_denied_by(create(compliant_pod(namespace, unique("latest"), image=image)), policy)
+
+
+def test_pod_security_dry_run_denied_and_nothing_written(namespace: str) -> None:
+    policy = shipped("ClusterAdmissionPolicy", "disallow-privileged-containers")
+    name = unique("dry")
+    assert_denied_by(create(privileged(compliant_pod(namespace, name)), "--dry-run=server"), policy)
+    assert_admitted(create(compliant_pod(namespace, name), "--dry-run=server"))
+    assert get("pod", name, namespace) is None
