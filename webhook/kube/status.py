@@ -9,7 +9,7 @@ Contract:
 
 * **Only on change.** Nothing is queued when the cached object already carries
   an equal condition (``type``, ``status``, ``reason``, ``message``,
-  ``observedGeneration``) and ``status.observedGeneration`` equals
+  ``observedGeneration``) and ``status.observedGeneration``, when present, equals
   ``metadata.generation``. ``lastTransitionTime`` moves only when ``status``
   flips, as ``meta.SetStatusCondition`` does in apimachinery.
 * **Coalescing.** At most one pending write per policy (key = kind, namespace,
@@ -167,12 +167,15 @@ def condition_is_current(obj: dict[str, Any], condition: Condition) -> bool:
 
     Returns:
         ``True`` when a condition of the same ``type`` matches field by field
-        (``lastTransitionTime`` ignored) and ``status.observedGeneration``
-        equals the condition's ``observedGeneration``.
+        (``lastTransitionTime`` ignored) and ``status.observedGeneration``, if
+        present, equals the condition's ``observedGeneration``.
     """
     wanted = _with_generation(obj, condition)
     status = obj.get("status") or {}
-    if status.get("observedGeneration") != wanted.get("observedGeneration"):
+    # An absent status.observedGeneration counts as matching: were the CRD schema
+    # to prune it, every write would otherwise look unfinished and the informer's
+    # update event would trigger the next write, forever.
+    if status.get("observedGeneration", wanted.get("observedGeneration")) != wanted.get("observedGeneration"):
         return False
     return any(_same_condition(c, wanted) for c in status.get("conditions") or [] if c.get("type") == wanted["type"])
 

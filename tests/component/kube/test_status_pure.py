@@ -101,3 +101,10 @@ def test_record_round_trips_through_lease_spec() -> None:
 def test_config_rejects_client_go_invalid_durations(lease: float, renew: float, retry: float) -> None:
     with pytest.raises(ValueError):
         LeaderElectionConfig("l", "ns", "me", lease_duration=lease, renew_deadline=renew, retry_period=retry)
+
+
+def test_condition_is_current_when_schema_pruned_top_level_generation() -> None:
+    # A CRD schema without status.observedGeneration prunes it; the condition alone decides.
+    pruned = {"conditions": [dict(READY, observedGeneration=3)]}
+    assert condition_is_current(_policy(status=pruned), READY)
+    assert not condition_is_current(_policy(generation=4, status=pruned), READY)
