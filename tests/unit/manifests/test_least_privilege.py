@@ -249,7 +249,11 @@ def test_webhooks_fail_safe_settings() -> None:
         assert "coordination.k8s.io" in conditions and "leases" in conditions, f"{name}: leases not excluded"
         paths.add(hook["clientConfig"]["service"]["path"])
     assert paths == {"/validate", "/mutate"}
-    for path in paths:
+
+
+def test_server_serves_the_webhook_paths() -> None:
+    for _, hook in _webhooks():
+        path = hook["clientConfig"]["service"]["path"]
         assert _server_serves(path), f"no route {path} in webhook/"
 
 
@@ -294,3 +298,72 @@ def test_kustomize_build_injects_ca_bundle(tmp_path: Path) -> None:
     deployment = next(d for d in docs if d["kind"] == "Deployment")
     volumes = deployment["spec"]["template"]["spec"]["volumes"]
     assert {"secretName": "tollgate-tls", "defaultMode": 0o440} in [v.get("secret") for v in volumes]
+
+
+def _request(
+    *, group: str, resource: str, username: str = "alice", groups: tuple[str, ...] = ("system:authenticated",)
+) -> dict[str, Any]:
+    """An AdmissionRequest as the API server binds it to ``request`` in matchConditions."""
+    return {
+        "uid": "0",
+        "kind": {"group": group, "version": "v1", "kind": "X"},
+        "resource": {"group": group, "version": "v1", "resource": resource},
+        "operation": "CREATE",
+        "userInfo": {"username": username, "groups": list(groups)},
+    }
+
+
+MATCH_CASES = [
+    ("pod by a user", _request(group="", resource="pods"), True),
+    (
+        "deployment by a controller",
+        _request(
+            group="apps", resource="deployments", username="system:serviceaccount:kube-system:deployment-controller"
+        ),
+        True,
+    ),
+    ("policy by a user", _request(group="tollgate.dev", resource="clusteradmissionpolicies"), True),
+    (
+        "node heartbeat lease",
+        _request(group="coordination.k8s.io", resource="leases", username="system:node:n1", groups=("system:nodes",)),
+        False,
+    ),
+    ("leader-election lease", _request(group="coordination.k8s.io", resource="leases"), False),
+    (
+        "tollgate status write",
+        _request(
+            group="tollgate.dev",
+            resource="clusteradmissionpolicies/status",
+            username="system:serviceaccount:tollgate-system:tollgate",
+        ),
+        False,
+    ),
+    (
+        "kubelet node status",
+        _request(
+            group="",
+            resource="nodes/status",
+            username="system:node:n1",
+            groups=("system:nodes", "system:authenticated"),
+        ),
+        False,
+    ),
+    ("event", _request(group="", resource="events"), False),
+    ("tokenreview", _request(group="authentication.k8s.io", resource="tokenreviews"), False),
+]
+
+
+@pytest.mark.parametrize(("case", "request_", "sent"), MATCH_CASES, ids=[c[0] for c in MATCH_CASES])
+def test_match_conditions_send_exactly_the_intended_requests(case: str, request_: dict[str, Any], sent: bool) -> None:
+    from cel_expr_python import cel
+
+    env = cel.NewEnv(variables={"request": cel.Type.DYN})
+    for kind, hook in _webhooks():
+        results = []
+        for condition in hook["matchConditions"]:
+            value = env.compile(condition["expression"]).eval(data={"request": request_})
+            assert value.type() != cel.Type.ERROR, f"{kind} {condition['name']}: {value}"
+            results.append(value.value())
+        assert all(results) is sent, (
+            f"{kind}/{hook['name']}: {case}: {dict(zip([c['name'] for c in hook['matchConditions']], results))}"
+        )
