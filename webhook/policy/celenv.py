@@ -1,0 +1,242 @@
+"""The CEL environment policies compile in (pure; no I/O).
+
+One cel-expr-python ``Env`` (see ``../shared/design/cel.md``) with the
+variables of ValidatingAdmissionPolicy — ``object``, ``oldObject``,
+``request``, ``params``, ``namespaceObject``, ``variables`` — the strings,
+optional, bindings and math extensions, and the parts of the Kubernetes CEL
+library ("CEL in Kubernetes", kubernetes.io) that cel-expr-python lacks,
+implemented as Python functions:
+
+* lists: ``l.isSorted()``, ``l.sum()``, ``l.min()``, ``l.max()``,
+  ``l.indexOf(x)``, ``l.lastIndexOf(x)``;
+* regex: ``s.find(re)``, ``s.findAll(re)``, ``s.findAll(re, n)``;
+* sets: ``sets.contains(a, b)``, ``sets.equivalent(a, b)``, ``sets.intersects(a, b)``;
+* validity checks: ``isURL(s)``, ``isIP(s)``, ``isCIDR(s)``, ``isQuantity(s)``.
+
+Not implemented (a policy using them fails to compile with "undeclared
+reference"): the opaque ``url()``, ``ip()``, ``cidr()`` and ``quantity()``
+values and their member functions, and ``authorizer``.
+
+Evaluation of ``variables.<name>`` and ``params`` goes through two hidden
+functions so that ONE Activation per request (and object view) is shared by
+every policy: :func:`rewrite_for_runtime` maps ``variables.x`` to
+``__tg_var("x")`` and ``params`` to ``__tg_params()``, and the engine installs
+the current policy's lazy variable cache with :func:`set_current_scope`.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import ipaddress
+import re
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+from cel_expr_python import cel
+from cel_expr_python.ext import ext_bindings, ext_math, ext_optional, ext_strings
+
+T = cel.Type
+
+#: Names bound in every evaluation, as VAP binds them.
+VARIABLES = ("object", "oldObject", "request", "params", "namespaceObject", "variables")
+
+#: Longest expression accepted at compile time, in characters. VAP relies on a
+#: cost budget; cel-expr-python has none, so length is the static bound.
+MAX_EXPRESSION_LENGTH = 5000
+
+_QUANTITY = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+|Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
+
+
+class VariableScope:
+    """Lazily evaluated ``variables`` and ``params`` of one policy in one request."""
+
+    __slots__ = ("programs", "activation", "params", "cache")
+
+    def __init__(self, programs: dict[str, Any], activation: Any, params: Any) -> None:
+        self.programs = programs
+        self.activation = activation
+        self.params = params
+        self.cache: dict[str, Any] = {}
+
+    def variable(self, name: str) -> Any:
+        """Evaluate ``variables.<name>`` once; raise on a CEL error value."""
+        try:
+            return self.cache[name]
+        except KeyError:
+            pass
+        program = self.programs.get(name)
+        if program is None:
+            raise KeyError(f"no such variable: {name}")
+        value = program.eval(self.activation)
+        if value.type() == T.ERROR:
+            raise RuntimeError(f"variables.{name}: {value.value()}")
+        result = value.plain_value()
+        self.cache[name] = result
+        return result
+
+
+_scope: contextvars.ContextVar[VariableScope | None] = contextvars.ContextVar("tollgate_cel_scope", default=None)
+
+
+def set_current_scope(scope: VariableScope | None) -> contextvars.Token[VariableScope | None]:
+    """Install the scope ``__tg_var``/``__tg_params`` read; returns a reset token."""
+    return _scope.set(scope)
+
+
+def reset_scope(token: contextvars.Token[VariableScope | None]) -> None:
+    """Undo :func:`set_current_scope`."""
+    _scope.reset(token)
+
+
+def _tg_var(name: str) -> Any:
+    scope = _scope.get()
+    if scope is None:
+        raise RuntimeError("variables evaluated outside a policy scope")
+    return scope.variable(name)
+
+
+def _tg_params() -> Any:
+    scope = _scope.get()
+    return None if scope is None else scope.params
+
+
+def _is_sorted(items: list[Any]) -> bool:
+    return all(items[i] <= items[i + 1] for i in range(len(items) - 1))
+
+
+def _need_items(items: list[Any], what: str) -> list[Any]:
+    if not items:
+        raise ValueError(f"{what}() called on an empty list")
+    return items
+
+
+def _find(s: str, pattern: str) -> str:
+    m = re.search(pattern, s)
+    return m.group(0) if m else ""
+
+
+def _find_all(s: str, pattern: str, limit: int = -1) -> list[str]:
+    out = [m.group(0) for m in re.finditer(pattern, s)]
+    return out if limit < 0 else out[:limit]
+
+
+def _is_url(s: str) -> bool:
+    try:
+        parts = urlsplit(s)
+    except ValueError:
+        return False
+    return bool(parts.scheme) and (bool(parts.netloc) or s.startswith("/"))
+
+
+def _is_ip(s: str) -> bool:
+    try:
+        ipaddress.ip_address(s)
+    except ValueError:
+        return False
+    return "%" not in s
+
+
+def _is_cidr(s: str) -> bool:
+    try:
+        ipaddress.ip_network(s, strict=False)
+    except ValueError:
+        return False
+    return "/" in s
+
+
+def _member(name: str, oid: str, ret: Any, params: list[Any], impl: Callable[..., Any]) -> Any:
+    return cel.FunctionDecl(name, [cel.Overload(oid, ret, params, is_member=True, impl=impl)])
+
+
+def _global(name: str, oid: str, ret: Any, params: list[Any], impl: Callable[..., Any]) -> Any:
+    return cel.FunctionDecl(name, [cel.Overload(oid, ret, params, is_member=False, impl=impl)])
+
+
+def _kubernetes_library() -> Any:
+    dyn_list = T.List(T.DYN)
+    return cel.CelExtension(
+        "tollgate_kubernetes",
+        [
+            _member("isSorted", "tg_list_is_sorted", T.BOOL, [dyn_list], _is_sorted),
+            _member("sum", "tg_list_sum", T.DYN, [dyn_list], lambda l: sum(l) if l else 0),
+            _member("min", "tg_list_min", T.DYN, [dyn_list], lambda l: min(_need_items(l, "min"))),
+            _member("max", "tg_list_max", T.DYN, [dyn_list], lambda l: max(_need_items(l, "max"))),
+            _member("indexOf", "tg_list_index_of", T.INT, [dyn_list, T.DYN],
+                    lambda l, x: l.index(x) if x in l else -1),
+            _member("lastIndexOf", "tg_list_last_index_of", T.INT, [dyn_list, T.DYN],
+                    lambda l, x: len(l) - 1 - l[::-1].index(x) if x in l else -1),
+            _member("find", "tg_string_find", T.STRING, [T.STRING, T.STRING], _find),
+            cel.FunctionDecl("findAll", [
+                cel.Overload("tg_string_find_all", T.List(T.STRING), [T.STRING, T.STRING], is_member=True,
+                             impl=_find_all),
+                cel.Overload("tg_string_find_all_n", T.List(T.STRING), [T.STRING, T.STRING, T.INT],
+                             is_member=True, impl=_find_all),
+            ]),
+            _global("sets.contains", "tg_sets_contains", T.BOOL, [dyn_list, dyn_list],
+                    lambda a, b: all(x in a for x in b)),
+            _global("sets.equivalent", "tg_sets_equivalent", T.BOOL, [dyn_list, dyn_list],
+                    lambda a, b: all(x in a for x in b) and all(x in b for x in a)),
+            _global("sets.intersects", "tg_sets_intersects", T.BOOL, [dyn_list, dyn_list],
+                    lambda a, b: any(x in a for x in b)),
+            _global("isURL", "tg_is_url", T.BOOL, [T.STRING], _is_url),
+            _global("isIP", "tg_is_ip", T.BOOL, [T.STRING], _is_ip),
+            _global("isCIDR", "tg_is_cidr", T.BOOL, [T.STRING], _is_cidr),
+            _global("isQuantity", "tg_is_quantity", T.BOOL, [T.STRING], lambda s: bool(_QUANTITY.match(s))),
+            _global("__tg_var", "tg_var", T.DYN, [T.STRING], _tg_var),
+            _global("__tg_params", "tg_params", T.DYN, [], _tg_params),
+        ],
+    )
+
+
+def new_env() -> Any:
+    """Build the policy CEL environment (all variables DYN, as VAP declares them)."""
+    return cel.NewEnv(
+        variables={name: T.DYN for name in VARIABLES},
+        extensions=[
+            ext_strings.ExtStrings(),
+            ext_optional.ExtOptional(),
+            ext_bindings.ExtBindings(),
+            ext_math.ExtMath(),
+            _kubernetes_library(),
+        ],
+    )
+
+
+#: The shared environment. Compiling is thread-compatible; envs are immutable once built.
+ENV = new_env()
+
+# String literals (single, double, triple, raw) are skipped by the rewrite so
+# that text such as 'params' inside a message is left alone.
+_TOKENS = re.compile(
+    r"""(?P<str>[rR]?(?:'''(?:\\.|[^\\])*?'''|\"\"\"(?:\\.|[^\\])*?\"\"\"|'(?:\\.|[^\\'\n])*'|"(?:\\.|[^\\"\n])*"))"""
+    r"""|(?P<var>(?<![\w.])variables\s*\.\s*(?P<name>[A-Za-z_]\w*))"""
+    r"""|(?P<params>(?<![\w.])params(?!\w))"""
+)
+
+
+def rewrite_for_runtime(expression: str) -> str:
+    """Route ``variables.x`` and ``params`` through the per-policy scope.
+
+    Args:
+        expression: CEL source as the policy author wrote it (already compiled
+            once unchanged, for type checking and error positions).
+
+    Returns:
+        The same expression with ``variables.<name>`` → ``__tg_var("<name>")``
+        and ``params`` → ``__tg_params()`` outside string literals.
+    """
+
+    def sub(m: re.Match[str]) -> str:
+        if m.group("str") is not None:
+            return m.group("str")
+        if m.group("var") is not None:
+            return f'__tg_var("{m.group("name")}")'
+        return "__tg_params()"
+
+    return _TOKENS.sub(sub, expression)
+
+
+def referenced_variables(expression: str) -> frozenset[str]:
+    """Names ``n`` for which ``variables.n`` occurs outside string literals."""
+    return frozenset(m.group("name") for m in _TOKENS.finditer(expression) if m.group("var") is not None)

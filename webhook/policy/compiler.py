@@ -1,0 +1,206 @@
+"""Policy CR → :class:`CompiledPolicy` (pure; no I/O).
+
+Every expression is compiled and type-checked once, when the policy's watch
+event arrives, never per request. A problem becomes the Ready condition that
+``webhook.kube.status`` writes to the CR: reason ``InvalidSpec`` for a
+malformed spec, ``CompileError`` for CEL, with the spec path and the CEL error
+position, e.g. ``spec.validations[0].expression: ERROR: <input>:1:12: undeclared
+reference to 'objekt'``. A broken policy yields no program and so can never be
+evaluated; other policies are untouched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.policy import celenv
+from webhook.policy.celenv import ENV, MAX_EXPRESSION_LENGTH, T, referenced_variables, rewrite_for_runtime
+from webhook.policy.model import REASON_CODES, PolicySpec, PolicySpecError, parse_policy
+from webhook.policy.status import ready_condition
+
+
+class CompileError(ValueError):
+    """A CEL expression failed to compile; ``path`` is its spec path."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledValidation:
+    """A validation's programs (cel-expr-python ``Expression`` objects)."""
+
+    program: Any
+    message: str | None
+    message_program: Any | None
+    reason: str
+    code: int
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledPolicy:
+    """A Ready policy: parsed spec plus one runtime program per expression.
+
+    Programs are shared, immutable and safe to evaluate concurrently.
+    """
+
+    spec: PolicySpec
+    match_conditions: tuple[tuple[str, Any], ...]
+    variables: dict[str, Any]
+    validations: tuple[CompiledValidation, ...]
+    audit_annotations: tuple[tuple[str, Any], ...]
+    mutations: tuple[tuple[str, Any], ...]
+
+    @property
+    def name(self) -> str:
+        """``metadata.name``."""
+        return self.spec.name
+
+    @property
+    def key(self) -> str:
+        """Store key (``namespace/name`` or ``name``)."""
+        return self.spec.key
+
+
+@dataclass(frozen=True, slots=True)
+class CompileResult:
+    """What compiling a CR produced: a policy (or None) and its Ready condition.
+
+    ``condition`` is ``{"type": "Ready", "status": "True"|"False", "reason",
+    "message", "observedGeneration"}``.
+    """
+
+    policy: CompiledPolicy | None
+    condition: dict[str, Any]
+
+
+def _clean_cel_error(err: Exception) -> str:
+    text = str(err).strip()
+    for prefix in ("INVALID_ARGUMENT: ",):
+        if text.startswith(prefix):
+            text = text[len(prefix):]
+    if text.endswith("[INVALID_ARGUMENT]"):
+        text = text[: -len("[INVALID_ARGUMENT]")].rstrip()
+    # cel-cpp appends the source line and a caret line; keep the first line,
+    # which carries the <input>:line:column position.
+    return text.splitlines()[0] if text else "compile error"
+
+
+def compile_expression(source: str, path: str, *, expect: tuple[Any, ...], known_variables: frozenset[str]) -> Any:
+    """Compile one expression and return its runtime program.
+
+    Args:
+        source: CEL text as written by the policy author.
+        path: spec path for error messages (``spec.validations[0].expression``).
+        expect: acceptable return types (``T.DYN`` is always accepted, since
+            object fields are untyped as in VAP).
+        known_variables: names of ``variables`` this expression may use.
+
+    Returns:
+        The compiled program with ``variables``/``params`` routed through the
+        per-policy scope (see :func:`celenv.rewrite_for_runtime`).
+
+    Raises:
+        CompileError: too long, syntax or type errors (with CEL's position),
+            a wrong return type, or an unknown ``variables.<name>``.
+    """
+    if len(source) > MAX_EXPRESSION_LENGTH:
+        raise CompileError(path, f"expression is {len(source)} characters; the limit is {MAX_EXPRESSION_LENGTH}")
+    try:
+        checked = ENV.compile(source)
+    except RuntimeError as e:
+        raise CompileError(path, _clean_cel_error(e)) from None
+    rtype = checked.return_type()
+    got = rtype.name().lower()
+    wanted = [t.name().lower().split("<", 1)[0] for t in expect]
+    # Compare the outer type only: list<map<string, string>> is a list.
+    if rtype != T.DYN and got.split("<", 1)[0] not in wanted:
+        raise CompileError(path, f"must evaluate to {' or '.join(wanted)}, but evaluates to {got}")
+    unknown = referenced_variables(source) - known_variables
+    if unknown:
+        raise CompileError(path, f"undeclared variable(s): {', '.join('variables.' + n for n in sorted(unknown))}")
+    try:
+        return ENV.compile(rewrite_for_runtime(source))
+    except RuntimeError as e:  # pragma: no cover - the rewrite keeps valid CEL valid
+        raise CompileError(path, _clean_cel_error(e)) from None
+
+
+def compile_spec(spec: PolicySpec) -> CompiledPolicy:
+    """Compile every expression of a parsed spec.
+
+    Raises:
+        CompileError: the first expression that does not compile.
+    """
+    p = "spec"
+    declared: list[str] = []
+    variables: dict[str, Any] = {}
+    for i, v in enumerate(spec.variables):
+        variables[v.name] = compile_expression(
+            v.expression, f"{p}.variables[{i}].expression", expect=(T.DYN,), known_variables=frozenset(declared)
+        )
+        declared.append(v.name)
+    known = frozenset(declared)
+    conditions = tuple(
+        (c.name, compile_expression(c.expression, f"{p}.matchConditions[{i}].expression", expect=(T.BOOL,),
+                                    known_variables=frozenset()))
+        for i, c in enumerate(spec.match_conditions)
+    )
+    validations = []
+    for i, v in enumerate(spec.validations):
+        vp = f"{p}.validations[{i}]"
+        validations.append(
+            CompiledValidation(
+                program=compile_expression(v.expression, f"{vp}.expression", expect=(T.BOOL,), known_variables=known),
+                message=v.message,
+                message_program=(
+                    compile_expression(v.message_expression, f"{vp}.messageExpression", expect=(T.STRING,),
+                                       known_variables=known)
+                    if v.message_expression
+                    else None
+                ),
+                reason=v.reason,
+                code=REASON_CODES[v.reason],
+            )
+        )
+    audits = tuple(
+        (a.key, compile_expression(a.value_expression, f"{p}.auditAnnotations[{i}].valueExpression",
+                                   expect=(T.STRING, T.NULL), known_variables=known))
+        for i, a in enumerate(spec.audit_annotations)
+    )
+    mutations = []
+    for i, m in enumerate(spec.mutations):
+        field = "jsonPatch" if m.patch_type == "JSONPatch" else "applyConfiguration"
+        expect = (T.LIST,) if m.patch_type == "JSONPatch" else (T.MAP,)
+        program = compile_expression(m.expression, f"{p}.mutations[{i}].{field}.expression", expect=expect,
+                                     known_variables=known)
+        mutations.append((m.patch_type, program))
+    return CompiledPolicy(spec, conditions, variables, tuple(validations), audits, tuple(mutations))
+
+
+def compile_policy(obj: dict[str, Any]) -> CompileResult:
+    """Parse and compile a policy CR; never raises for bad input.
+
+    Args:
+        obj: the ClusterAdmissionPolicy / AdmissionPolicy as a raw dict.
+
+    Returns:
+        ``CompileResult(policy, condition)``: ``policy`` is None and the
+        condition is ``Ready=False`` (reason ``InvalidSpec`` or
+        ``CompileError``) when anything is wrong.
+    """
+    generation = (obj.get("metadata") or {}).get("generation")
+    try:
+        spec = parse_policy(obj)
+    except PolicySpecError as e:
+        return CompileResult(None, ready_condition(False, "InvalidSpec", str(e), generation))
+    try:
+        policy = compile_spec(spec)
+    except CompileError as e:
+        return CompileResult(None, ready_condition(False, "CompileError", str(e), generation))
+    summary = f"{len(policy.validations)} validation(s), {len(policy.mutations)} mutation(s) compiled"
+    return CompileResult(policy, ready_condition(True, "Compiled", summary, generation))
+
+
+__all__ = ["CompileError", "CompileResult", "CompiledPolicy", "CompiledValidation", "compile_policy", "celenv"]

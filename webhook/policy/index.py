@@ -1,0 +1,134 @@
+"""The policy index: which compiled policies can match a request (pure; no I/O).
+
+Maintained from the policy informer's add/update/delete events through
+:meth:`PolicyIndex.upsert` / :meth:`PolicyIndex.remove`. Each Ready policy is
+filed under every ``(apiGroup, resource, operation)`` its ``resourceRules``
+name (wildcards filed under ``*``), plus the pod controllers' resources when
+``autogen.podControllers`` applies to a pod rule, so that a request looks up
+at most 12 buckets and never scans every policy. Exact matching (versions,
+scope, subresources, excludes, selectors) happens afterwards in the engine.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.policy.compiler import CompiledPolicy, CompileResult, compile_policy
+from webhook.policy.matching import POD_CONTROLLERS
+
+_Bucket = tuple[str, str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyState:
+    """What the index knows about one CR: the compiled policy (if Ready) and its condition."""
+
+    key: str
+    obj: dict[str, Any]
+    result: CompileResult
+
+
+def policy_key(obj: dict[str, Any]) -> str:
+    """``namespace/name`` for an AdmissionPolicy, ``name`` for a ClusterAdmissionPolicy."""
+    meta = obj.get("metadata") or {}
+    ns = meta.get("namespace") if obj.get("kind") == "AdmissionPolicy" else None
+    return f"{ns}/{meta.get('name')}" if ns else str(meta.get("name"))
+
+
+def _buckets(policy: CompiledPolicy) -> set[_Bucket]:
+    out: set[_Bucket] = set()
+    for rule in policy.spec.resource_rules:
+        for group in rule.api_groups:
+            for resource in rule.resources:
+                for op in rule.operations:
+                    out.add((group, resource, op))
+                    # A pod rule under autogen also selects the controllers' own
+                    # requests (evaluated on their pod template).
+                    if policy.spec.pod_controllers and resource == "pods" and group in ("", "*"):
+                        for cgroup, cresource in POD_CONTROLLERS:
+                            out.add((cgroup, cresource, op))
+    return out
+
+
+class PolicyIndex:
+    """Compiled policies by (apiGroup, resource, operation).
+
+    Single writer (the informer's handler task); readers on the same event
+    loop see a consistent state because no method awaits.
+    """
+
+    def __init__(self) -> None:
+        self._states: dict[str, PolicyState] = {}
+        self._buckets: dict[_Bucket, dict[str, CompiledPolicy]] = defaultdict(dict)
+        self._filed: dict[str, set[_Bucket]] = {}
+        self.revision = 0
+
+    def upsert(self, obj: dict[str, Any]) -> PolicyState:
+        """Compile ``obj`` and (re)file it; a broken policy is kept but never filed.
+
+        Returns:
+            The new :class:`PolicyState`, whose ``result.condition`` is the
+            Ready condition to write to the CR's status.
+        """
+        key = policy_key(obj)
+        result = compile_policy(obj)
+        self._unfile(key)
+        state = PolicyState(key, obj, result)
+        self._states[key] = state
+        if result.policy is not None:
+            buckets = _buckets(result.policy)
+            for b in buckets:
+                self._buckets[b][key] = result.policy
+            self._filed[key] = buckets
+        self.revision += 1
+        return state
+
+    def remove(self, key_or_obj: str | dict[str, Any]) -> None:
+        """Forget a policy (by key or object); unknown keys are ignored."""
+        key = key_or_obj if isinstance(key_or_obj, str) else policy_key(key_or_obj)
+        self._unfile(key)
+        self._states.pop(key, None)
+        self.revision += 1
+
+    def _unfile(self, key: str) -> None:
+        for b in self._filed.pop(key, ()):
+            bucket = self._buckets.get(b)
+            if bucket is not None:
+                bucket.pop(key, None)
+                if not bucket:
+                    del self._buckets[b]
+
+    def state(self, key: str) -> PolicyState | None:
+        """The state of one policy (Ready or not), or None."""
+        return self._states.get(key)
+
+    def states(self) -> list[PolicyState]:
+        """Every known policy, sorted by key (for status and ``/readyz`` detail)."""
+        return [self._states[k] for k in sorted(self._states)]
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+    def candidates(self, group: str, resource: str, sub_resource: str, operation: str) -> list[CompiledPolicy]:
+        """Ready policies that may match; sorted by (name, namespace) as evaluation order requires.
+
+        Args:
+            group: ``request.resource.group`` ("" for core).
+            resource: ``request.resource.resource`` (plural, e.g. ``pods``).
+            sub_resource: ``request.subResource`` ("" if none).
+            operation: ``CREATE`` | ``UPDATE`` | ``DELETE`` | ``CONNECT``.
+        """
+        if sub_resource:
+            names = (f"{resource}/{sub_resource}", f"{resource}/*", f"*/{sub_resource}", "*/*")
+        else:
+            names = (resource, "*", "*/*")
+        found: dict[str, CompiledPolicy] = {}
+        for g in (group, "*"):
+            for r in names:
+                for op in (operation, "*"):
+                    bucket = self._buckets.get((g, r, op))
+                    if bucket:
+                        found.update(bucket)
+        return sorted(found.values(), key=lambda p: (p.spec.name, p.spec.namespace or ""))

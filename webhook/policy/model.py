@@ -1,0 +1,345 @@
+"""The ``tollgate.dev/v1alpha1`` policy spec as frozen dataclasses (pure; no I/O).
+
+``parse_policy`` turns a ClusterAdmissionPolicy / AdmissionPolicy custom
+resource (a raw dict) into a :class:`PolicySpec`, raising
+:class:`PolicySpecError` with the spec path of the first problem, e.g.
+``spec.validations[2].reason: must be one of [...]``. Field names and
+defaults follow ``../shared/design/policy-api.md``; where it is silent they
+follow ValidatingAdmissionPolicy (VAP) and MutatingAdmissionPolicy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.policy.selectors import LabelSelector, SelectorError, parse_label_selector
+
+GROUP = "tollgate.dev"
+VERSION = "v1alpha1"
+CLUSTER_KIND = "ClusterAdmissionPolicy"
+NAMESPACED_KIND = "AdmissionPolicy"
+KINDS = frozenset({CLUSTER_KIND, NAMESPACED_KIND})
+
+FAILURE_POLICIES = frozenset({"Fail", "Ignore"})
+VALIDATION_ACTIONS = frozenset({"Deny", "Warn", "Audit"})
+ON_UNSYNCED = frozenset({"Deny", "Allow", "Warn"})
+OPERATIONS = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT", "*"})
+SCOPES = frozenset({"Cluster", "Namespaced", "*"})
+NOT_FOUND_ACTIONS = frozenset({"Deny", "Allow"})
+#: ``reason`` of a validation → HTTP status code, as VAP's ``Validation.reason``.
+REASON_CODES = {"Unauthorized": 401, "Forbidden": 403, "Invalid": 422, "RequestEntityTooLarge": 413}
+PATCH_TYPES = frozenset({"JSONPatch", "ApplyConfiguration"})
+MAX_MATCH_CONDITIONS = 64
+
+
+class PolicySpecError(ValueError):
+    """The CR's spec is malformed; ``path`` is the spec path (``spec.x[0].y``)."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+        self.detail = message
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceRule:
+    """An ``admissionregistration.k8s.io`` RuleWithOperations (all sets; ``*`` allowed)."""
+
+    api_groups: frozenset[str]
+    api_versions: frozenset[str]
+    resources: frozenset[str]
+    operations: frozenset[str]
+    scope: str = "*"
+
+
+@dataclass(frozen=True, slots=True)
+class NamedExpression:
+    """A ``matchConditions`` entry or a ``variables`` entry: ``name`` + CEL ``expression``."""
+
+    name: str
+    expression: str
+
+
+@dataclass(frozen=True, slots=True)
+class Validation:
+    """One ``spec.validations`` entry."""
+
+    expression: str
+    message: str | None = None
+    message_expression: str | None = None
+    reason: str = "Invalid"
+
+
+@dataclass(frozen=True, slots=True)
+class AuditAnnotation:
+    """One ``spec.auditAnnotations`` entry."""
+
+    key: str
+    value_expression: str
+
+
+@dataclass(frozen=True, slots=True)
+class Mutation:
+    """One ``spec.mutations`` entry: ``patch_type`` JSONPatch or ApplyConfiguration."""
+
+    patch_type: str
+    expression: str
+
+
+@dataclass(frozen=True, slots=True)
+class ParamRef:
+    """``spec.paramRef``: a ConfigMap by ``name`` or a list of them by ``selector``."""
+
+    name: str | None
+    namespace: str | None
+    selector: LabelSelector | None
+    parameter_not_found_action: str = "Deny"
+
+
+@dataclass(frozen=True, slots=True)
+class PolicySpec:
+    """A parsed policy. ``namespace`` is None for a ClusterAdmissionPolicy."""
+
+    kind: str
+    name: str
+    namespace: str | None
+    generation: int
+    failure_policy: str
+    validation_actions: frozenset[str]
+    on_unsynced: str
+    resource_rules: tuple[ResourceRule, ...]
+    exclude_resource_rules: tuple[ResourceRule, ...]
+    namespace_selector: LabelSelector
+    object_selector: LabelSelector
+    pod_controllers: bool
+    match_conditions: tuple[NamedExpression, ...]
+    param_ref: ParamRef | None
+    variables: tuple[NamedExpression, ...]
+    validations: tuple[Validation, ...]
+    audit_annotations: tuple[AuditAnnotation, ...]
+    mutations: tuple[Mutation, ...]
+
+    @property
+    def key(self) -> str:
+        """Store key: ``namespace/name`` or ``name`` (client-go MetaNamespaceKeyFunc)."""
+        return f"{self.namespace}/{self.name}" if self.namespace else self.name
+
+
+def _list(spec: dict[str, Any], field: str, path: str) -> list[Any]:
+    value = spec.get(field)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise PolicySpecError(f"{path}.{field}", "must be a list")
+    return value
+
+
+def _str(d: dict[str, Any], field: str, path: str, *, required: bool = True) -> str | None:
+    value = d.get(field)
+    if value is None or value == "":
+        if required:
+            raise PolicySpecError(f"{path}.{field}", "required")
+        return None
+    if not isinstance(value, str):
+        raise PolicySpecError(f"{path}.{field}", "must be a string")
+    return value
+
+
+def _enum(d: dict[str, Any], field: str, path: str, allowed: frozenset[str], default: str) -> str:
+    value = d.get(field, default)
+    if value not in allowed:
+        raise PolicySpecError(f"{path}.{field}", f"must be one of {sorted(allowed)}, got {value!r}")
+    return str(value)
+
+
+def _strset(d: dict[str, Any], field: str, path: str, default: tuple[str, ...] = ()) -> frozenset[str]:
+    value = d.get(field)
+    if value is None:
+        return frozenset(default)
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise PolicySpecError(f"{path}.{field}", "must be a list of strings")
+    return frozenset(value)
+
+
+def _rule(raw: Any, path: str) -> ResourceRule:
+    if not isinstance(raw, dict):
+        raise PolicySpecError(path, "must be an object")
+    operations = _strset(raw, "operations", path, ("*",))
+    bad = operations - OPERATIONS
+    if bad:
+        raise PolicySpecError(f"{path}.operations", f"unknown operation(s) {sorted(bad)}")
+    resources = _strset(raw, "resources", path)
+    if not resources:
+        raise PolicySpecError(f"{path}.resources", "required")
+    return ResourceRule(
+        api_groups=_strset(raw, "apiGroups", path, ("*",)),
+        api_versions=_strset(raw, "apiVersions", path, ("*",)),
+        resources=resources,
+        operations=operations,
+        scope=_enum(raw, "scope", path, SCOPES, "*"),
+    )
+
+
+def _named(raw: Any, path: str) -> NamedExpression:
+    if not isinstance(raw, dict):
+        raise PolicySpecError(path, "must be an object")
+    name = _str(raw, "name", path)
+    assert name is not None
+    if not name.isidentifier():
+        raise PolicySpecError(f"{path}.name", f"{name!r} is not a valid CEL identifier")
+    expr = _str(raw, "expression", path)
+    assert expr is not None
+    return NamedExpression(name, expr)
+
+
+def _selector(raw: Any, path: str) -> LabelSelector:
+    try:
+        return parse_label_selector(raw, path)
+    except SelectorError as e:
+        raise PolicySpecError(e.path, str(e).split(": ", 1)[1]) from None
+
+
+def parse_policy(obj: dict[str, Any]) -> PolicySpec:
+    """Parse a policy custom resource.
+
+    Args:
+        obj: the CR as a raw dict (``apiVersion``, ``kind``, ``metadata``, ``spec``).
+
+    Returns:
+        The parsed spec, with defaults filled in: failurePolicy ``Fail``,
+        validationActions ``[Deny]``, onUnsynced ``Deny``, scope ``*``.
+
+    Raises:
+        PolicySpecError: the first malformed field, with its path.
+    """
+    kind = obj.get("kind")
+    if kind not in KINDS:
+        raise PolicySpecError("kind", f"must be one of {sorted(KINDS)}, got {kind!r}")
+    meta = obj.get("metadata") or {}
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        raise PolicySpecError("metadata.name", "required")
+    namespace = meta.get("namespace") if kind == NAMESPACED_KIND else None
+    if kind == NAMESPACED_KIND and not namespace:
+        raise PolicySpecError("metadata.namespace", "required for AdmissionPolicy")
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        raise PolicySpecError("spec", "required")
+    p = "spec"
+
+    actions = _strset(spec, "validationActions", p, ("Deny",))
+    if not actions or actions - VALIDATION_ACTIONS:
+        raise PolicySpecError(f"{p}.validationActions", f"must be a non-empty subset of {sorted(VALIDATION_ACTIONS)}")
+    if {"Deny", "Warn"} <= actions:
+        raise PolicySpecError(f"{p}.validationActions", "Deny and Warn may not be combined")
+
+    match = spec.get("match") or {}
+    if not isinstance(match, dict):
+        raise PolicySpecError(f"{p}.match", "must be an object")
+    rules = tuple(_rule(r, f"{p}.match.resourceRules[{i}]") for i, r in enumerate(_list(match, "resourceRules", f"{p}.match")))
+    if not rules:
+        raise PolicySpecError(f"{p}.match.resourceRules", "at least one rule is required")
+    excludes = tuple(
+        _rule(r, f"{p}.match.excludeResourceRules[{i}]")
+        for i, r in enumerate(_list(match, "excludeResourceRules", f"{p}.match"))
+    )
+
+    conditions = tuple(_named(c, f"{p}.matchConditions[{i}]") for i, c in enumerate(_list(spec, "matchConditions", p)))
+    if len(conditions) > MAX_MATCH_CONDITIONS:
+        raise PolicySpecError(f"{p}.matchConditions", f"at most {MAX_MATCH_CONDITIONS} entries")
+    variables = tuple(_named(v, f"{p}.variables[{i}]") for i, v in enumerate(_list(spec, "variables", p)))
+    for kind_name, entries in (("matchConditions", conditions), ("variables", variables)):
+        seen: set[str] = set()
+        for i, e in enumerate(entries):
+            if e.name in seen:
+                raise PolicySpecError(f"{p}.{kind_name}[{i}].name", f"duplicate name {e.name!r}")
+            seen.add(e.name)
+
+    validations = []
+    for i, v in enumerate(_list(spec, "validations", p)):
+        vp = f"{p}.validations[{i}]"
+        if not isinstance(v, dict):
+            raise PolicySpecError(vp, "must be an object")
+        reason = _enum(v, "reason", vp, frozenset(REASON_CODES), "Invalid")
+        validations.append(
+            Validation(
+                expression=_str(v, "expression", vp) or "",
+                message=_str(v, "message", vp, required=False),
+                message_expression=_str(v, "messageExpression", vp, required=False),
+                reason=reason,
+            )
+        )
+
+    audits = []
+    for i, a in enumerate(_list(spec, "auditAnnotations", p)):
+        ap = f"{p}.auditAnnotations[{i}]"
+        if not isinstance(a, dict):
+            raise PolicySpecError(ap, "must be an object")
+        audits.append(AuditAnnotation(_str(a, "key", ap) or "", _str(a, "valueExpression", ap) or ""))
+
+    mutations = []
+    for i, m in enumerate(_list(spec, "mutations", p)):
+        mp = f"{p}.mutations[{i}]"
+        if not isinstance(m, dict):
+            raise PolicySpecError(mp, "must be an object")
+        patch_type = _enum(m, "patchType", mp, PATCH_TYPES, "")
+        field = "jsonPatch" if patch_type == "JSONPatch" else "applyConfiguration"
+        body = m.get(field)
+        if not isinstance(body, dict):
+            raise PolicySpecError(f"{mp}.{field}", f"required for patchType {patch_type}")
+        mutations.append(Mutation(patch_type, _str(body, "expression", f"{mp}.{field}") or ""))
+
+    if not validations and not mutations and not audits:
+        raise PolicySpecError(p, "at least one of validations, auditAnnotations or mutations is required")
+
+    param_ref = None
+    raw_ref = spec.get("paramRef")
+    if raw_ref is not None:
+        rp = f"{p}.paramRef"
+        if not isinstance(raw_ref, dict):
+            raise PolicySpecError(rp, "must be an object")
+        ref_name = _str(raw_ref, "name", rp, required=False)
+        has_selector = raw_ref.get("selector") is not None
+        if (ref_name is None) == (not has_selector):
+            raise PolicySpecError(rp, "exactly one of name or selector is required")
+        ref_ns = _str(raw_ref, "namespace", rp, required=False)
+        if namespace is not None and ref_ns not in (None, namespace):
+            raise PolicySpecError(
+                f"{rp}.namespace", f"an AdmissionPolicy may only read params from its own namespace {namespace!r}"
+            )
+        param_ref = ParamRef(
+            name=ref_name,
+            namespace=ref_ns or namespace,
+            selector=_selector(raw_ref["selector"], f"{rp}.selector") if has_selector else None,
+            parameter_not_found_action=_enum(raw_ref, "parameterNotFoundAction", rp, NOT_FOUND_ACTIONS, "Deny"),
+        )
+
+    autogen = spec.get("autogen") or {}
+    if not isinstance(autogen, dict):
+        raise PolicySpecError(f"{p}.autogen", "must be an object")
+    pod_controllers = autogen.get("podControllers", False)
+    if not isinstance(pod_controllers, bool):
+        raise PolicySpecError(f"{p}.autogen.podControllers", "must be a boolean")
+
+    generation = meta.get("generation", 0)
+    return PolicySpec(
+        kind=kind,
+        name=name,
+        namespace=namespace,
+        generation=generation if isinstance(generation, int) else 0,
+        failure_policy=_enum(spec, "failurePolicy", p, FAILURE_POLICIES, "Fail"),
+        validation_actions=actions,
+        on_unsynced=_enum(spec, "onUnsynced", p, ON_UNSYNCED, "Deny"),
+        resource_rules=rules,
+        exclude_resource_rules=excludes,
+        namespace_selector=_selector(match.get("namespaceSelector"), f"{p}.match.namespaceSelector"),
+        object_selector=_selector(match.get("objectSelector"), f"{p}.match.objectSelector"),
+        pod_controllers=pod_controllers,
+        match_conditions=conditions,
+        param_ref=param_ref,
+        variables=variables,
+        validations=tuple(validations),
+        audit_annotations=tuple(audits),
+        mutations=tuple(mutations),
+    )
