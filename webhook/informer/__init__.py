@@ -1,0 +1,36 @@
+"""client-go's SharedIndexInformer pattern on asyncio: Reflector → Indexer → handlers.
+
+Pure of transports: everything here talks to the API server through the
+:class:`~webhook.informer.types.ListerWatcher` protocol only.
+"""
+
+from webhook.informer.backoff import Backoff
+from webhook.informer.informer import (
+    InformerKey,
+    ResourceEventHandler,
+    ResourceEventHandlerFuncs,
+    SharedInformer,
+    SharedInformerFactory,
+)
+from webhook.informer.reflector import Reflector, ReflectorOptions
+from webhook.informer.store import NAMESPACE_INDEX, DeletedFinalStateUnknown, Indexer, meta_namespace_key
+from webhook.informer.types import ListerWatcher, ListOptions, ListResult, WatchEvent
+
+__all__ = [
+    "NAMESPACE_INDEX",
+    "Backoff",
+    "DeletedFinalStateUnknown",
+    "Indexer",
+    "InformerKey",
+    "ListOptions",
+    "ListResult",
+    "ListerWatcher",
+    "Reflector",
+    "ReflectorOptions",
+    "ResourceEventHandler",
+    "ResourceEventHandlerFuncs",
+    "SharedInformer",
+    "SharedInformerFactory",
+    "WatchEvent",
+    "meta_namespace_key",
+]
