@@ -1,1 +1,191 @@
-"""AdmissionReview wire types, parsing and response constructors (pure; no I/O)."""
+"""AdmissionReview wire types, parsing and response constructors (pure; no I/O).
+
+``admission.k8s.io/v1`` and ``v1beta1`` (answered in the version they came
+in). Two error channels, as kopf names them:
+
+* a malformed *webhook call* raises :class:`ReviewError`, answered with an
+  HTTP 4xx and a reason (the API server then applies the webhook's
+  failurePolicy);
+* a denied *API request* is a normal AdmissionResponse with
+  ``allowed: false`` and ``status.code/reason/message`` (the user sees it).
+
+Every response echoes ``request.uid``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, NotRequired, TypedDict
+
+import orjson
+
+API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
+OPERATIONS = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})
+
+
+class GroupVersionKind(TypedDict):
+    group: str
+    version: str
+    kind: str
+
+
+class GroupVersionResource(TypedDict):
+    group: str
+    version: str
+    resource: str
+
+
+class UserInfo(TypedDict, total=False):
+    username: str
+    uid: str
+    groups: list[str]
+    extra: dict[str, list[str]]
+
+
+class AdmissionRequest(TypedDict, total=False):
+    """``AdmissionReview.request`` with Kubernetes field names."""
+
+    uid: str
+    kind: GroupVersionKind
+    resource: GroupVersionResource
+    subResource: str
+    requestKind: GroupVersionKind
+    requestResource: GroupVersionResource
+    requestSubResource: str
+    name: str
+    namespace: str
+    operation: Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
+    userInfo: UserInfo
+    object: dict[str, Any] | None
+    oldObject: dict[str, Any] | None
+    dryRun: bool
+    options: dict[str, Any] | None
+
+
+class Status(TypedDict, total=False):
+    code: int
+    reason: str
+    message: str
+
+
+class AdmissionResponse(TypedDict):
+    """``AdmissionReview.response``."""
+
+    uid: str
+    allowed: bool
+    status: NotRequired[Status]
+    patch: NotRequired[str]
+    patchType: NotRequired[Literal["JSONPatch"]]
+    warnings: NotRequired[list[str]]
+    auditAnnotations: NotRequired[dict[str, str]]
+
+
+class ReviewError(ValueError):
+    """A malformed webhook call: answer with HTTP ``http_status`` and ``reason``."""
+
+    def __init__(self, http_status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.http_status = http_status
+        self.reason = reason
+
+
+def _check_type(value: Any, types: type | tuple[type, ...], path: str, *, optional: bool = True) -> None:
+    if value is None and optional:
+        return
+    if not isinstance(value, types):
+        raise ReviewError(400, f"{path} has the wrong type")
+
+
+def parse_review(body: bytes) -> tuple[str, AdmissionRequest]:
+    """Parse and validate an AdmissionReview body.
+
+    Args:
+        body: the raw HTTP body (UTF-8 JSON).
+
+    Returns:
+        ``(apiVersion, request)``; ``request`` is the decoded dict, checked for
+        the fields Tollgate reads (types of ``uid``, ``kind``, ``resource``,
+        ``operation``, ``namespace``, ``userInfo``, ``object``, ``oldObject``).
+
+    Raises:
+        ReviewError: 400 for bad JSON, wrong ``kind``/``apiVersion``, or a
+            missing/ill-typed ``request`` field.
+    """
+    if not body:
+        raise ReviewError(400, "empty body")
+    try:
+        review = orjson.loads(body)
+    except orjson.JSONDecodeError as e:
+        raise ReviewError(400, f"malformed JSON: {e}") from None
+    if not isinstance(review, dict):
+        raise ReviewError(400, "an AdmissionReview must be a JSON object")
+    if review.get("kind") != "AdmissionReview":
+        raise ReviewError(400, f"kind must be AdmissionReview, got {review.get('kind')!r}"[:200])
+    api_version = review.get("apiVersion")
+    if api_version not in API_VERSIONS:
+        raise ReviewError(400, f"apiVersion must be one of {list(API_VERSIONS)}, got {api_version!r}"[:200])
+    request = review.get("request")
+    if not isinstance(request, dict):
+        raise ReviewError(400, "AdmissionReview.request is missing")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise ReviewError(400, "AdmissionReview.request.uid is missing")
+    if request.get("operation") not in OPERATIONS:
+        raise ReviewError(400, "request.operation must be CREATE, UPDATE, DELETE or CONNECT")
+    for field in ("kind", "resource"):
+        value = request.get(field)
+        if not isinstance(value, dict) or not all(isinstance(value.get(k, ""), str) for k in value):
+            raise ReviewError(400, f"request.{field} is missing or has the wrong type")
+    _check_type(request.get("namespace"), str, "request.namespace")
+    _check_type(request.get("name"), str, "request.name")
+    _check_type(request.get("subResource"), str, "request.subResource")
+    _check_type(request.get("userInfo"), dict, "request.userInfo")
+    _check_type(request.get("object"), dict, "request.object")
+    _check_type(request.get("oldObject"), dict, "request.oldObject")
+    _check_type(request.get("dryRun"), bool, "request.dryRun")
+    user = request.get("userInfo") or {}
+    _check_type(user.get("username"), str, "request.userInfo.username")
+    groups = user.get("groups")
+    if groups is not None and (not isinstance(groups, list) or not all(isinstance(g, str) for g in groups)):
+        raise ReviewError(400, "request.userInfo.groups has the wrong type")
+    return api_version, request  # type: ignore[return-value]
+
+
+def allowed(uid: str, *, warnings: list[str] | None = None,
+            audit_annotations: dict[str, str] | None = None) -> AdmissionResponse:
+    """The request is admitted unchanged."""
+    resp: AdmissionResponse = {"uid": uid, "allowed": True}
+    if warnings:
+        resp["warnings"] = warnings
+    if audit_annotations:
+        resp["auditAnnotations"] = audit_annotations
+    return resp
+
+
+def denied(uid: str, message: str, *, code: int = 403, reason: str = "Forbidden",
+           warnings: list[str] | None = None, audit_annotations: dict[str, str] | None = None) -> AdmissionResponse:
+    """The request is rejected; ``message`` reaches the user (e.g. kubectl's error)."""
+    resp: AdmissionResponse = {"uid": uid, "allowed": False,
+                               "status": {"code": code, "reason": reason, "message": message}}
+    if warnings:
+        resp["warnings"] = warnings
+    if audit_annotations:
+        resp["auditAnnotations"] = audit_annotations
+    return resp
+
+
+def patched(uid: str, patch_b64: str, *, warnings: list[str] | None = None) -> AdmissionResponse:
+    """The request is admitted with a base64 JSONPatch (``patchType: JSONPatch``)."""
+    resp: AdmissionResponse = {"uid": uid, "allowed": True, "patch": patch_b64, "patchType": "JSONPatch"}
+    if warnings:
+        resp["warnings"] = warnings
+    return resp
+
+
+def errored(uid: str, message: str, *, code: int = 500) -> AdmissionResponse:
+    """Evaluation failed and failurePolicy says deny: still a well-formed, uid-echoing response."""
+    return {"uid": uid, "allowed": False, "status": {"code": code, "reason": "InternalError", "message": message}}
+
+
+def review_body(api_version: str, response: AdmissionResponse) -> bytes:
+    """Serialize ``{"apiVersion", "kind": "AdmissionReview", "response"}`` in the request's version."""
+    return orjson.dumps({"apiVersion": api_version, "kind": "AdmissionReview", "response": response})

@@ -95,7 +95,7 @@ def compile_expression(source: str, path: str, *, expect: tuple[Any, ...], known
         source: CEL text as written by the policy author.
         path: spec path for error messages (``spec.validations[0].expression``).
         expect: acceptable return types (``T.DYN`` is always accepted, since
-            object fields are untyped as in VAP).
+            object fields are untyped as in VAP); empty accepts any type.
         known_variables: names of ``variables`` this expression may use.
 
     Returns:
@@ -116,7 +116,7 @@ def compile_expression(source: str, path: str, *, expect: tuple[Any, ...], known
     got = rtype.name().lower()
     wanted = [t.name().lower().split("<", 1)[0] for t in expect]
     # Compare the outer type only: list<map<string, string>> is a list.
-    if rtype != T.DYN and got.split("<", 1)[0] not in wanted:
+    if expect and rtype != T.DYN and got.split("<", 1)[0] not in wanted:
         raise CompileError(path, f"must evaluate to {' or '.join(wanted)}, but evaluates to {got}")
     unknown = referenced_variables(source) - known_variables
     if unknown:
@@ -138,7 +138,7 @@ def compile_spec(spec: PolicySpec) -> CompiledPolicy:
     variables: dict[str, Any] = {}
     for i, v in enumerate(spec.variables):
         variables[v.name] = compile_expression(
-            v.expression, f"{p}.variables[{i}].expression", expect=(T.DYN,), known_variables=frozenset(declared)
+            v.expression, f"{p}.variables[{i}].expression", expect=(), known_variables=frozenset(declared)
         )
         declared.append(v.name)
     known = frozenset(declared)

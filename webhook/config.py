@@ -1,0 +1,51 @@
+"""Settings for ``tollgate serve`` (a frozen dataclass; the CLI fills it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+#: controller-runtime's maxRequestSize: the API server caps a request body at
+#: 3 MiB of object, and an AdmissionReview may carry it twice (object and
+#: oldObject) plus JSON escaping overhead; 7 MiB leaves room for that.
+MAX_REQUEST_BYTES = 7 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything ``create_app`` needs.
+
+    Attributes:
+        local_dir: serve policies/ConfigMaps/Namespaces from YAML under this
+            directory instead of a cluster (``--local``).
+        kubeconfig: kubeconfig path (None: in-cluster, else ``~/.kube/config``).
+        context: kubeconfig context.
+        cert_file, key_file: serving certificate and key (PEM).
+        client_ca: require client certificates signed by this CA.
+        host, port: listen address.
+        params_selector: label selector of the ConfigMaps cached as params.
+        max_request_bytes: body cap, bytes.
+        cert_poll_interval: seconds between certificate file checks.
+        local_poll_interval: seconds between scans of ``local_dir``.
+        write_status: write policy Ready conditions to the CRs (leader only).
+        default_timeout: seconds to answer when the API server sends no ``timeout``.
+        shutdown_timeout: seconds in-flight requests get on SIGTERM.
+    """
+
+    local_dir: Path | None = None
+    kubeconfig: str | None = None
+    context: str | None = None
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    client_ca: Path | None = None
+    host: str = "0.0.0.0"
+    port: int = 8443
+    params_selector: str = "tollgate.dev/params=true"
+    max_request_bytes: int = MAX_REQUEST_BYTES
+    cert_poll_interval: float = 10.0
+    local_poll_interval: float = 1.0
+    write_status: bool = True
+    default_timeout: float = 10.0
+    shutdown_timeout: float = 10.0
+    pod_name: str = ""
+    namespace: str = "tollgate-system"

@@ -1,0 +1,41 @@
+"""Prometheus metrics, one registry per app (prometheus-client).
+
+Names follow Prometheus conventions (``_total`` counters, ``_seconds`` units).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class Metrics:
+    """Every metric Tollgate exports, registered on its own :class:`CollectorRegistry`."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("tollgate_admission_requests_total", "AdmissionReviews answered",
+                                ["endpoint", "decision"], registry=r)
+        self.latency = Histogram("tollgate_admission_duration_seconds", "Time to answer an AdmissionReview",
+                                 ["endpoint", "decision"], registry=r,
+                                 buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0))
+        self.bad_requests = Counter("tollgate_admission_bad_requests_total", "Malformed webhook calls (HTTP 4xx)",
+                                    ["endpoint", "status"], registry=r)
+        self.policy_evaluations = Counter("tollgate_policy_evaluations_total", "Policy evaluations by result",
+                                          ["policy", "result"], registry=r)
+        self.policy_errors = Counter("tollgate_policy_errors_total", "CEL runtime errors by policy",
+                                     ["policy"], registry=r)
+        self.policies_ready = Gauge("tollgate_policies", "Known policies by readiness", ["ready"], registry=r)
+        self.informer_synced = Gauge("tollgate_informer_synced", "1 once the informer's first list is applied",
+                                     ["resource"], registry=r)
+        self.informer_rv = Gauge("tollgate_informer_last_resource_version", "Last synced resourceVersion",
+                                 ["resource"], registry=r)
+        self.informer_events = Gauge("tollgate_informer_events", "Events applied to the cache",
+                                     ["resource"], registry=r)
+        self.informer_objects = Gauge("tollgate_informer_objects", "Objects in the cache", ["resource"], registry=r)
+        self.cache_age = Gauge("tollgate_informer_cache_age_seconds",
+                               "Seconds since the cache's last list, event or bookmark", ["resource"], registry=r)
+        self.cert_expiry = Gauge("tollgate_certificate_expiry_timestamp_seconds",
+                                 "notAfter of the served certificate (Unix time)", registry=r)
+        self.cert_reloads = Counter("tollgate_certificate_reloads_total", "Certificate reload attempts",
+                                    ["result"], registry=r)
