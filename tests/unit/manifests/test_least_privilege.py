@@ -12,12 +12,14 @@ the project owns) and fails when:
 * a webhook configuration lacks ``sideEffects: None``, an explicit
   ``failurePolicy``, ``timeoutSeconds`` <= 10, or a namespaceSelector that
   keeps ``tollgate-system`` (and ``kube-system``) out;
-* the probes point at paths the server does not serve.
+* the probes or webhook paths are not routes of the app ``create_app`` builds,
+  or the Deployment's / Dockerfile's ``tollgate serve`` arguments do not parse.
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -198,13 +200,20 @@ def test_tls_secret_mounted_read_only_and_tmp_is_empty_dir() -> None:
     assert "emptyDir" in volumes[mounts["/tmp"]["name"]]
 
 
-def _server_serves(path: str) -> bool:
-    """Whether the server's code registers ``path`` (app routes when importable, else its source)."""
-    sources = [p for p in (ROOT / "webhook").rglob("*.py") if "policy" not in p.parts]
-    return any(f'"{path}"' in p.read_text() or f"'{path}'" in p.read_text() for p in sources)
+@pytest.fixture(scope="module")
+def server_routes(tmp_path_factory: pytest.TempPathFactory) -> set[tuple[str, str]]:
+    """``(method, path)`` of every route of the real app built by ``create_app``."""
+    from webhook.app import create_app
+    from webhook.certs import write_certs
+    from webhook.config import Settings
+
+    tmp = tmp_path_factory.mktemp("server")
+    paths = write_certs(tmp, dns_names=["localhost"], ip_addresses=["127.0.0.1"], days=1)
+    app = create_app(Settings(local_dir=tmp, cert_file=paths.cert, key_file=paths.key))
+    return {(route.method, route.resource.canonical) for route in app.router.routes() if route.resource}
 
 
-def test_probes_use_https_paths_the_server_serves() -> None:
+def test_probes_use_https_paths_the_server_serves(server_routes: set[tuple[str, str]]) -> None:
     container = _pod_spec()["containers"][0]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     expected = {"readinessProbe": "/readyz", "livenessProbe": "/healthz"}
@@ -213,7 +222,7 @@ def test_probes_use_https_paths_the_server_serves() -> None:
         assert probe["path"] == path
         assert probe["scheme"] == "HTTPS"
         assert probe["port"] in ports or probe["port"] in ports.values()
-        assert _server_serves(path), f"no route {path} in webhook/"
+        assert ("GET", path) in server_routes, f"the server has no GET {path}"
 
 
 def _webhooks() -> list[tuple[str, dict[str, Any]]]:
@@ -251,10 +260,25 @@ def test_webhooks_fail_safe_settings() -> None:
     assert paths == {"/validate", "/mutate"}
 
 
-def test_server_serves_the_webhook_paths() -> None:
+def test_server_serves_the_webhook_paths(server_routes: set[tuple[str, str]]) -> None:
     for _, hook in _webhooks():
         path = hook["clientConfig"]["service"]["path"]
-        assert _server_serves(path), f"no route {path} in webhook/"
+        assert ("POST", path) in server_routes, f"the server has no POST {path}"
+
+
+def test_deployment_and_image_arguments_parse_and_match_the_port() -> None:
+    from webhook.cli import build_parser
+
+    container = _pod_spec()["containers"][0]
+    args = build_parser().parse_args(container["args"])
+    assert args.command == "serve" and args.local is None
+    assert args.port == next(p["containerPort"] for p in container["ports"] if p["name"] == "https")
+    tls_mount = next(m for m in container["volumeMounts"] if m["name"] == "tls")
+    assert str(args.cert_dir) == tls_mount["mountPath"]
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    cmd = next(line for line in dockerfile.splitlines() if line.startswith("CMD "))
+    image_args = build_parser().parse_args(json.loads(cmd.removeprefix("CMD ")))
+    assert (image_args.command, image_args.port, str(image_args.cert_dir)) == ("serve", args.port, str(args.cert_dir))
 
 
 def test_webhooks_reach_the_service_and_its_container_port() -> None:
@@ -365,5 +389,5 @@ def test_match_conditions_send_exactly_the_intended_requests(case: str, request_
             assert value.type() != cel.Type.ERROR, f"{kind} {condition['name']}: {value}"
             results.append(value.value())
         assert all(results) is sent, (
-            f"{kind}/{hook['name']}: {case}: {dict(zip([c['name'] for c in hook['matchConditions']], results))}"
+            f"{kind}/{hook['name']}: {case}: {dict(zip([c['name'] for c in hook['matchConditions']], results, strict=True))}"
         )
