@@ -24,8 +24,9 @@ Contract:
   ``loop.call_later`` so one failing policy does not hold up the others; then
   dropped with a log line until the next :meth:`enqueue` for that policy.
 * **Leader only.** With ``is_leader`` given, writes are parked while this
-  replica does not lead; :meth:`resync` (wire it to the elector's
-  ``on_started_leading``) queues everything parked.
+  replica does not lead. :meth:`resync` (wire it to the elector's
+  ``on_started_leading``) queues everything parked at once; without that
+  wiring, parked writes are still rechecked every ``leader_recheck`` seconds.
 
 Only this module and ``webhook.kube.leader`` write to the API server.
 """
@@ -250,6 +251,9 @@ class StatusWriter:
             ``LeaderElector.is_leader``); default: always.
         backoff: retry schedule.
         request_timeout: seconds per API request.
+        leader_recheck: seconds between checks of ``is_leader`` while writes
+            are parked (a fallback for when :meth:`resync` is not wired to
+            the elector).
         wall_clock: UTC now, for ``lastTransitionTime``.
     """
 
@@ -260,6 +264,7 @@ class StatusWriter:
         is_leader: Callable[[], bool] = lambda: True,
         backoff: Backoff = Backoff(),
         request_timeout: float = 10.0,
+        leader_recheck: float = 2.0,
         wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self._api = api_client
@@ -272,6 +277,8 @@ class StatusWriter:
         self._queued: set[PolicyKey] = set()
         self._queue: asyncio.Queue[PolicyKey] = asyncio.Queue()
         self._retries: dict[PolicyKey, asyncio.TimerHandle] = {}
+        self._leader_recheck = leader_recheck
+        self._recheck: asyncio.TimerHandle | None = None
         self._task: asyncio.Task[None] | None = None
         self._idle = asyncio.Event()
         self._idle.set()
@@ -328,6 +335,9 @@ class StatusWriter:
 
     def resync(self) -> None:
         """Queue every pending write again, e.g. right after becoming leader."""
+        if self._recheck is not None:
+            self._recheck.cancel()
+            self._recheck = None
         for key in list(self._pending):
             self._schedule(key)
 
@@ -341,6 +351,9 @@ class StatusWriter:
         for handle in self._retries.values():
             handle.cancel()
         self._retries.clear()
+        if self._recheck is not None:
+            self._recheck.cancel()
+            self._recheck = None
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
@@ -379,6 +392,13 @@ class StatusWriter:
         loop = asyncio.get_running_loop()
         self._retries[key] = loop.call_later(delay, self._retry_due, key)
 
+    def _recheck_parked(self) -> None:
+        self._recheck = None
+        if self._is_leader():
+            self.resync()
+        elif self._pending:
+            self._recheck = asyncio.get_running_loop().call_later(self._leader_recheck, self._recheck_parked)
+
     def _retry_due(self, key: PolicyKey) -> None:
         self._retries.pop(key, None)
         if key in self._pending:
@@ -409,7 +429,10 @@ class StatusWriter:
         if desired is None:
             return
         if not self._is_leader():
-            # Parked: stays in _pending until resync() after we become leader.
+            # Parked: stays in _pending until resync() after we become leader,
+            # or until the periodic recheck finds we lead.
+            if self._recheck is None:
+                self._recheck = asyncio.get_running_loop().call_later(self._leader_recheck, self._recheck_parked)
             return
         self._attempts[key] = self._attempts.get(key, 0) + 1
         try:

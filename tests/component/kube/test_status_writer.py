@@ -247,3 +247,23 @@ def test_enqueue_rejects_non_policy_objects(faulty_api: tuple[FaultyAPI, ApiClie
     writer = StatusWriter(api)
     with pytest.raises(ValueError):
         writer.enqueue({"kind": "ConfigMap", "metadata": {"name": "x"}}, READY)
+
+
+async def test_parked_writes_are_rechecked_without_resync(
+    faulty_api: tuple[FaultyAPI, ApiClient], writer_factory: Callable[..., StatusWriter]
+) -> None:
+    fake, _ = faulty_api
+    cached = fake.put_object(CLUSTER_PATH, _cluster_policy())
+    leading = False
+    writer = writer_factory(is_leader=lambda: leading, leader_recheck=0.05)
+    await writer.start()
+    writer.enqueue(cached, READY)
+    await asyncio.sleep(0.15)
+    assert fake.count("PUT") == 0
+    leading = True  # elected, but nobody calls resync()
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    while "status" not in fake.objects[CLUSTER_PATH]:
+        assert loop.time() - start < 1.0, "parked write never retried after becoming leader"
+        await asyncio.sleep(0.01)
+    assert fake.count("PUT") == 1
