@@ -39,7 +39,7 @@ import copy
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone, UTC
+from datetime import UTC, datetime
 from typing import Any, NotRequired, TypedDict
 
 from kubernetes_asyncio.client import ApiClient

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone, UTC
+from datetime import UTC, datetime
 
 import pytest
 
-from webhook.kube.leader import LeaderElectionConfig, LeaderElectionRecord, lease_is_held_by_other
-from webhook.kube.status import Backoff, Condition, condition_is_current, set_condition, status_path
+from webhook.kube.leader import (
+    LeaderElectionConfig,
+    LeaderElectionRecord,
+    lease_is_held_by_other,
+)
+from webhook.kube.status import (
+    Backoff,
+    Condition,
+    condition_is_current,
+    set_condition,
+    status_path,
+)
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 T1 = datetime(2026, 1, 1, 12, 5, 0, tzinfo=UTC)

@@ -389,5 +389,5 @@ def test_match_conditions_send_exactly_the_intended_requests(case: str, request_
             assert value.type() != cel.Type.ERROR, f"{kind} {condition['name']}: {value}"
             results.append(value.value())
         assert all(results) is sent, (
-            f"{kind}/{hook['name']}: {case}: {dict(zip([c['name'] for c in hook['matchConditions']], results, strict=True))}"
+            f"{kind}/{hook['name']}: {case}: {dict(zip([c['name'] for c in hook['matchConditions']], results, strict=True))}"  # noqa: E501
         )
