@@ -193,7 +193,9 @@ def _namespace_labels_ok(policy: CompiledPolicy, req: _Request) -> bool:
             obj = req.request.get("object") or req.request.get("oldObject")
             return sel.matches_object(obj)
         return True
-    return sel.matches_object(req.namespace_object)
+    # A Namespace not (yet) in the cache is matched as one without labels.
+    ns = req.namespace_object
+    return sel.matches(((ns or {}).get("metadata") or {}).get("labels"))
 
 
 def _object_selector_ok(policy: CompiledPolicy, req: _Request) -> bool:
@@ -348,7 +350,8 @@ def _validate_one(policy: CompiledPolicy, req: _Request, out: ValidationOutcome)
     if not failures:
         return PolicyResult(policy.name, PASS)
     message = "; ".join(f[0] for f in failures)
-    if not out.message and "Deny" in policy.spec.validation_actions:
+    if out.code == 200 and "Deny" in policy.spec.validation_actions:
+        # The first denying validation (policies in name order) sets the HTTP code, as VAP does.
         out.code, out.reason = failures[0][1], failures[0][2]
     return PolicyResult(policy.name, FAIL, message, policy.spec.validation_actions)
 

@@ -181,12 +181,13 @@ def _rule(raw: Any, path: str) -> ResourceRule:
     )
 
 
-def _named(raw: Any, path: str) -> NamedExpression:
+def _named(raw: Any, path: str, *, identifier: bool) -> NamedExpression:
     if not isinstance(raw, dict):
         raise PolicySpecError(path, "must be an object")
     name = _str(raw, "name", path)
     assert name is not None
-    if not name.isidentifier():
+    # Variable names are CEL identifiers; matchCondition names are qualified names (like label keys).
+    if identifier and not name.isidentifier():
         raise PolicySpecError(f"{path}.name", f"{name!r} is not a valid CEL identifier")
     expr = _str(raw, "expression", path)
     assert expr is not None
@@ -245,10 +246,10 @@ def parse_policy(obj: dict[str, Any]) -> PolicySpec:
         for i, r in enumerate(_list(match, "excludeResourceRules", f"{p}.match"))
     )
 
-    conditions = tuple(_named(c, f"{p}.matchConditions[{i}]") for i, c in enumerate(_list(spec, "matchConditions", p)))
+    conditions = tuple(_named(c, f"{p}.matchConditions[{i}]", identifier=False) for i, c in enumerate(_list(spec, "matchConditions", p)))
     if len(conditions) > MAX_MATCH_CONDITIONS:
         raise PolicySpecError(f"{p}.matchConditions", f"at most {MAX_MATCH_CONDITIONS} entries")
-    variables = tuple(_named(v, f"{p}.variables[{i}]") for i, v in enumerate(_list(spec, "variables", p)))
+    variables = tuple(_named(v, f"{p}.variables[{i}]", identifier=True) for i, v in enumerate(_list(spec, "variables", p)))
     for kind_name, entries in (("matchConditions", conditions), ("variables", variables)):
         seen: set[str] = set()
         for i, e in enumerate(entries):

@@ -1,0 +1,66 @@
+"""A real TLS listener running ``create_app`` with informers fed from a MemoryCluster."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from tests.fakeapi.memory import MemoryCluster
+from webhook import certs
+from webhook.app import CERTS, create_app
+from webhook.config import Settings
+
+
+@dataclass
+class Served:
+    url: str
+    session: aiohttp.ClientSession
+    cluster: MemoryCluster
+    app: web.Application
+    cert_dir: Path
+
+    async def post(self, path: str, body: Any, **kw: Any) -> tuple[int, Any]:
+        data = body if isinstance(body, (bytes, str)) else None
+        kwargs: dict[str, Any] = {"data": data} if data is not None else {"json": body}
+        kwargs.update(kw)
+        async with self.session.post(self.url + path, **kwargs) as resp:
+            text = await resp.text()
+            try:
+                return resp.status, await resp.json(content_type=None)
+            except ValueError:
+                return resp.status, text
+
+    async def wait_ready(self) -> None:
+        for _ in range(200):
+            async with self.session.get(self.url + "/readyz") as resp:
+                if resp.status == 200:
+                    return
+            await asyncio.sleep(0.01)
+        raise AssertionError("webhook never became ready")
+
+
+@pytest.fixture
+async def served(tmp_path: Path) -> AsyncIterator[Served]:
+    paths = certs.write_certs(tmp_path, dns_names=["localhost"], ip_addresses=["127.0.0.1"], days=1)
+    cluster = MemoryCluster()
+    await cluster.apply("namespaces", {"metadata": {"name": "default", "labels": {"team": "a"}}})
+    settings = Settings(cert_file=paths.cert, key_file=paths.key, host="127.0.0.1", port=0, write_status=False,
+                        cert_poll_interval=0.05, max_request_bytes=1024 * 1024)
+    app = create_app(settings, lister_watcher_for=lambda key: cluster.lister_watcher(key.resource))
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=app[CERTS].context)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    client_ctx = ssl.create_default_context(cafile=str(paths.ca))
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_ctx)) as session:
+        yield Served(f"https://localhost:{port}", session, cluster, app, tmp_path)
+    await runner.cleanup()
