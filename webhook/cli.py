@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import signal
 import sys
 import tempfile
@@ -155,6 +156,7 @@ def run_serve(args: argparse.Namespace) -> int:
         client_ca=args.client_ca, host=args.host or ("127.0.0.1" if args.local else "0.0.0.0"), port=args.port,
         params_selector=args.params_selector, max_request_bytes=args.max_request_bytes,
         cert_poll_interval=args.cert_poll_interval, write_status=args.write_status and args.local is None,
+        pod_name=os.environ.get("POD_NAME", ""), namespace=os.environ.get("POD_NAMESPACE", "tollgate-system"),
     )
     try:
         import uvloop
