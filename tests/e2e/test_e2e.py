@@ -553,3 +553,51 @@ def test_pod_security_dry_run_denied_and_nothing_written(namespace: str) -> None
     assert_denied_by(create(privileged(compliant_pod(namespace, name)), "--dry-run=server"), policy)
     assert_admitted(create(compliant_pod(namespace, name), "--dry-run=server"))
     assert get("pod", name, namespace) is None
+
+
+# -- status and leader election --------------------------------------------------
+
+
+def test_one_replica_holds_the_status_lease() -> None:
+    def holder() -> str:
+        lease = get("lease", "tollgate-status-writer", "tollgate-system")
+        assert lease is not None and lease["spec"].get("holderIdentity"), lease
+        return str(lease["spec"]["holderIdentity"])
+
+    identity = eventually(holder, timeout=60)
+    pods = json.loads(
+        kubectl(
+            "get", "pods", "-n", "tollgate-system", "-l", "app.kubernetes.io/name=tollgate", "-o", "json", check=True
+        ).stdout
+    )
+    assert identity in {p["metadata"]["name"] for p in pods["items"]}
+
+
+def test_shipped_policy_status_is_ready() -> None:
+    def check() -> None:
+        policy = get("clusteradmissionpolicy", "disallow-privileged-containers")
+        assert policy is not None
+        status = policy.get("status") or {}
+        ready = [c for c in status.get("conditions", []) if c["type"] == "Ready"]
+        assert ready and ready[0]["status"] == "True", status
+        assert ready[0].get("observedGeneration") == policy["metadata"]["generation"], status
+
+    eventually(check, timeout=60)
+
+
+def test_broken_policy_reports_compile_error_in_status(cluster_policy: Callable[[dict[str, Any]], str]) -> None:
+    name = cluster_policy(
+        {
+            "match": {"resourceRules": [CONFIGMAP_RULE]},
+            "validations": [{"expression": "objekt.data.size() == 0", "message": "never evaluated"}],
+        }
+    )
+
+    def check() -> None:
+        policy = get("clusteradmissionpolicy", name)
+        assert policy is not None
+        ready = [c for c in (policy.get("status") or {}).get("conditions", []) if c["type"] == "Ready"]
+        assert ready and ready[0]["status"] == "False" and ready[0]["reason"] == "CompileError", policy.get("status")
+        assert "objekt" in ready[0]["message"]
+
+    eventually(check, timeout=60)
