@@ -398,3 +398,21 @@ def test_match_conditions_send_exactly_the_intended_requests(case: str, request_
         assert all(results) is sent, (
             f"{kind}/{hook['name']}: {case}: {dict(zip([c['name'] for c in hook['matchConditions']], results, strict=True))}"  # noqa: E501
         )
+
+
+def test_dockerfile_runs_as_the_deployments_non_root_user() -> None:
+    lines = [line.strip() for line in (ROOT / "Dockerfile").read_text().splitlines()]
+    bases = [line.split()[1] for line in lines if line.startswith("FROM ")]
+    assert bases and all(b in ("${PYTHON_IMAGE}",) or b.startswith("python:3.11-slim") for b in bases), bases
+    default_base = next(line for line in lines if line.startswith("ARG PYTHON_IMAGE="))
+    assert default_base.split("=", 1)[1].startswith("python:3.11-slim"), "glibc slim base (cel-expr-python wheels)"
+    users = [line.split()[1] for line in lines if line.startswith("USER ")]
+    pod = _pod_spec()
+    uid = str(pod["containers"][0]["securityContext"].get("runAsUser", pod["securityContext"]["runAsUser"]))
+    assert users and users[-1].split(":")[0] == uid, f"image USER {users} vs runAsUser {uid}"
+    assert 'ENTRYPOINT ["tollgate"]' in lines
+    ignored = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()]
+    # Allow-list: everything is ignored, then only the build inputs come back,
+    # so manifests/tls/ (private keys) can never enter the build context.
+    assert "*" in ignored
+    assert {line for line in ignored if line.startswith("!")} <= {"!pyproject.toml", "!README.md", "!webhook/"}
