@@ -601,3 +601,29 @@ def test_broken_policy_reports_compile_error_in_status(cluster_policy: Callable[
         assert "objekt" in ready[0]["message"]
 
     eventually(check, timeout=60)
+
+
+def test_status_lease_moves_when_the_leader_pod_goes_away() -> None:
+    # Last in the file: it takes one replica down for a while.
+    def holder() -> str:
+        lease = get("lease", "tollgate-status-writer", "tollgate-system")
+        assert lease is not None and lease["spec"].get("holderIdentity"), lease
+        return str(lease["spec"]["holderIdentity"])
+
+    leader = eventually(holder, timeout=60)
+    assert_admitted(kubectl("delete", "pod", leader, "-n", "tollgate-system", "--wait=false"))
+
+    def moved() -> str:
+        current = holder()
+        assert current != leader, "the lease did not move"
+        return current
+
+    # Graceful delete: the old leader releases the Lease on SIGTERM, so the other
+    # replica takes it on its next retry; 15 s (the lease duration) bounds a crash.
+    successor = eventually(moved, timeout=30)
+    assert successor.startswith("tollgate-")
+    # Admission kept working with one replica, and the Deployment heals.
+    assert_admitted(
+        kubectl("create", "configmap", unique("probe"), "-n", "default", "--from-literal=k=v", "--dry-run=server")
+    )
+    assert_admitted(kubectl("-n", "tollgate-system", "rollout", "status", "deployment/tollgate", "--timeout=120s"))
