@@ -129,7 +129,8 @@ def parse_review(body: bytes) -> tuple[str, AdmissionRequest]:
     uid = request.get("uid")
     if not isinstance(uid, str) or not uid:
         raise ReviewError(400, "AdmissionReview.request.uid is missing")
-    if request.get("operation") not in OPERATIONS:
+    operation = request.get("operation")
+    if not isinstance(operation, str) or operation not in OPERATIONS:
         raise ReviewError(400, "request.operation must be CREATE, UPDATE, DELETE or CONNECT")
     for field in ("kind", "resource"):
         value = request.get(field)

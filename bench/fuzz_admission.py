@@ -1,0 +1,98 @@
+"""Long fuzz run: many malformed AdmissionReviews against a real ``tollgate serve``-style TLS server.
+
+    python bench/fuzz_admission.py --examples 100000
+
+Uses the same generator as ``tests/component/server/test_hostile_input.py``
+(hypothesis), sends each body over a kept-alive TLS connection, and counts
+failures: any 5xx, a reply without the request's uid, or a hang (a 10 s
+client timeout). Prints how many inputs were tried; exits 1 on any failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import ssl
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.component.server.test_admission_tls import PRIVILEGED_POLICY  # noqa: E402
+from tests.component.server.test_hostile_input import corrupted_review  # noqa: E402
+from tests.fakeapi.memory import MemoryCluster  # noqa: E402
+from webhook import certs  # noqa: E402
+from webhook.app import CERTS, create_app  # noqa: E402
+from webhook.config import Settings  # noqa: E402
+
+
+def generate(n: int) -> list[bytes]:
+    bodies: list[bytes] = []
+
+    @settings(max_examples=n, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @given(st.data())
+    def collect(data: st.DataObject) -> None:
+        bodies.append(corrupted_review(data))
+
+    collect()
+    return bodies
+
+
+async def run(examples: int, batch: int) -> int:
+    tmp = Path(tempfile.mkdtemp(prefix="tollgate-fuzz-"))
+    paths = certs.write_certs(tmp, dns_names=["localhost"], ip_addresses=["127.0.0.1"], days=1)
+    cluster = MemoryCluster()
+    await cluster.apply("clusteradmissionpolicies.tollgate.dev", PRIVILEGED_POLICY)
+    app = create_app(Settings(cert_file=paths.cert, key_file=paths.key, write_status=False),
+                     lister_watcher_for=lambda key: cluster.lister_watcher(key.resource))
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=app[CERTS].context)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    url = f"https://localhost:{port}/validate"
+    failures = tried = 0
+    started = time.monotonic()
+    ctx = ssl.create_default_context(cafile=str(paths.ca))
+    timeout = aiohttp.ClientTimeout(total=10)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx), timeout=timeout) as session:
+        while tried < examples:
+            for body in generate(min(batch, examples - tried)):
+                tried += 1
+                try:
+                    async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as resp:
+                        reply = await resp.read()
+                        ok = resp.status < 500
+                        if ok and resp.status == 200:
+                            ok = json.loads(reply)["response"]["uid"] == json.loads(body)["request"]["uid"]
+                except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, KeyError) as e:
+                    ok = False
+                    reply = repr(e).encode()
+                if not ok:
+                    failures += 1
+                    print(f"FAILURE: {reply[:200]!r} for {body[:200]!r}", file=sys.stderr)
+            print(f"tried {tried} inputs, {failures} failures, {time.monotonic() - started:.0f} s", flush=True)
+    await runner.cleanup()
+    return failures
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--examples", type=int, default=100_000, help="inputs to try (default 100000)")
+    p.add_argument("--batch", type=int, default=5_000, help="inputs generated per hypothesis run")
+    args = p.parse_args()
+    failures = asyncio.run(run(args.examples, args.batch))
+    print(f"RESULT: {args.examples} inputs tried, {failures} failures")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
