@@ -75,9 +75,11 @@ def local_lister_watchers(root: Path, poll_interval: float) -> Callable[[Informe
 class PolicyEventHandler:
     """Keeps the :class:`PolicyIndex` in step with a policy informer; queues status writes."""
 
-    def __init__(self, index: PolicyIndex, status_sink: Callable[[dict[str, Any], dict[str, Any]], Any] | None) -> None:
+    def __init__(self, index: PolicyIndex, status_sink: Callable[[dict[str, Any], dict[str, Any]], Any] | None,
+                 *, forget: Callable[[dict[str, Any]], Any] | None = None) -> None:
         self.index = index
         self.status_sink = status_sink
+        self.forget = forget
 
     def on_add(self, obj: dict[str, Any], is_in_initial_list: bool) -> None:
         """Compile and file the policy; report its Ready condition."""
@@ -97,8 +99,10 @@ class PolicyEventHandler:
         self.on_add(new, False)
 
     def on_delete(self, obj: dict[str, Any] | DeletedFinalStateUnknown) -> None:
-        """Forget the policy."""
+        """Forget the policy (and any status write still queued for it)."""
         self.index.remove(obj.key if isinstance(obj, DeletedFinalStateUnknown) else obj)
+        if self.forget is not None:
+            self.forget(obj.obj if isinstance(obj, DeletedFinalStateUnknown) else obj)
 
 
 def _refresh_gauges(app: web.Application) -> None:
@@ -205,15 +209,21 @@ def create_app(settings: Settings, *, lister_watcher_for: Callable[[InformerKey]
             from webhook.kube.status import StatusWriter
 
             identity = settings.pod_name or os.environ.get("POD_NAME") or socket.gethostname()
+            # Only the leader writes status; a new leader re-queues every policy's condition at once.
+            leader: list[Any] = []
+            status_writer = StatusWriter(state["api_client"], is_leader=lambda: bool(leader) and leader[0].is_leader())
             elector = LeaderElector(state["api_client"], LeaderElectionConfig(
-                lease_name="tollgate-status-writer", lease_namespace=settings.namespace, identity=identity))
-            status_writer = StatusWriter(state["api_client"], is_leader=elector.is_leader)
+                lease_name="tollgate-status-writer", lease_namespace=settings.namespace, identity=identity),
+                on_started_leading=status_writer.resync)
+            leader.append(elector)
             status_sink = status_writer.enqueue
         # Build every informer before starting any, so one LIST/WATCH per key.
         ns_inf = factory.informer(NAMESPACES)
         cm_inf = factory.informer(configmaps_key)
         policy_infs = [factory.informer(CLUSTER_POLICIES), factory.informer(NAMESPACED_POLICIES)]
-        regs = [inf.add_event_handler(PolicyEventHandler(index, status_sink)) for inf in policy_infs]
+        handler = PolicyEventHandler(index, status_sink,
+                                     forget=status_writer.forget if status_writer is not None else None)
+        regs = [inf.add_event_handler(handler) for inf in policy_infs]
 
         def policies_synced() -> bool:
             return all(inf.has_synced() for inf in policy_infs) and all(r.has_synced() for r in regs)
