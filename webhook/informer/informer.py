@@ -190,7 +190,8 @@ class SharedInformer:
     async def wait_for_sync(self, timeout: float | None = None) -> bool:
         """Wait until synced; returns False on timeout (seconds)."""
         try:
-            await asyncio.wait_for(self._synced.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._synced.wait()
         except TimeoutError:
             return False
         return True

@@ -1,0 +1,436 @@
+"""Fault scenarios E1-E23 of informer.md §E: the real KubeListerWatcher over kubernetes_asyncio's
+ApiClient against the HTTP fake API server, nothing patched.
+
+Each test waits for convergence and compares the whole cache with the server's state, and checks
+the request log where the scenario says which requests must (not) happen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from tests.component.informer.conftest import cm, converge
+from tests.fakeapi.server import FakeApiServer
+
+CM = "configmaps"
+
+
+def list_rvs(fake: FakeApiServer) -> list[str | None]:
+    return [r["query"].get("resourceVersion") for r in fake.log("list", CM)]
+
+
+async def test_e01_refused_at_start_backs_off_until_up(fake_api: FakeApiServer, make_informer: Any) -> None:
+    fake_api.apply(CM, cm("a"))
+    await fake_api.refuse_connections()
+    inf, _ = make_informer()
+    await inf.start()
+    await asyncio.sleep(0.2)
+    assert not inf.has_synced()
+    await fake_api.accept_connections()
+    await converge(inf, fake_api)
+
+
+async def test_e02_list_500_and_429_retry_after_never_fill_partially(fake_api: FakeApiServer, make_informer: Any) -> None:
+    for i in range(3):
+        fake_api.apply(CM, cm(f"c{i}"))
+    fake_api.faults.list_errors = [(500, "InternalError", None), (429, "TooManyRequests", 0.0)]
+    inf, _ = make_informer()
+    await inf.start()
+    await converge(inf, fake_api)
+    assert len(fake_api.log("list", CM)) == 3
+
+
+async def test_e04_expired_continue_token_lists_once_unpaginated(fake_api: FakeApiServer, make_informer: Any) -> None:
+    for i in range(1200):
+        fake_api.apply(CM, cm(f"c{i:04d}"))
+    fake_api.faults.expire_continue_tokens = True
+    inf, rec = make_informer()
+    await inf.start()
+    await converge(inf, fake_api)
+    queries = [r["query"] for r in fake_api.log("list", CM)]
+    assert [q.get("limit") for q in queries] == ["500", "500", None]
+    assert queries[2].get("resourceVersion") == "0" and "continue" not in queries[2]
+    assert len([e for e in rec.events if e[0] == "add"]) == 1200  # no duplicates
+
+
+async def test_e05_stream_cut_mid_line_rewatches_without_list(fake_api: FakeApiServer, make_informer: Any) -> None:
+    fake_api.apply(CM, cm("a"))
+    inf, rec = make_informer()
+    await inf.start()
+    await converge(inf, fake_api)
+    fake_api.faults.watch_abort_mid_line = 1
+    fake_api.apply(CM, cm("a", v="1"))
+    fake_api.apply(CM, cm("b"))
+    await converge(inf, fake_api)
+    assert len(fake_api.log("list", CM)) == 1
+    watches = fake_api.log("watch", CM)
+    assert len(watches) >= 2
+    # The re-watch starts from the last applied RV (the first MODIFIED was delivered before the cut).
+    assert watches[1]["query"]["resourceVersion"] == "2"
+    assert [e for e in rec.events if e[0] != "add" or not e[2]] == [("update", "a"), ("add", "b", False)]
+
+
+async def test_e06_server_timeout_rewatches_from_bookmark_without_list(fake_api: FakeApiServer,
+                                                                       make_informer: Any) -> None:
+    fake_api.apply(CM, cm("a"))
+    fake_api.apply("secrets", {"metadata": {"name": "s", "namespace": "default"}})  # bumps the global RV
+    inf, _ = make_informer(min_watch_timeout=1)
+    await inf.start()
+    await converge(inf, fake_api)
+    await asyncio.sleep(1.3)  # the first watch ends at its timeoutSeconds (1-2 s) with a bookmark before it
+    fake_api.apply(CM, cm("b"))
+    await converge(inf, fake_api)
+    assert len(fake_api.log("list", CM)) == 1
+    watches = fake_api.log("watch", CM)
+    timeouts = {int(w["query"]["timeoutSeconds"]) for w in watches}
+    assert timeouts <= {1, 2}
+    assert all(w["query"]["allowWatchBookmarks"] == "true" for w in watches)
+
+
+async def test_e07_half_open_socket_times_out_and_rewatches(fake_api: FakeApiServer, make_informer: Any) -> None:
+    fake_api.apply(CM, cm("a"))
+    fake_api.faults.watch_stall = 1
+    inf, _ = make_informer(read_timeout=0.3)
+    await inf.start()
+    await asyncio.sleep(0.1)
+    fake_api.apply(CM, cm("b"))
+    await converge(inf, fake_api, timeout=3)
+    assert len(fake_api.log("watch", CM)) >= 2
+    assert len(fake_api.log("list", CM)) == 1
+
+
+async def test_e08_compaction_410_relists_at_last_rv(fake_api: FakeApiServer, make_informer: Any) -> None:
+    fake_api.apply(CM, cm("a"))
+    inf, _ = make_informer()
+    await inf.start()
+    await converge(inf, fake_api)
+    synced_rv = inf.last_sync_resource_version
+    await fake_api.close_watches()
+    await fake_api.refuse_connections()
+    fake_api.apply(CM, cm("b"))
+    fake_api.compact()
+    await fake_api.accept_connections()
+    await converge(inf, fake_api)
+    assert list_rvs(fake_api) == ["0", synced_rv]
+    relist = fake_api.log("list", CM)[1]["query"]
+    assert "limit" not in relist  # NotOlderThan from the watch cache, not an Exact read
+    for _ in range(100):  # then a watch from the new list's RV
+        if fake_api.log("watch", CM)[-1]["query"]["resourceVersion"] == str(fake_api.rv):
+            break
+        await asyncio.sleep(0.01)
+    assert fake_api.log("watch", CM)[-1]["query"]["resourceVersion"] == str(fake_api.rv)
+
+
+async def test_e09_relist_410_falls_back_to_consistent_read(fake_api: FakeApiServer, make_informer: Any) -> None:
+    fake_api.apply(CM, cm("a"))
+    inf, _ = make_informer()
+    await inf.start()
+    await converge(inf, fake_api)
+    await fake_api.refuse_connections()
+    fake_api.apply(CM, cm("b"))
+    fake_api.compact()
+    fake_api.faults.list_errors = [(410, "Expired", None)]
+    await fake_api.accept_connections()
+    await converge(inf, fake_api)
+    assert list_rvs(fake_api)[-1] == ""
+
+
+async def test_e10_missed_changes_while_disconnected_become_tombstone_add_update(fake_api: FakeApiServer,
+                                                                                 make_informer: Any) -> None:
+    for name in ("deleted", "modified", "untouched"):
+        fake_api.apply(CM, cm(name))
+    inf, rec = make_informer()
+    await inf.start()
+    await converge(inf, fake_api)
+    rec.events.clear()
+    await fake_api.refuse_connections()
+    fake_api.delete(CM, "default/deleted")
+    fake_api.apply(CM, cm("created"))
+    fake_api.apply(CM, cm("modified", v="2"))
+    fake_api.compact()
+    await fake_api.accept_connections()
+    await converge(inf, fake_api)
+    await asyncio.sleep(0.05)
+    assert sorted(rec.events) == [("add", "created", False), ("tombstone", "default/deleted"), ("update", "modified")]
+
+
+async def test_e11_same_without_compaction_is_plain_events_and_no_list(fake_api: FakeApiServer,
+                                                                       make_informer: Any) -> None:
+    for name in ("deleted", "modified", "untouched"):
+        fake_api.apply(CM, cm(name))
+    inf, rec = make_informer()
+    await inf.start()
+    await converge(inf, fake_api)
+    rec.events.clear()
+    await asyncio.sleep(0.1)  # past the very-short-watch guard, so the disconnect is an ordinary one
+    await fake_api.refuse_connections()
+    fake_api.delete(CM, "default/deleted")
+    fake_api.apply(CM, cm("created"))
+    fake_api.apply(CM, cm("modified", v="2"))
+    await fake_api.accept_connections()
+    await converge(inf, fake_api)
+    await asyncio.sleep(0.05)
+    assert rec.events == [("delete", "deleted"), ("add", "created", False), ("update", "modified")]
+    assert len(fake_api.log("list", CM)) == 1
+
+
+async def test_e13_list_rv_too_large_falls_back_to_consistent_read(fake_api: FakeApiServer,
+                                                                   make_informer: Any) -> None:
+    fake_api.apply(CM, cm("a"))
+    inf, _ = make_informer()
+    await inf.start()
+    await converge(inf, fake_api)
+    await asyncio.sleep(0.1)
+    # The client has seen an RV this (lagging) server has not reached; its watch then gets a 410,
+    # and the relist at that RV a 504 "Too large resource version".
+    ahead = fake_api.rv + 50
+    inf.reflector.last_sync_resource_version = str(ahead)
+    fake_api.floor = ahead + 10
+    await fake_api.close_watches()
+    for _ in range(300):
+        if "" in list_rvs(fake_api):
+            break
+        await asyncio.sleep(0.01)
+    fake_api.floor = 0
+    fake_api.apply(CM, cm("b"))
+    await converge(inf, fake_api)
+    rvs = list_rvs(fake_api)
+    assert rvs[rvs.index(str(ahead)) + 1] == ""
+
+
+async def test_e12_quiet_resource_survives_compaction_thanks_to_bookmarks(fake_api: FakeApiServer,
+                                                                         make_informer: Any) -> None:
+    fake_api.apply(CM, cm("a"))
+    fake_api.faults.bookmark_interval = 0.05
+    inf, _ = make_informer()
+    await inf.start()
+    await converge(inf, fake_api)
+    for i in range(20):  # another resource moves the global RV on
+        fake_api.apply("secrets", {"metadata": {"name": f"s{i}", "namespace": "default"}})
+    await asyncio.sleep(0.2)  # bookmarks carry the configmap watch to the new RV
+    assert inf.last_sync_resource_version == str(fake_api.rv)
+    fake_api.compact()
+    await fake_api.close_watches()
+    fake_api.apply(CM, cm("b"))
+    await converge(inf, fake_api)
+    assert len(fake_api.log("list", CM)) == 1  # re-watched from the bookmark RV: no 410, no relist
+
+
+async def test_e12_without_bookmarks_compaction_forces_a_relist(fake_api: FakeApiServer, make_informer: Any) -> None:
+    fake_api.apply(CM, cm("a"))
+    inf, _ = make_informer()
+    await inf.start()
+    await converge(inf, fake_api)
+    await asyncio.sleep(0.1)
+    for i in range(20):
+        fake_api.apply("secrets", {"metadata": {"name": f"s{i}", "namespace": "default"}})
+    fake_api.compact()
+    await fake_api.close_watches()
+    fake_api.apply(CM, cm("b"))
+    await converge(inf, fake_api)
+    assert len(fake_api.log("list", CM)) == 2
+
+
+async def test_e03_slow_paginated_list_syncs_only_after_last_page(fake_api: FakeApiServer,
+                                                                  make_informer: Any) -> None:
+    for i in range(1500):
+        fake_api.apply(CM, cm(f"c{i:04d}"))
+    inf, _ = make_informer()
+    await inf.start()
+    await converge(inf, fake_api)
+    pages = fake_api.log("list", CM)
+    assert len(pages) == 3 and all(p["query"]["limit"] == "500" for p in pages)
+    for _ in range(100):
+        if fake_api.log("watch", CM):
+            break
+        await asyncio.sleep(0.01)
+    first_watch = fake_api.requests.index(fake_api.log("watch", CM)[0])
+    assert first_watch > fake_api.requests.index(pages[-1])  # no watch before the last page
+    started = time.monotonic()
+    await inf.stop()
+    assert time.monotonic() - started < 1
+
+
+async def test_e14_storm_converges_keeps_per_key_order_and_lookups_stay_fast(fake_api: FakeApiServer,
+                                                                             make_informer: Any) -> None:
+    for i in range(100):
+        fake_api.apply(CM, cm(f"c{i:03d}", v="0"))
+    inf, _ = make_informer()
+    seen: dict[str, list[int]] = {}
+    from webhook.informer import ResourceEventHandlerFuncs
+
+    inf.add_event_handler(ResourceEventHandlerFuncs(
+        update=lambda old, new: seen.setdefault(new["metadata"]["name"], []).append(int(new["data"]["v"]))))
+    await inf.start()
+    await converge(inf, fake_api)
+    for round_ in range(1, 101):
+        for i in range(100):
+            fake_api.apply(CM, cm(f"c{i:03d}", v=str(round_)))
+    lookups = []
+    for _ in range(1000):
+        t = time.perf_counter()
+        inf.indexer.get_by_key("default/c050")
+        lookups.append(time.perf_counter() - t)
+    await converge(inf, fake_api, timeout=10)
+    await asyncio.sleep(0.1)
+    assert all(v == sorted(v) for v in seen.values())  # per-key order kept
+    assert sorted(lookups)[990] < 0.001
+
+
+async def test_e15_error_500_mid_stream_recovers(fake_api: FakeApiServer, make_informer: Any) -> None:
+    fake_api.apply(CM, cm("a"))
+    errors: list[BaseException] = []
+    inf, _ = make_informer()
+    inf.reflector._error_handler = errors.append
+    await inf.start()
+    await converge(inf, fake_api)
+    fake_api.faults.watch_error_500 = 1
+    fake_api.apply(CM, cm("b"))
+    fake_api.apply(CM, cm("c"))
+    await converge(inf, fake_api)
+    assert any(getattr(e, "code", None) == 500 for e in errors)
+
+
+async def test_e16_watches_closing_at_once_do_not_hot_loop(fake_api: FakeApiServer, make_informer: Any) -> None:
+    fake_api.apply(CM, cm("a"))
+    fake_api.faults.watch_close_at_once = 1000
+    inf, _ = make_informer()
+    inf.reflector._options = type(inf.reflector._options)(short_watch=1.0, min_watch_timeout=30,
+                                                          backoff_factory=inf.reflector._options.backoff_factory)
+    await inf.start()
+    await asyncio.sleep(0.5)
+    await inf.stop()
+    # Backoff 0.02 s doubling (capped at 0.1 s): a handful of attempts, not thousands.
+    assert 2 <= len(fake_api.log("watch", CM)) <= 15
+
+
+async def test_e17_html_and_garbage_lines_rewatch_and_handlers_never_see_strings(fake_api: FakeApiServer,
+                                                                                 make_informer: Any) -> None:
+    big = "x" * (3 * 1024 * 1024)
+    fake_api.apply(CM, cm("a"))
+    inf, rec = make_informer()
+    await inf.start()
+    await converge(inf, fake_api)
+    fake_api.faults.watch_garbage = 1
+    fake_api.apply(CM, cm("b"))
+    await converge(inf, fake_api)
+    fake_api.apply(CM, cm("huge", blob=big))  # a 3 MiB line is applied
+    await converge(inf, fake_api)
+    await fake_api.close_watches()
+    fake_api.faults.watch_html = 1
+    fake_api.apply(CM, cm("c"))
+    await converge(inf, fake_api)
+    assert all(isinstance(e[1], str) for e in rec.events)
+
+
+async def test_e18_relabelled_out_of_selector_leaves_cache_and_indices(fake_api: FakeApiServer,
+                                                                       make_informer: Any) -> None:
+    fake_api.apply(CM, cm("p", labels={"tollgate.dev/params": "true"}))
+    fake_api.apply(CM, cm("other"))
+    inf, rec = make_informer(label_selector="tollgate.dev/params=true")
+    await inf.start()
+    selected = lambda o: (o["metadata"].get("labels") or {}).get("tollgate.dev/params") == "true"  # noqa: E731
+    await converge(inf, fake_api, selector=selected)
+    fake_api.apply(CM, cm("p", labels={"tollgate.dev/params": "false"}))
+    await converge(inf, fake_api, selector=selected)
+    assert inf.indexer.by_index("namespace", "default") == []
+    assert inf.indexer.index_values("namespace") == []
+    assert ("delete", "p") in rec.events
+
+
+async def test_e19_watchlist_is_rejected_and_the_informer_lists(fake_api: FakeApiServer, api_client: Any,
+                                                                 make_informer: Any) -> None:
+    """The informer does not implement WatchList (KEP-3157); it never sends sendInitialEvents, and the
+    fake answers 422 to anyone who does, as an API server without the feature would."""
+    from webhook.informer.errors import ApiStatusError
+    from webhook.informer.types import ListOptions
+    from webhook.kube.listwatch import KubeListerWatcher
+
+    lw = KubeListerWatcher(api_client, group="", version="v1", plural=CM)
+    stream = lw.watch(ListOptions(send_initial_events=True, resource_version_match="NotOlderThan"))
+    try:
+        await stream.__anext__()
+        raise AssertionError("expected 422")
+    except ApiStatusError as e:
+        assert e.code == 422
+    fake_api.apply(CM, cm("a"))
+    inf, _ = make_informer()
+    await inf.start()
+    await converge(inf, fake_api)
+    assert all("sendInitialEvents" not in r["query"] for r in fake_api.requests if r["resource"] == CM
+               and r["verb"] == "watch" and r is not fake_api.requests[0])
+
+
+async def test_e20_raising_or_slow_handler_blocks_nothing(fake_api: FakeApiServer, make_informer: Any) -> None:
+    from webhook.informer import ResourceEventHandlerFuncs
+
+    fake_api.apply(CM, cm("a"))
+    inf, rec = make_informer()
+
+    async def slow(obj: Any, initial: bool) -> None:
+        await asyncio.sleep(5)
+
+    inf.add_event_handler(ResourceEventHandlerFuncs(add=lambda o, i: 1 / 0))
+    inf.add_event_handler(ResourceEventHandlerFuncs(add=slow))
+    await inf.start()
+    fake_api.apply(CM, cm("b"))
+    await converge(inf, fake_api)
+    await asyncio.sleep(0.05)
+    assert [e[1] for e in rec.events] == ["a", "b"]
+
+
+async def test_e21_resync_notifies_without_any_request(fake_api: FakeApiServer, make_informer: Any) -> None:
+    from webhook.informer import ResourceEventHandlerFuncs
+
+    fake_api.apply(CM, cm("a"))
+    inf, rec = make_informer(resync=0.05)
+    resynced: list[str] = []
+    inf.add_event_handler(ResourceEventHandlerFuncs(update=lambda old, new: resynced.append(new["metadata"]["name"])),
+                          resync_period=0.1)
+    await inf.start()
+    await converge(inf, fake_api)
+    before = len(fake_api.requests)
+    await asyncio.sleep(0.35)
+    assert len(resynced) >= 2 and set(resynced) == {"a"}
+    assert [e for e in rec.events if e[0] == "update"] == []  # the handler without resync heard nothing
+    assert len(fake_api.requests) == before
+
+
+async def test_e22_handler_added_after_sync_gets_synthetic_adds(fake_api: FakeApiServer, make_informer: Any) -> None:
+    from webhook.informer import ResourceEventHandlerFuncs
+
+    for name in ("a", "b"):
+        fake_api.apply(CM, cm(name))
+    inf, _ = make_informer()
+    await inf.start()
+    await converge(inf, fake_api)
+    late: list[tuple[str, bool]] = []
+    reg = inf.add_event_handler(ResourceEventHandlerFuncs(add=lambda o, i: late.append((o["metadata"]["name"], i))))
+    assert not reg.has_synced()
+    for _ in range(50):
+        if reg.has_synced():
+            break
+        await asyncio.sleep(0.01)
+    assert reg.has_synced() and sorted(late) == [("a", True), ("b", True)]
+
+
+async def test_e23_stop_during_watch_and_backoff_ends_everything(fake_api: FakeApiServer, make_informer: Any) -> None:
+    fake_api.apply(CM, cm("a"))
+    inf, _ = make_informer()
+    await inf.start()
+    await converge(inf, fake_api)
+    started = time.monotonic()
+    await inf.stop()
+    assert time.monotonic() - started < 1
+    await asyncio.sleep(0.05)
+    assert not fake_api._watches  # the server saw the disconnect
+    await fake_api.refuse_connections()
+    inf2, _ = make_informer()
+    await inf2.start()
+    await asyncio.sleep(0.1)  # now in backoff
+    started = time.monotonic()
+    await inf2.stop()
+    assert time.monotonic() - started < 1
+    assert [t for t in asyncio.all_tasks() if t.get_name().startswith(("reflector-", "informer-"))] == []

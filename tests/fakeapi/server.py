@@ -1,0 +1,386 @@
+"""An RV-faithful fake kube-apiserver for component tests (informer.md §D).
+
+aiohttp on 127.0.0.1, port 0, speaking the real wire protocol so that the
+real kubernetes_asyncio ``ApiClient`` (through ``KubeListerWatcher``) talks to
+it over HTTP:
+
+* one resourceVersion counter for every resource, bumped on every write, and
+  a history of changes with a compaction floor (:meth:`FakeApiServer.compact`);
+* LIST with ``limit``/``continue`` (RV constant across pages; the token
+  encodes ``(rv, last key)``; a token below the floor gets 410 Expired), RV
+  ``""``/``"0"``/``N``, an RV ahead of the current one gets 504 "Too large
+  resource version" after a short wait, Exact below the floor gets 410;
+* WATCH as a chunked stream of JSON lines: synthetic ADDED for RV ""/"0",
+  events with RV > N, an ERROR 410 event (status 200) below the floor,
+  BOOKMARKs when allowed (periodically and just before the deadline),
+  ``timeoutSeconds`` ending the stream cleanly, label and field selectors
+  with objects entering/leaving as ADDED/DELETED; ``sendInitialEvents`` → 422;
+* CRUD so tests drive changes, fault hooks, and a request log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import copy
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+TRUE = {"1", "t", "T", "true", "TRUE", "True"}
+
+
+def _key(obj: dict[str, Any]) -> str:
+    meta = obj["metadata"]
+    return f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else meta["name"]
+
+
+def _status(code: int, reason: str, message: str, **extra: Any) -> web.Response:
+    body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
+            "reason": reason, "code": code, **extra}
+    return web.json_response(body, status=code)
+
+
+def _selects(obj: dict[str, Any], label_selector: str | None, field_selector: str | None) -> bool:
+    labels = obj.get("metadata", {}).get("labels") or {}
+    for part in filter(None, (label_selector or "").split(",")):
+        if "!=" in part:
+            k, v = part.split("!=", 1)
+            if labels.get(k) == v:
+                return False
+        elif "=" in part:
+            k, v = part.split("=", 1)
+            if labels.get(k) != v.lstrip("="):
+                return False
+        elif part not in labels:
+            return False
+    for part in filter(None, (field_selector or "").split(",")):
+        k, v = part.split("=", 1)
+        if obj["metadata"].get(k.removeprefix("metadata.")) != v.lstrip("="):
+            return False
+    return True
+
+
+@dataclass
+class Faults:
+    """Knobs a test turns; each ``next_*`` fault applies to the next matching request only."""
+
+    list_errors: list[tuple[int, str, float | None]] = field(default_factory=list)  # (code, reason, retry_after)
+    watch_abort_mid_line: int = 0
+    watch_stall: int = 0
+    watch_garbage: int = 0
+    watch_html: int = 0
+    watch_error_500: int = 0
+    watch_close_at_once: int = 0
+    expire_continue_tokens: bool = False
+    bookmark_interval: float | None = None
+
+
+class FakeApiServer:
+    """The fake API server. ``await start()``, use ``url``, drive it with ``apply``/``delete``."""
+
+    def __init__(self, *, cluster_scoped: tuple[str, ...] = ("namespaces", "clusteradmissionpolicies")) -> None:
+        self.rv = 0
+        self.floor = 0
+        self.objects: dict[str, dict[str, dict[str, Any]]] = {}
+        self.history: list[tuple[int, str, str, dict[str, Any], dict[str, Any] | None]] = []
+        self.requests: list[dict[str, Any]] = []
+        self.faults = Faults()
+        self.cluster_scoped = cluster_scoped
+        self._changed = asyncio.Event()
+        self._watches: set[asyncio.Task[Any]] = set()
+        self._runner: web.AppRunner | None = None
+        self._site: web.TCPSite | None = None
+        self.port = 0
+        self.too_large_wait = 0.05
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=0.1)
+        await self._runner.setup()
+        await self._listen()
+
+    async def _listen(self) -> None:
+        assert self._runner is not None
+        self._site = web.TCPSite(self._runner, "127.0.0.1", self.port, reuse_address=True)
+        await self._site.start()
+        self.port = self._site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    async def refuse_connections(self) -> None:
+        """Stop listening (connections are refused) until :meth:`accept_connections`."""
+        if self._site is not None:
+            await self._site.stop()
+            self._site = None
+        await self.close_watches()
+        # Kept-alive client connections outlive the listener: drop them too, as a dead server would.
+        assert self._runner is not None and self._runner.server is not None
+        for handler in list(self._runner.server.connections):
+            handler.force_close()
+        await asyncio.sleep(0.01)
+
+    async def accept_connections(self) -> None:
+        """Listen again on the same port."""
+        await self._listen()
+
+    async def close_watches(self) -> None:
+        """End every open watch stream at once (as a server restart does)."""
+        for task in list(self._watches):
+            task.cancel()
+        self._watches.clear()
+        await asyncio.sleep(0.01)
+
+    async def stop(self) -> None:
+        await self.close_watches()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    # -- state ------------------------------------------------------------------------------------------
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def apply(self, resource: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """Create or update (``resource`` is the plural, e.g. ``configmaps``); returns the stored object."""
+        self.rv += 1
+        obj = copy.deepcopy(obj)
+        store = self.objects.setdefault(resource, {})
+        key = _key(obj)
+        old = store.get(key)
+        meta = obj["metadata"]
+        meta["resourceVersion"] = str(self.rv)
+        meta.setdefault("uid", f"uid-{resource}-{key}")
+        gen = (old or {}).get("metadata", {}).get("generation", 0)
+        meta["generation"] = gen + 1 if old is None or old.get("spec") != obj.get("spec") else gen
+        store[key] = obj
+        self.history.append((self.rv, resource, "MODIFIED" if old else "ADDED", obj, old))
+        self._notify()
+        return obj
+
+    def delete(self, resource: str, key: str) -> None:
+        """Delete; the DELETED event carries the last state stamped with the deletion RV."""
+        self.rv += 1
+        old = self.objects[resource].pop(key)
+        gone = copy.deepcopy(old)
+        gone["metadata"]["resourceVersion"] = str(self.rv)
+        self.history.append((self.rv, resource, "DELETED", gone, old))
+        self._notify()
+
+    def compact(self, rv: int | None = None) -> None:
+        """Drop history up to ``rv`` (default: now); older RVs then get 410."""
+        self.floor = self.rv if rv is None else rv
+        self.history = [h for h in self.history if h[0] > self.floor]
+
+    def state(self, resource: str) -> dict[str, dict[str, Any]]:
+        """The server's current objects of ``resource`` by key (deep copy)."""
+        return copy.deepcopy(self.objects.get(resource, {}))
+
+    def log(self, verb: str, resource: str | None = None) -> list[dict[str, Any]]:
+        """Requests of a verb (``list``/``watch``/``get``...), optionally for one resource."""
+        return [r for r in self.requests if r["verb"] == verb and (resource is None or r["resource"] == resource)]
+
+    # -- HTTP ---------------------------------------------------------------------------------------------
+    def _parse(self, path: str) -> tuple[str, str | None, str | None]:
+        parts = [p for p in path.split("/") if p]
+        parts = parts[2:] if parts[0] == "api" else parts[3:]  # drop api/v1 or apis/g/v
+        namespace = None
+        if parts and parts[0] == "namespaces" and len(parts) >= 3:
+            namespace, parts = parts[1], parts[2:]
+        resource = parts[0]
+        name = parts[1] if len(parts) > 1 else None
+        return resource, namespace, name
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        resource, namespace, name = self._parse(request.path)
+        q = request.query
+        watch = q.get("watch") in TRUE
+        verb = {"GET": "watch" if watch else ("get" if name else "list")}.get(request.method, request.method.lower())
+        self.requests.append({"verb": verb, "resource": resource, "namespace": namespace, "query": dict(q)})
+        if request.method == "GET" and name:
+            obj = self.objects.get(resource, {}).get(f"{namespace}/{name}" if namespace else name)
+            return web.json_response(obj) if obj else _status(404, "NotFound", f'{resource} "{name}" not found')
+        if request.method == "GET":
+            if q.get("sendInitialEvents") is not None:
+                return _status(422, "Invalid", "sendInitialEvents is not supported by this server")
+            return await (self._watch(request, resource, namespace) if watch else self._list(request, resource, namespace))
+        if request.method in ("POST", "PUT"):
+            obj = await request.json()
+            if namespace:
+                obj["metadata"]["namespace"] = namespace
+            return web.json_response(self.apply(resource, obj), status=201 if request.method == "POST" else 200)
+        if request.method == "DELETE" and name:
+            self.delete(resource, f"{namespace}/{name}" if namespace else name)
+            return web.json_response({"kind": "Status", "status": "Success"})
+        return _status(405, "MethodNotAllowed", "not supported")
+
+    def _visible(self, resource: str, namespace: str | None, q: Any) -> list[tuple[str, dict[str, Any]]]:
+        items = sorted(self.objects.get(resource, {}).items())
+        return [(k, o) for k, o in items if (namespace is None or o["metadata"].get("namespace") == namespace)
+                and _selects(o, q.get("labelSelector"), q.get("fieldSelector"))]
+
+    async def _list(self, request: web.Request, resource: str, namespace: str | None) -> web.StreamResponse:
+        q = request.query
+        if self.faults.list_errors:
+            code, reason, retry_after = self.faults.list_errors.pop(0)
+            headers = {"Retry-After": str(int(retry_after))} if retry_after is not None else {}
+            resp = _status(code, reason, f"injected {code}")
+            resp.headers.update(headers)
+            return resp
+        rv_param = q.get("resourceVersion")
+        limit = int(q["limit"]) if q.get("limit") else None
+        token = q.get("continue")
+        if token:
+            if rv_param not in (None, "", "0"):
+                return _status(400, "BadRequest", "specifying resource version is not allowed when using continue")
+            start_rv, last_key = json.loads(base64.b64decode(token))
+            if self.faults.expire_continue_tokens or start_rv < self.floor:
+                return _status(410, "Expired", "The provided continue parameter is too old to display a consistent "
+                                               "list result. You can start a new list without the continue parameter.")
+            list_rv = start_rv
+        else:
+            last_key = ""
+            if rv_param not in (None, "", "0"):
+                wanted = int(rv_param)
+                if wanted > self.rv:
+                    await asyncio.sleep(self.too_large_wait)
+                    return _status(504, "Timeout", f"Timeout: Too large resource version: {wanted}, current: {self.rv}",
+                                   details={"causes": [{"reason": "ResourceVersionTooLarge",
+                                                        "message": "Too large resource version"}],
+                                            "retryAfterSeconds": 1})
+                if limit is not None and wanted < self.floor:
+                    return _status(410, "Expired", "The resourceVersion for the provided list is too old.")
+            list_rv = self.rv
+        items = [(k, o) for k, o in self._visible(resource, namespace, q) if k > last_key]
+        meta: dict[str, Any] = {"resourceVersion": str(list_rv)}
+        if limit is not None and len(items) > limit:
+            items, rest = items[:limit], len(items) - limit
+            meta["continue"] = base64.b64encode(json.dumps([list_rv, items[-1][0]]).encode()).decode()
+            meta["remainingItemCount"] = rest
+        kind = resource[:-1].capitalize() + "List"
+        return web.json_response({"kind": kind, "apiVersion": "v1", "metadata": meta, "items": [o for _, o in items]})
+
+    async def _watch(self, request: web.Request, resource: str, namespace: str | None) -> web.StreamResponse:
+        q = request.query
+        f = self.faults
+        resp = web.StreamResponse(headers={"Content-Type": "application/json", "Cache-Control": "no-cache, private"})
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        task = asyncio.current_task()
+        assert task is not None
+        self._watches.add(task)
+        try:
+            await self._stream(resp, request, resource, namespace)
+        except ConnectionResetError:
+            pass
+        except asyncio.CancelledError:
+            # close_watches(): drop the connection, as a restarting server does.
+            if request.transport is not None:
+                request.transport.close()
+            raise
+        finally:
+            self._watches.discard(task)
+        return resp
+
+    async def _stream(self, resp: web.StreamResponse, request: web.Request, resource: str,
+                      namespace: str | None) -> None:
+        q = request.query
+        f = self.faults
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + float(q.get("timeoutSeconds") or 1800)
+        bookmarks = q.get("allowWatchBookmarks") in TRUE
+        rv_param = q.get("resourceVersion") or "0"
+
+        async def send(etype: str, obj: dict[str, Any]) -> None:
+            await resp.write(json.dumps({"type": etype, "object": obj}).encode() + b"\n")
+
+        if f.watch_close_at_once:
+            f.watch_close_at_once -= 1
+            return
+        if f.watch_stall:
+            f.watch_stall -= 1
+            await asyncio.sleep(3600)
+        if f.watch_html:
+            f.watch_html -= 1
+            await resp.write(b"<html><body>502 Bad Gateway</body></html>\n")
+            return
+        if rv_param == "0":
+            since = self.rv
+            for _, obj in self._visible(resource, namespace, q):
+                await send("ADDED", obj)
+        else:
+            since = int(rv_param)
+            if since < self.floor:
+                await send("ERROR", {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                                     "message": f"too old resource version: {since} ({self.floor})",
+                                     "reason": "Expired", "code": 410})
+                return
+        sent_pre_deadline_bookmark = False
+        while True:
+            if since < self.floor:
+                # The history this watcher still needed was compacted away under it (a watcher too slow
+                # for the watch cache): it is told so and must relist.
+                await send("ERROR", {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                                     "message": f"too old resource version: {since} ({self.floor})",
+                                     "reason": "Expired", "code": 410})
+                return
+            for rv, res, etype, obj, old in list(self.history):
+                if rv <= since or res != resource:
+                    continue
+                since = rv
+                now_in = (namespace is None or obj["metadata"].get("namespace") == namespace) and \
+                    _selects(obj, q.get("labelSelector"), q.get("fieldSelector"))
+                was_in = old is not None and _selects(old, q.get("labelSelector"), q.get("fieldSelector"))
+                if etype == "DELETED":
+                    if was_in:
+                        await send("DELETED", obj)
+                    continue
+                if now_in and (was_in or etype == "ADDED"):
+                    await send(etype, obj)
+                elif now_in:
+                    await send("ADDED", obj)
+                elif was_in:
+                    gone = copy.deepcopy(old)
+                    gone["metadata"]["resourceVersion"] = str(rv)
+                    await send("DELETED", gone)  # left the selector: DELETED with the event's RV
+                if f.watch_abort_mid_line:
+                    f.watch_abort_mid_line -= 1
+                    await resp.write(b'{"type":"MODIFIED","object":{"metadata":{"na')
+                    assert request.transport is not None
+                    request.transport.abort()
+                    return
+                if f.watch_garbage:
+                    f.watch_garbage -= 1
+                    await resp.write(b"this is not json\n")
+                    return
+                if f.watch_error_500:
+                    f.watch_error_500 -= 1
+                    await send("ERROR", {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                         "message": "etcd is on fire", "reason": "InternalError", "code": 500})
+                    return
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return  # timeoutSeconds: a clean end of the chunked body, no ERROR event
+            if bookmarks and not sent_pre_deadline_bookmark and remaining < 0.2:
+                sent_pre_deadline_bookmark = True
+                await send("BOOKMARK", {"kind": "ConfigMap", "apiVersion": "v1",
+                                        "metadata": {"resourceVersion": str(self.rv), "creationTimestamp": None}})
+                since = max(since, self.rv)
+            wait = min(remaining, f.bookmark_interval or remaining, 0.2 if bookmarks else remaining)
+            changed = self._changed
+            try:
+                # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation that races
+                # with the event being set, and close_watches() must always end the stream.
+                async with asyncio.timeout(wait):
+                    await changed.wait()
+            except TimeoutError:
+                if bookmarks and f.bookmark_interval:
+                    await send("BOOKMARK", {"kind": "ConfigMap", "apiVersion": "v1",
+                                            "metadata": {"resourceVersion": str(self.rv)}})
+                    since = max(since, self.rv)
