@@ -1,0 +1,110 @@
+"""``create_app`` in cluster mode: informers over KubeListerWatcher (kubernetes_asyncio over HTTP) against
+the fake API server, leader election on a Lease, and policy status written through ``/status``."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import ssl
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from tests.component.server.test_admission_tls import PRIVILEGED_POLICY, pod_create, review
+from tests.fakeapi.server import FakeApiServer
+from webhook import certs
+from webhook.app import CERTS, create_app
+from webhook.config import Settings
+from webhook.kube.client import api_client_for_url
+
+POLICIES = "clusteradmissionpolicies"
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[tuple[FakeApiServer, str, aiohttp.ClientSession]]:
+    fake = FakeApiServer()
+    await fake.start()
+    fake.apply("namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}})
+    fake.apply(POLICIES, PRIVILEGED_POLICY)
+    broken = copy.deepcopy(PRIVILEGED_POLICY)
+    broken["metadata"]["name"] = "broken"
+    broken["spec"]["validations"][0]["expression"] = "objekt.spec == 1"
+    fake.apply(POLICIES, broken)
+    paths = certs.write_certs(tmp_path, dns_names=["localhost"], days=1)
+    client = api_client_for_url(fake.url)
+    app = create_app(Settings(cert_file=paths.cert, key_file=paths.key, write_status=True, pod_name="replica-1"),
+                     api_client=client)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=app[CERTS].context)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    ctx = ssl.create_default_context(cafile=str(paths.ca))
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as session:
+        yield fake, f"https://localhost:{port}", session
+    await runner.cleanup()
+    await client.close()
+    await fake.stop()
+
+
+async def until(predicate: Any, timeout: float = 5.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while loop.time() < end:
+        if await predicate():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("condition not reached")
+
+
+async def decide(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> dict[str, Any]:
+    async with session.post(url + "/validate", json=body) as resp:
+        assert resp.status == 200
+        return (await resp.json())["response"]
+
+
+async def test_policies_from_the_api_decide_and_get_status(cluster: tuple[FakeApiServer, str, Any]) -> None:
+    fake, url, session = cluster
+
+    async def ready() -> bool:
+        async with session.get(url + "/readyz") as resp:
+            return resp.status == 200
+
+    await until(ready)
+    async def denied() -> bool:
+        return (await decide(session, url, review(pod_create("p", True))))["allowed"] is False
+
+    await until(denied)
+    response = await decide(session, url, review(pod_create("p", True)))
+    assert "no-privileged: privileged: app" in response["status"]["message"]
+
+    # The leader writes each policy's Ready condition through the /status subresource.
+    def condition(name: str) -> dict[str, Any] | None:
+        conds = (fake.state(POLICIES)[name].get("status") or {}).get("conditions") or []
+        return conds[0] if conds else None
+
+    async def written() -> bool:
+        return condition("no-privileged") is not None and condition("broken") is not None
+
+    await until(written)
+    assert (condition("no-privileged")["status"], condition("no-privileged")["reason"]) == ("True", "Compiled")
+    broken = condition("broken")
+    assert (broken["status"], broken["reason"]) == ("False", "CompileError")
+    assert broken["message"].startswith("spec.validations[0].expression: ERROR: <input>:1:")
+    assert any(r["resource"] == "leases" for r in fake.requests)
+    # No API call per admission request: only list/watch/status/lease traffic.
+    assert not [r for r in fake.requests if r["verb"] == "get" and r["resource"] in ("configmaps", "namespaces")]
+
+    # A policy edited on the API server changes the next decision.
+    relaxed = copy.deepcopy(fake.state(POLICIES)["no-privileged"])
+    relaxed["spec"]["validations"][0]["expression"] = "true"
+    fake.apply(POLICIES, relaxed)
+
+    async def allowed() -> bool:
+        return (await decide(session, url, review(pod_create("p", True))))["allowed"] is True
+
+    await until(allowed)
