@@ -237,6 +237,45 @@ def rewrite_for_runtime(expression: str) -> str:
     return _TOKENS.sub(sub, expression)
 
 
+#: Longest expression the inliner produces before falling back to the per-policy scope.
+MAX_INLINED_LENGTH = 50_000
+
+
+def inline_variables(expression: str, definitions: dict[str, str]) -> str | None:
+    """Substitute each ``variables.<name>`` with its (already inlined) definition, in parentheses.
+
+    CEL is side-effect free, so an inlined variable evaluates to the same value or error as the
+    lazily computed one, and it is evaluated natively by cel-cpp instead of crossing into Python
+    and back (which costs ~100 µs per policy for a list of containers).
+
+    Args:
+        expression: CEL source.
+        definitions: variable name → inlined source of its definition.
+
+    Returns:
+        The inlined source with ``params`` routed to ``__tg_params()``, or None when a referenced
+        variable has no definition or the result would exceed :data:`MAX_INLINED_LENGTH`.
+    """
+    missing = False
+
+    def sub(m: re.Match[str]) -> str:
+        nonlocal missing
+        if m.group("str") is not None:
+            return m.group("str")
+        if m.group("var") is not None:
+            name = m.group("name")
+            if name not in definitions:
+                missing = True
+                return m.group(0)
+            return f"({definitions[name]})"
+        return "__tg_params()"
+
+    result = _TOKENS.sub(sub, expression)
+    if missing or len(result) > MAX_INLINED_LENGTH:
+        return None
+    return result
+
+
 def referenced_variables(expression: str) -> frozenset[str]:
     """Names ``n`` for which ``variables.n`` occurs outside string literals."""
     return frozenset(m.group("name") for m in _TOKENS.finditer(expression) if m.group("var") is not None)

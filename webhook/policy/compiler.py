@@ -15,7 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.policy import celenv
-from webhook.policy.celenv import ENV, MAX_EXPRESSION_LENGTH, T, referenced_variables, rewrite_for_runtime
+from webhook.policy.celenv import (
+    ENV,
+    MAX_EXPRESSION_LENGTH,
+    T,
+    inline_variables,
+    referenced_variables,
+    rewrite_for_runtime,
+)
 from webhook.policy.model import REASON_CODES, PolicySpec, PolicySpecError, parse_policy
 from webhook.policy.status import ready_condition
 
@@ -88,7 +95,8 @@ def _clean_cel_error(err: Exception) -> str:
     return text.splitlines()[0] if text else "compile error"
 
 
-def compile_expression(source: str, path: str, *, expect: tuple[Any, ...], known_variables: frozenset[str]) -> Any:
+def compile_expression(source: str, path: str, *, expect: tuple[Any, ...], known_variables: frozenset[str],
+                       inlined: dict[str, str] | None = None) -> Any:
     """Compile one expression and return its runtime program.
 
     Args:
@@ -97,10 +105,12 @@ def compile_expression(source: str, path: str, *, expect: tuple[Any, ...], known
         expect: acceptable return types (``T.DYN`` is always accepted, since
             object fields are untyped as in VAP); empty accepts any type.
         known_variables: names of ``variables`` this expression may use.
+        inlined: variable name → inlined definition (see :func:`celenv.inline_variables`).
 
     Returns:
-        The compiled program with ``variables``/``params`` routed through the
-        per-policy scope (see :func:`celenv.rewrite_for_runtime`).
+        The runtime program: variables inlined when possible, else routed through
+        the per-policy scope (see :func:`celenv.rewrite_for_runtime`); ``params``
+        always through the scope.
 
     Raises:
         CompileError: too long, syntax or type errors (with CEL's position),
@@ -121,6 +131,12 @@ def compile_expression(source: str, path: str, *, expect: tuple[Any, ...], known
     unknown = referenced_variables(source) - known_variables
     if unknown:
         raise CompileError(path, f"undeclared variable(s): {', '.join('variables.' + n for n in sorted(unknown))}")
+    text = inline_variables(source, inlined) if inlined is not None else None
+    if text is not None:
+        try:
+            return ENV.compile(text, disable_check=True)
+        except RuntimeError:
+            pass  # e.g. the parser's nesting limit: fall back to the lazy per-policy scope
     try:
         return ENV.compile(rewrite_for_runtime(source))
     except RuntimeError as e:  # pragma: no cover - the rewrite keeps valid CEL valid
@@ -136,10 +152,14 @@ def compile_spec(spec: PolicySpec) -> CompiledPolicy:
     p = "spec"
     declared: list[str] = []
     variables: dict[str, Any] = {}
+    inlined: dict[str, str] = {}
     for i, v in enumerate(spec.variables):
         variables[v.name] = compile_expression(
             v.expression, f"{p}.variables[{i}].expression", expect=(), known_variables=frozenset(declared)
         )
+        text = inline_variables(v.expression, inlined)
+        if text is not None:
+            inlined[v.name] = text
         declared.append(v.name)
     known = frozenset(declared)
     conditions = tuple(
@@ -152,11 +172,12 @@ def compile_spec(spec: PolicySpec) -> CompiledPolicy:
         vp = f"{p}.validations[{i}]"
         validations.append(
             CompiledValidation(
-                program=compile_expression(v.expression, f"{vp}.expression", expect=(T.BOOL,), known_variables=known),
+                program=compile_expression(v.expression, f"{vp}.expression", expect=(T.BOOL,), known_variables=known,
+                                           inlined=inlined),
                 message=v.message,
                 message_program=(
                     compile_expression(v.message_expression, f"{vp}.messageExpression", expect=(T.STRING,),
-                                       known_variables=known)
+                                       known_variables=known, inlined=inlined)
                     if v.message_expression
                     else None
                 ),
@@ -166,7 +187,7 @@ def compile_spec(spec: PolicySpec) -> CompiledPolicy:
         )
     audits = tuple(
         (a.key, compile_expression(a.value_expression, f"{p}.auditAnnotations[{i}].valueExpression",
-                                   expect=(T.STRING, T.NULL), known_variables=known))
+                                   expect=(T.STRING, T.NULL), known_variables=known, inlined=inlined))
         for i, a in enumerate(spec.audit_annotations)
     )
     mutations = []
@@ -174,7 +195,7 @@ def compile_spec(spec: PolicySpec) -> CompiledPolicy:
         field = "jsonPatch" if m.patch_type == "JSONPatch" else "applyConfiguration"
         expect = (T.LIST,) if m.patch_type == "JSONPatch" else (T.MAP,)
         program = compile_expression(m.expression, f"{p}.mutations[{i}].{field}.expression", expect=expect,
-                                     known_variables=known)
+                                     known_variables=known, inlined=inlined)
         mutations.append((m.patch_type, program))
     return CompiledPolicy(spec, conditions, variables, tuple(validations), audits, tuple(mutations))
 

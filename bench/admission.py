@@ -1,0 +1,253 @@
+"""Admission benchmark: Tollgate against the bare-aiohttp ceiling and kopf, in one run.
+
+    python bench/admission.py [--quick] [--json out.json]
+
+Servers (each pinned to CPU 0 with taskset; the load generator on CPU 1), all with ECDSA P-256
+certificates, all on 127.0.0.1:
+  bare     the reference bare aiohttp TLS server (orjson + uvloop), from ../shared/bench-reference;
+           ``/validate`` answers allowed, ``--patch`` variant answers with a fixed-shape JSONPatch
+  tollgate ``tollgate serve --local`` with every policy under policies/ (Pod Security baseline and
+           restricted, and the examples)
+  kopf     the reference kopf webhook harness (label check / add-annotation handlers)
+Load: wrk (keep-alive, c=1/8/64, body POSTed by the reference admission.lua) and ab (a new TLS
+connection per request, c=8); both from Debian (``apt-get install wrk apache2-utils``).
+Each point is repeated (3x, interleaved across servers; 1x with --quick) and the median reported:
+RPS, p50/p99 latency, server CPU microseconds per request (utime+stime of the server process from
+/proc), and ratios to the bare server measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+REF = Path(os.environ.get("TOLLGATE_SHARED", ROOT.parent / "shared")) / "bench-reference"
+PY = sys.executable
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+class Server:
+    """One server process, pinned to CPU 0."""
+
+    def __init__(self, name: str, argv: list[str], port: int, path: str, cwd: Path) -> None:
+        self.name, self.argv, self.port, self.path, self.cwd = name, argv, port, path, cwd
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(["taskset", "-c", "0", *self.argv], cwd=self.cwd, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    time.sleep(1.0 if self.name.startswith("tollgate") else 0.3)  # informers sync
+                    return
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError(f"{self.name} did not start")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc = None
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}{self.path}"
+
+
+def run_wrk(url: str, body_file: Path, conc: int, duration: int) -> dict[str, Any]:
+    out = subprocess.run(["taskset", "-c", "1", "wrk", "-t1", f"-c{conc}", f"-d{duration}s", "--latency",
+                          "-s", str(REF / "admission.lua"), url], capture_output=True, text=True,
+                         env={**os.environ, "BODY_FILE": str(body_file)}, timeout=duration + 30)
+    line = next(l for l in out.stdout.splitlines() if l.startswith("WRKJSON "))
+    data = json.loads(line[len("WRKJSON "):])
+    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out.stdout)
+    errors = data["err_connect"] + data["err_read"] + data["err_write"] + data["err_timeout"]
+    return {"requests": data["requests"], "seconds": data["duration_us"] / 1e6,
+            "p50_ms": data["lat_p50_us"] / 1000, "p99_ms": data["lat_p99_us"] / 1000,
+            "errors": errors + (int(non2xx.group(1)) if non2xx else 0)}
+
+
+def run_ab(url: str, body_file: Path, conc: int, duration: int) -> dict[str, Any]:
+    with tempfile.NamedTemporaryFile(suffix=".csv") as pct:
+        out = subprocess.run(["taskset", "-c", "1", "ab", "-q", "-t", str(duration), "-n", "1000000", "-c", str(conc),
+                              "-p", str(body_file), "-T", "application/json", "-e", pct.name, url],
+                             capture_output=True, text=True, timeout=duration + 60)
+        percentiles = dict(l.split(",") for l in Path(pct.name).read_text().splitlines()[1:])
+    done = int(re.search(r"Complete requests:\s+(\d+)", out.stdout).group(1))  # type: ignore[union-attr]
+    failed = int(re.search(r"Failed requests:\s+(\d+)", out.stdout).group(1))  # type: ignore[union-attr]
+    non2xx = re.search(r"Non-2xx responses:\s+(\d+)", out.stdout)
+    seconds = float(re.search(r"Time taken for tests:\s+([\d.]+)", out.stdout).group(1))  # type: ignore[union-attr]
+    return {"requests": done, "seconds": seconds, "p50_ms": float(percentiles["50"]),
+            "p99_ms": float(percentiles["99"]), "errors": failed + (int(non2xx.group(1)) if non2xx else 0)}
+
+
+def sanity(server: Server, body: bytes, ca: Path) -> dict[str, Any]:
+    import ssl
+
+    ctx = ssl.create_default_context(cafile=str(ca))
+    ctx.check_hostname = False
+    req = urllib.request.Request(server.url, data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, context=ctx, timeout=5) as resp:
+        return json.loads(resp.read())["response"]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="~1-2 minutes: 2 s points, one repetition, fewer points")
+    ap.add_argument("--json", type=Path, help="write every point and the goal checks here")
+    ap.add_argument("--duration", type=int, default=10, help="seconds per point (default 10)")
+    ap.add_argument("--reps", type=int, default=3)
+    args = ap.parse_args()
+    duration, reps = (2, 1) if args.quick else (args.duration, args.reps)
+    for tool in ("wrk", "ab", "taskset"):
+        if shutil.which(tool) is None:
+            sys.exit(f"{tool} is required: apt-get install wrk apache2-utils util-linux")
+    if not REF.is_dir():
+        sys.exit(f"reference harness not found at {REF} (set TOLLGATE_SHARED)")
+
+    work = Path(tempfile.mkdtemp(prefix="tollgate-bench-"))
+    subprocess.run([PY, str(REF / "make_certs.py"), "ec", str(work / "certs")], check=True, cwd=work,
+                   capture_output=True)
+    (work / "tg-certs").mkdir()
+    shutil.copy(work / "certs" / "server.crt", work / "tg-certs" / "tls.crt")
+    shutil.copy(work / "certs" / "server.key", work / "tg-certs" / "tls.key")
+    subprocess.run([PY, str(REF / "make_payload.py")], check=True, cwd=work, capture_output=True)
+    body_file = work / "admissionreview.json"
+    body = body_file.read_bytes()
+    review = json.loads(body)
+    # The reference payload's Pod satisfies the restricted profile; label it so kopf's check passes too.
+    review["request"]["object"]["metadata"].setdefault("labels", {})["team"] = "payments"
+    body_file.write_bytes(json.dumps(review, separators=(",", ":")).encode())
+    body = body_file.read_bytes()
+    tollgate = str(Path(PY).parent / "tollgate")
+
+    def servers() -> list[Server]:
+        p = [free_port() for _ in range(5)]
+        ref_certs = ["--certdir", str(work / "certs")]
+        tg = [tollgate, "serve", "--local", str(ROOT / "policies"), "--cert-dir", str(work / "tg-certs"),
+              "--log-level", "WARNING"]
+        return [
+            Server("bare", [PY, str(REF / "server_aiohttp.py"), "--port", str(p[0]), "--json", "orjson",
+                            "--loop", "uvloop", *ref_certs], p[0], "/validate", work),
+            Server("bare-patch", [PY, str(REF / "server_aiohttp.py"), "--port", str(p[1]), "--json", "orjson",
+                                  "--loop", "uvloop", "--patch", *ref_certs], p[1], "/validate", work),
+            Server("tollgate", [*tg, "--port", str(p[2])], p[2], "/validate", work),
+            Server("tollgate-mutate", [*tg, "--port", str(p[3])], p[3], "/mutate", work),
+            Server("kopf-label", [PY, str(REF / "server_kopf.py"), "--port", str(p[4]), *ref_certs], p[4],
+                   "/check_label", work),
+        ]
+
+    points = [("keep-alive", 1), ("keep-alive", 8), ("keep-alive", 64), ("new-conn", 8)]
+    if args.quick:
+        points = [("keep-alive", 1), ("keep-alive", 8), ("new-conn", 8)]
+    results: list[dict[str, Any]] = []
+    for rep in range(reps):
+        for server in servers():
+            if server.name.endswith(("patch", "mutate")) and not any(p == ("keep-alive", 8) for p in points):
+                continue
+            server.start()
+            try:
+                answer = sanity(server, body, work / "certs" / "ca.crt")
+                assert answer["uid"] == review["request"]["uid"] and answer["allowed"], answer
+                for mode, conc in points:
+                    if server.name.endswith(("patch", "mutate")) and (mode, conc) != ("keep-alive", 8):
+                        continue
+                    assert server.proc is not None
+                    cpu0 = cpu_seconds(server.proc.pid)
+                    run = (run_wrk if mode == "keep-alive" else run_ab)(server.url, body_file, conc, duration)
+                    cpu = cpu_seconds(server.proc.pid) - cpu0
+                    results.append({"server": server.name, "mode": mode, "conc": conc, "rep": rep,
+                                    "rps": run["requests"] / run["seconds"], "p50_ms": run["p50_ms"],
+                                    "p99_ms": run["p99_ms"], "errors": run["errors"],
+                                    "cpu_us_per_req": cpu / max(run["requests"], 1) * 1e6})
+                    print(f"  {server.name:<16} {mode:<10} c={conc:<3} {results[-1]['rps']:>8.0f} rps", flush=True)
+            finally:
+                server.stop()
+
+    table: dict[tuple[str, str, int], dict[str, Any]] = {}
+    for key in sorted({(r["server"], r["mode"], r["conc"]) for r in results}):
+        runs = [r for r in results if (r["server"], r["mode"], r["conc"]) == key]
+        table[key] = {"server": key[0], "mode": key[1], "conc": key[2], "n": len(runs),
+                      **{f: statistics.median(r[f] for r in runs) for f in ("rps", "p50_ms", "p99_ms", "cpu_us_per_req")},
+                      "errors": sum(r["errors"] for r in runs)}
+    for key, row in table.items():
+        base = table.get(("bare-patch" if key[0] == "tollgate-mutate" else "bare", key[1], key[2]))
+        row["ratio_to_bare"] = round(row["rps"] / base["rps"], 3) if base else None
+        kopf = table.get(("kopf-label", key[1], key[2]))
+        row["ratio_to_kopf"] = round(row["rps"] / kopf["rps"], 3) if kopf else None
+
+    def ratio(server: str, mode: str, conc: int, field: str = "ratio_to_bare") -> float | None:
+        row = table.get((server, mode, conc))
+        return row[field] if row else None
+
+    goals = {
+        "keepalive_c8_ge_0.5x_bare": ratio("tollgate", "keep-alive", 8),
+        "keepalive_c64_ge_0.5x_bare": ratio("tollgate", "keep-alive", 64),
+        "keepalive_c8_ge_3x_kopf": ratio("tollgate", "keep-alive", 8, "ratio_to_kopf"),
+        "p99_c1_le_1ms": (table.get(("tollgate", "keep-alive", 1)) or {}).get("p99_ms"),
+        "mutating_ge_0.5x_bare": ratio("tollgate-mutate", "keep-alive", 8),
+        "newconn_ge_0.9x_bare": ratio("tollgate", "new-conn", 8),
+    }
+    thresholds = {"keepalive_c8_ge_0.5x_bare": (0.5, ">="), "keepalive_c64_ge_0.5x_bare": (0.5, ">="),
+                  "keepalive_c8_ge_3x_kopf": (3.0, ">="), "p99_c1_le_1ms": (1.0, "<="),
+                  "mutating_ge_0.5x_bare": (0.5, ">="), "newconn_ge_0.9x_bare": (0.9, ">=")}
+    goal_rows = {k: {"value": v, "target": thresholds[k][0], "met": None if v is None else
+                     (v >= thresholds[k][0] if thresholds[k][1] == ">=" else v <= thresholds[k][0])}
+                 for k, v in goals.items()}
+
+    machine = {"cpu": next((l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
+                            if l.startswith("model name")), platform.processor()),
+               "cores": os.cpu_count(), "python": platform.python_version(), "load": "wrk (keep-alive), ab (new conn)",
+               "certificates": "ECDSA P-256", "duration_s": duration, "reps": reps,
+               "policies": sum(1 for p in (ROOT / "policies").rglob("*.yaml") if "AdmissionPolicy" in p.read_text())}
+    print(f"\nmachine: {machine}")
+    print(f"{'server':<16} {'mode':<10} {'c':>3} {'RPS':>8} {'p50 ms':>7} {'p99 ms':>7} {'CPU µs/req':>10} "
+          f"{'x bare':>7} {'x kopf':>7} {'errors':>6}")
+    for row in table.values():
+        print(f"{row['server']:<16} {row['mode']:<10} {row['conc']:>3} {row['rps']:>8.0f} {row['p50_ms']:>7.2f} "
+              f"{row['p99_ms']:>7.2f} {row['cpu_us_per_req']:>10.0f} {row['ratio_to_bare'] or 0:>7.2f} "
+              f"{row['ratio_to_kopf'] or 0:>7.2f} {row['errors']:>6}")
+    print("\ngoals:")
+    for name, g in goal_rows.items():
+        print(f"  {name:<28} {g['value']!s:<8} target {g['target']:<5} {'met' if g['met'] else 'MISSED'}")
+    if args.json:
+        args.json.write_text(json.dumps({"machine": machine, "points": list(table.values()), "runs": results,
+                                         "goals": goal_rows}, indent=2))
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
