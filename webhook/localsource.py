@@ -44,18 +44,37 @@ def _parse_label_selector(text: str | None) -> LabelSelector:
     return LabelSelector(tuple(reqs))
 
 
-def load_documents(root: Path) -> list[tuple[Path, dict[str, Any]]]:
-    """Every YAML mapping document under ``root`` (unreadable files are logged and skipped)."""
-    docs = []
-    files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.suffix in (".yaml", ".yml"))
-    for path in files:
-        try:
-            for doc in yaml.safe_load_all(path.read_text()):
-                if isinstance(doc, dict):
-                    docs.append((path, doc))
-        except (OSError, yaml.YAMLError) as e:
-            log.warning("skipping %s: %s", path, e)
+#: path → ((mtime_ns, size), documents): a file is parsed again only when it changed, so polling a
+#: directory costs a stat per file, not a YAML parse (which blocked the event loop for tens of ms).
+_parsed: dict[Path, tuple[tuple[int, int], list[dict[str, Any]]]] = {}
+
+
+def _documents_of(path: Path) -> list[dict[str, Any]]:
+    try:
+        st = path.stat()
+    except OSError as e:
+        log.warning("skipping %s: %s", path, e)
+        return []
+    stamp = (st.st_mtime_ns, st.st_size)
+    cached = _parsed.get(path)
+    if cached is not None and cached[0] == stamp:
+        return cached[1]
+    try:
+        docs = [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict)]
+    except (OSError, yaml.YAMLError) as e:
+        log.warning("skipping %s: %s", path, e)
+        docs = []
+    _parsed[path] = (stamp, docs)
     return docs
+
+
+def load_documents(root: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """Every YAML mapping document under ``root`` (unreadable files are logged and skipped).
+
+    Documents are shared with a parse cache: callers must not mutate them.
+    """
+    files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.suffix in (".yaml", ".yml"))
+    return [(path, doc) for path in files for doc in _documents_of(path)]
 
 
 class LocalDirectoryListerWatcher:

@@ -15,6 +15,7 @@ import logging
 import re
 import time
 from collections.abc import Callable
+from typing import Any
 
 from aiohttp import web
 
@@ -50,6 +51,16 @@ class AdmissionServer:
         self.max_request_bytes = max_request_bytes
         self.default_timeout = default_timeout
         self._clock = clock
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        # prometheus-client's labels() takes a lock and validates on every call; the request path
+        # resolves each label set once.
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
     def routes(self) -> list[web.RouteDef]:
         """The two admission routes."""
@@ -94,12 +105,12 @@ class AdmissionServer:
             log.exception("evaluation failed", extra={"uid": uid, "endpoint": endpoint})
             decision = Decision(errored(uid, f"tollgate: evaluation failed: {e}"), "error", ())
         for result in decision.results:
-            self.metrics.policy_evaluations.labels(result.policy, result.result).inc()
+            self._child(self.metrics.policy_evaluations, result.policy, result.result).inc()
             if result.result == "error":
-                self.metrics.policy_errors.labels(result.policy).inc()
+                self._child(self.metrics.policy_errors, result.policy).inc()
         elapsed = self._clock() - started
-        self.metrics.requests.labels(endpoint, decision.decision).inc()
-        self.metrics.latency.labels(endpoint, decision.decision).observe(elapsed)
+        self._child(self.metrics.requests, endpoint, decision.decision).inc()
+        self._child(self.metrics.latency, endpoint, decision.decision).observe(elapsed)
         if decision.decision != "allowed" or log.isEnabledFor(logging.DEBUG):
             log.info("admission decision", extra={
                 "uid": uid, "endpoint": endpoint, "decision": decision.decision,
