@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jsonpatch
+import orjson
 
 from webhook.policy import lookups as caches
 from webhook.policy.celenv import ENV, T, VariableScope, reset_scope, set_current_scope
@@ -456,7 +457,9 @@ def evaluate_mutating(request: dict[str, Any], policies: Sequence[CompiledPolicy
             for patch_type, program in policy.mutations:
                 value = _value(program, activation)
                 if patch_type == "JSONPatch":
-                    mutated = jsonpatch.apply_patch(mutated, value, in_place=False)
+                    # Patch a private copy in place: an orjson round trip copies a Pod ~10x faster
+                    # than the deepcopy jsonpatch would make with in_place=False.
+                    mutated = jsonpatch.apply_patch(orjson.loads(orjson.dumps(mutated)), value, in_place=True)
                 else:
                     mutated = merge_patch(mutated, value)
         except (_EvalError, jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, TypeError) as e:
