@@ -418,6 +418,20 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return result
 
 
+def _record_failure(out: MutationOutcome, policy: CompiledPolicy, result: PolicyResult, *, code: int,
+                    reason: str) -> bool:
+    """Record a non-pass result on the mutating path; True when it denies the request."""
+    out.results.append(result)
+    if "Deny" in result.actions:
+        out.allowed = False
+        out.message = f"{policy.name}: {result.message}"
+        out.code, out.reason = code, reason
+        return True
+    if "Warn" in result.actions:
+        out.warnings.append(f"{policy.name}: {result.message}")
+    return False
+
+
 def evaluate_mutating(request: dict[str, Any], policies: Sequence[CompiledPolicy], lookups: Lookups) -> MutationOutcome:
     """Apply every matching policy's mutations, in the given (name) order.
 
@@ -438,24 +452,22 @@ def evaluate_mutating(request: dict[str, Any], policies: Sequence[CompiledPolicy
         if prepared is None:
             continue
         if isinstance(prepared, PolicyResult):
-            out.results.append(prepared)
-            if "Deny" in prepared.actions:
-                out.allowed = False
-                out.message = f"{policy.name}: {prepared.message}"
-                out.code, out.reason = 403, "Forbidden"
+            if _record_failure(out, policy, prepared, code=403, reason="Forbidden"):
                 return out
-            if "Warn" in prepared.actions:
-                out.warnings.append(f"{policy.name}: {prepared.message}")
             continue
         run, params, _ = prepared
         if run.view != "raw":
             continue  # mutations apply to the request's own object, not a synthesized Pod
-        activation = req.activation_for(current) if current is not original else req.activation()
-        token = set_current_scope(_scope_for(run, params, activation))
+        mutated = current
         try:
-            mutated = current
             for patch_type, program in policy.mutations:
-                value = _value(program, activation)
+                # Each mutation sees the object as the previous one left it.
+                activation = req.activation() if mutated is original else req.activation_for(mutated)
+                token = set_current_scope(_scope_for(run, params, activation))
+                try:
+                    value = _value(program, activation)
+                finally:
+                    reset_scope(token)
                 if patch_type == "JSONPatch":
                     # Patch a private copy in place: an orjson round trip copies a Pod ~10x faster
                     # than the deepcopy jsonpatch would make with in_place=False.
@@ -463,17 +475,10 @@ def evaluate_mutating(request: dict[str, Any], policies: Sequence[CompiledPolicy
                 else:
                     mutated = merge_patch(mutated, value)
         except (_EvalError, jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, TypeError) as e:
-            result = _errored(policy, f"mutation error: {e}")
-            out.results.append(result)
-            if "Deny" in result.actions:
-                out.allowed = False
-                out.message = f"{policy.name}: {result.message}"
-                out.code, out.reason = 500, "InternalError"
+            if _record_failure(out, policy, _errored(policy, f"mutation error: {e}"), code=500,
+                               reason="InternalError"):
                 return out
-            out.warnings.append(f"{policy.name}: {result.message}")
             continue
-        finally:
-            reset_scope(token)
         changed = mutated != current
         current = mutated
         out.results.append(PolicyResult(policy.name, PASS, "mutated" if changed else "no change"))

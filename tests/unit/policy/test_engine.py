@@ -338,3 +338,14 @@ def test_index_lookup_only_touches_matching_buckets() -> None:
     index.upsert(policy("pods-only", validations=[{"expression": "objekt"}]))  # broken update unfiles it
     assert names(index.candidates("", "pods", "", "CREATE")) == ["autogen"]
     assert index.state("pods-only").result.condition["status"] == "False"
+
+
+def test_each_mutation_in_a_policy_sees_the_previous_one() -> None:
+    p = policy(mutations=[
+        {"patchType": "ApplyConfiguration", "applyConfiguration": {"expression": "{'metadata': {'labels': {'a': '1'}}}"}},
+        {"patchType": "JSONPatch", "jsonPatch": {
+            "expression": "[{'op': 'add', 'path': '/metadata/labels/b', 'value': object.metadata.labels.a + '2'}]"}},
+    ])
+    out = evaluate_mutating(request(pod(labels={})), [compiled(p)], InMemoryLookups())
+    assert out.allowed, out.message
+    assert jsonpatch.apply_patch(pod(labels={}), out.patch)["metadata"]["labels"] == {"a": "1", "b": "12"}
