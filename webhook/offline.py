@@ -251,14 +251,37 @@ def _print(rows: list[Row], output: str) -> None:
         print("  ".join(row[i].ljust(widths[i]) for i in range(5)) + "  " + row[5])
 
 
+_EPILOG = """\
+Rows: policy, kind, namespace, name, result (pass|fail|skip|error), message.
+--output json prints [{"policy", "kind", "namespace", "name", "result", "message"}, ...].
+
+TestSuite file (paths relative to the suite file):
+  apiVersion: tollgate.dev/v1alpha1
+  kind: TestSuite
+  policies: [policy.yaml]          # files or directories
+  resources: [resources.yaml]      # multi-document YAML
+  configMaps: [configmap.yaml]     # optional, stand in for the ConfigMap cache
+  namespaces: [namespaces.yaml]    # optional, stand in for the Namespace cache
+  operation: CREATE                # optional
+  userInfo: {username: alice, groups: [dev]}   # optional
+  results:
+  - {policy: NAME, resource: {kind: Pod, namespace: default, name: good}, result: pass}
+  - {policy: NAME, resource: {kind: Pod, name: bad}, result: fail, messageContains: "..."}
+
+Exit status: 0 when every TestSuite expectation holds, 1 on any mismatch, 2 for unusable input
+(reported with file and YAML location, never a traceback).
+Example: tollgate test policies/examples/allowed-registries/test.yaml
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``tollgate test`` argument parser."""
     p = argparse.ArgumentParser(
         prog="tollgate test",
         description="Evaluate Tollgate policies against resource files offline, with the same engine as the "
                     "server. Give TestSuite files, or --policy and --resource files.",
-        epilog="Rows: policy, kind, namespace, name, result (pass|fail|skip|error), message. Exit status: 0 when "
-               "every TestSuite expectation holds, 1 on any mismatch, 2 for unusable input.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=_EPILOG,
     )
     p.add_argument("suites", nargs="*", type=Path, help="TestSuite YAML files (kind: TestSuite)")
     p.add_argument("-p", "--policy", action="append", type=Path, default=[], help="policy file or directory")
