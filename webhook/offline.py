@@ -33,7 +33,12 @@ from typing import Any
 
 import yaml
 
-from webhook.policy import InMemoryLookups, PolicyIndex, evaluate_mutating, evaluate_validating
+from webhook.policy import (
+    InMemoryLookups,
+    PolicyIndex,
+    evaluate_mutating,
+    evaluate_validating,
+)
 from webhook.policy.compiler import CompiledPolicy
 
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")

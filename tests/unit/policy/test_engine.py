@@ -9,7 +9,13 @@ import jsonpatch
 import pytest
 
 from tests.unit.policy.helpers import pod, policy, request
-from webhook.policy import InMemoryLookups, PolicyIndex, compile_policy, evaluate_mutating, evaluate_validating
+from webhook.policy import (
+    InMemoryLookups,
+    PolicyIndex,
+    compile_policy,
+    evaluate_mutating,
+    evaluate_validating,
+)
 from webhook.policy.compiler import CompiledPolicy
 
 NS = [{"metadata": {"name": "default", "labels": {"env": "prod", "team": "a"}}},
@@ -329,7 +335,7 @@ def test_index_lookup_only_touches_matching_buckets() -> None:
     index.upsert(policy("cm-only", resources=("configmaps",)))
     index.upsert(policy("everything", resources=("*",), operations=("*",), groups=("*",)))
     index.upsert(policy("autogen", autogen={"podControllers": True}))
-    names = lambda cands: [p.name for p in cands]  # noqa: E731
+    names = lambda cands: [p.name for p in cands]
     assert names(index.candidates("", "pods", "", "CREATE")) == ["autogen", "everything", "pods-only"]
     assert names(index.candidates("apps", "deployments", "", "CREATE")) == ["autogen", "everything"]
     assert names(index.candidates("", "configmaps", "", "DELETE")) == ["everything"]
