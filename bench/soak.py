@@ -194,13 +194,21 @@ def main() -> int:
                                    seconds=args.minutes * 60, pid=proc.pid, local=local,
                                    edit_interval=args.edit_interval))
         rss_end = rss_mib(proc.pid)
+        # Evidence that the edits reached the informers: events applied per cache, from /metrics.
+        import urllib.request
+
+        mctx = ssl.create_default_context(cafile=str(work / "certs" / "ca.crt"))
+        mctx.check_hostname = False
+        with urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", context=mctx, timeout=5) as resp:
+            informer_events = [line for line in resp.read().decode().splitlines()
+                               if line.startswith("tollgate_informer_events")]
         baseline = minutes[0]["rss_mib"] if len(minutes) > 1 else rss_start
         errors = sum(m["errors"] for m in minutes)
         growth = (rss_end - baseline) / baseline * 100
         summary = {"max_rps": max_rps and round(max_rps), "offered_rps": round(rps), "minutes": args.minutes,
                    "rss_mib_start": round(rss_start, 1), "rss_mib_after_first_minute": baseline,
                    "rss_mib_end": round(rss_end, 1), "rss_growth_pct_after_warmup": round(growth, 2),
-                   "errors": errors, "per_minute": minutes,
+                   "errors": errors, "informer_events": informer_events, "per_minute": minutes,
                    "goals": {"rss_growth_lt_5pct": growth < 5.0, "zero_errors": errors == 0},
                    "load": "open-loop Python aiohttp client (max rate: wrk)", "certificates": "ECDSA P-256"}
         print(json.dumps({k: v for k, v in summary.items() if k != "per_minute"}, indent=2))
