@@ -90,7 +90,9 @@ def run_wrk(url: str, body_file: Path, conc: int, duration: int) -> dict[str, An
     out = subprocess.run(["taskset", "-c", "1", "wrk", "-t1", f"-c{conc}", f"-d{duration}s", "--latency",
                           "-s", str(REF / "admission.lua"), url], capture_output=True, text=True,
                          env={**os.environ, "BODY_FILE": str(body_file)}, timeout=duration + 30)
-    line = next(l for l in out.stdout.splitlines() if l.startswith("WRKJSON "))
+    line = next((l for l in out.stdout.splitlines() if l.startswith("WRKJSON ")), None)
+    if line is None:  # wrk exited without its summary (seen once under heavy machine load): say why
+        raise RuntimeError(f"wrk gave no summary (rc={out.returncode}): {out.stdout[-300:]} {out.stderr[-300:]}")
     data = json.loads(line[len("WRKJSON "):])
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out.stdout)
     errors = data["err_connect"] + data["err_read"] + data["err_write"] + data["err_timeout"]
@@ -186,7 +188,17 @@ def main() -> int:
                         continue
                     assert server.proc is not None
                     cpu0 = cpu_seconds(server.proc.pid)
-                    run = (run_wrk if mode == "keep-alive" else run_ab)(server.url, body_file, conc, duration)
+                    for attempt in range(2):  # one retry: a shared machine occasionally starves wrk
+                        try:
+                            run = (run_wrk if mode == "keep-alive" else run_ab)(server.url, body_file, conc,
+                                                                                  duration)
+                            break
+                        except (RuntimeError, AttributeError, subprocess.TimeoutExpired) as e:
+                            alive = server.proc.poll() is None
+                            print(f"  {server.name} {mode} c={conc}: {e} (server alive: {alive})", flush=True)
+                            if attempt or not alive:
+                                raise
+                            cpu0 = cpu_seconds(server.proc.pid)
                     cpu = cpu_seconds(server.proc.pid) - cpu0
                     results.append({"server": server.name, "mode": mode, "conc": conc, "rep": rep,
                                     "rps": run["requests"] / run["seconds"], "p50_ms": run["p50_ms"],
