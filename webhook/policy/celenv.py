@@ -13,10 +13,6 @@ implemented as Python functions:
 * sets: ``sets.contains(a, b)``, ``sets.equivalent(a, b)``, ``sets.intersects(a, b)``;
 * validity checks: ``isURL(s)``, ``isIP(s)``, ``isCIDR(s)``, ``isQuantity(s)``.
 
-Not implemented (a policy using them fails to compile with "undeclared
-reference"): the opaque ``url()``, ``ip()``, ``cidr()`` and ``quantity()``
-values and their member functions, and ``authorizer``.
-
 Evaluation of ``variables.<name>`` and ``params`` goes through two hidden
 functions so that ONE Activation per request (and object view) is shared by
 every policy: :func:`rewrite_for_runtime` maps ``variables.x`` to
@@ -27,14 +23,14 @@ the current policy's lazy variable cache with :func:`set_current_scope`.
 from __future__ import annotations
 
 import contextvars
-import ipaddress
 import re
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit
 
 from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_math, ext_optional, ext_strings
+
+from webhook.policy import k8slib as k8s
 
 T = cel.Type
 
@@ -45,13 +41,10 @@ VARIABLES = ("object", "oldObject", "request", "params", "namespaceObject", "var
 #: cost budget; cel-expr-python has none, so length is the static bound.
 MAX_EXPRESSION_LENGTH = 5000
 
-_QUANTITY = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+|Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
-
-
 class VariableScope:
     """Lazily evaluated ``variables`` and ``params`` of one policy in one request."""
 
-    __slots__ = ("programs", "activation", "params", "cache")
+    __slots__ = ("activation", "cache", "params", "programs")
 
     def __init__(self, programs: dict[str, Any], activation: Any, params: Any) -> None:
         self.programs = programs
@@ -121,29 +114,6 @@ def _find_all(s: str, pattern: str, limit: int = -1) -> list[str]:
     return out if limit < 0 else out[:limit]
 
 
-def _is_url(s: str) -> bool:
-    try:
-        parts = urlsplit(s)
-    except ValueError:
-        return False
-    return bool(parts.scheme) and (bool(parts.netloc) or s.startswith("/"))
-
-
-def _is_ip(s: str) -> bool:
-    try:
-        ipaddress.ip_address(s)
-    except ValueError:
-        return False
-    return "%" not in s
-
-
-def _is_cidr(s: str) -> bool:
-    try:
-        ipaddress.ip_network(s, strict=False)
-    except ValueError:
-        return False
-    return "/" in s
-
 
 def _member(name: str, oid: str, ret: Any, params: list[Any], impl: Callable[..., Any]) -> Any:
     return cel.FunctionDecl(name, [cel.Overload(oid, ret, params, is_member=True, impl=impl)])
@@ -151,6 +121,39 @@ def _member(name: str, oid: str, ret: Any, params: list[Any], impl: Callable[...
 
 def _global(name: str, oid: str, ret: Any, params: list[Any], impl: Callable[..., Any]) -> Any:
     return cel.FunctionDecl(name, [cel.Overload(oid, ret, params, is_member=False, impl=impl)])
+
+
+def _value_library() -> list[Any]:
+    """quantity / url / ip / cidr (see :mod:`webhook.policy.k8slib`)."""
+    d = T.DYN
+    member = {
+        "isInteger": k8s.q_is_integer, "asInteger": k8s.q_as_integer, "asApproximateFloat": k8s.q_as_float,
+        "sign": k8s.q_sign, "getScheme": k8s.url_scheme, "getHost": k8s.url_host, "getHostname": k8s.url_hostname,
+        "getPort": k8s.url_port, "getEscapedPath": k8s.url_path, "getQuery": k8s.url_query,
+        "family": k8s.ip_family, "isUnspecified": k8s.ip_is_unspecified, "isLoopback": k8s.ip_is_loopback,
+        "isLinkLocalMulticast": k8s.ip_is_link_local_multicast,
+        "isLinkLocalUnicast": k8s.ip_is_link_local_unicast, "isGlobalUnicast": k8s.ip_is_global_unicast,
+        "masked": k8s.cidr_masked, "prefixLength": k8s.cidr_prefix_length,
+    }
+    binary = {
+        "add": k8s.q_add, "sub": k8s.q_sub, "compareTo": k8s.q_compare, "isLessThan": k8s.q_less,
+        "isGreaterThan": k8s.q_greater, "containsIP": k8s.cidr_contains_ip, "containsCIDR": k8s.cidr_contains_cidr,
+    }
+    decls = [_member(name, f"tg_{name}", d, [d], fn) for name, fn in member.items()]
+    decls += [_member(name, f"tg_{name}", d, [d, d], fn) for name, fn in binary.items()]
+    decls += [
+        _global("quantity", "tg_quantity", d, [T.STRING], k8s.quantity),
+        _global("url", "tg_url", d, [T.STRING], k8s.url),
+        _global("cidr", "tg_cidr", d, [T.STRING], k8s.cidr),
+        cel.FunctionDecl("ip", [cel.Overload("tg_ip", d, [T.STRING], impl=k8s.ip),
+                                cel.Overload("tg_cidr_ip", d, [d], is_member=True, impl=k8s.cidr_ip)]),
+        _global("ip.isCanonical", "tg_ip_is_canonical", T.BOOL, [T.STRING], k8s.ip_is_canonical),
+        _global("isQuantity", "tg_is_quantity", T.BOOL, [T.STRING], k8s.is_quantity),
+        _global("isURL", "tg_is_url", T.BOOL, [T.STRING], k8s.is_url),
+        _global("isIP", "tg_is_ip", T.BOOL, [T.STRING], k8s.is_ip),
+        _global("isCIDR", "tg_is_cidr", T.BOOL, [T.STRING], k8s.is_cidr),
+    ]
+    return decls
 
 
 def _kubernetes_library() -> Any:
@@ -179,10 +182,7 @@ def _kubernetes_library() -> Any:
                     lambda a, b: all(x in a for x in b) and all(x in b for x in a)),
             _global("sets.intersects", "tg_sets_intersects", T.BOOL, [dyn_list, dyn_list],
                     lambda a, b: any(x in a for x in b)),
-            _global("isURL", "tg_is_url", T.BOOL, [T.STRING], _is_url),
-            _global("isIP", "tg_is_ip", T.BOOL, [T.STRING], _is_ip),
-            _global("isCIDR", "tg_is_cidr", T.BOOL, [T.STRING], _is_cidr),
-            _global("isQuantity", "tg_is_quantity", T.BOOL, [T.STRING], lambda s: bool(_QUANTITY.match(s))),
+            *_value_library(),
             _global("__tg_var", "tg_var", T.DYN, [T.STRING], _tg_var),
             _global("__tg_params", "tg_params", T.DYN, [], _tg_params),
         ],

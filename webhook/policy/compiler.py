@@ -86,8 +86,7 @@ class CompileResult:
 def _clean_cel_error(err: Exception) -> str:
     text = str(err).strip()
     for prefix in ("INVALID_ARGUMENT: ",):
-        if text.startswith(prefix):
-            text = text[len(prefix):]
+        text = text.removeprefix(prefix)
     if text.endswith("[INVALID_ARGUMENT]"):
         text = text[: -len("[INVALID_ARGUMENT]")].rstrip()
     # cel-cpp appends the source line and a caret line; keep the first line,
@@ -224,4 +223,4 @@ def compile_policy(obj: dict[str, Any]) -> CompileResult:
     return CompileResult(policy, ready_condition(True, "Compiled", summary, generation))
 
 
-__all__ = ["CompileError", "CompileResult", "CompiledPolicy", "CompiledValidation", "compile_policy", "celenv"]
+__all__ = ["CompileError", "CompileResult", "CompiledPolicy", "CompiledValidation", "celenv", "compile_policy"]

@@ -9,7 +9,14 @@ import pytest
 import yaml
 
 from tests.shared import fixture_dir
-from webhook.policy.celenv import ENV, T, VariableScope, reset_scope, rewrite_for_runtime, set_current_scope
+from webhook.policy.celenv import (
+    ENV,
+    T,
+    VariableScope,
+    reset_scope,
+    rewrite_for_runtime,
+    set_current_scope,
+)
 
 
 def ev(expr: str, **data: Any) -> Any:
@@ -36,15 +43,85 @@ def ev(expr: str, **data: Any) -> Any:
     ("sets.equivalent([1, 2, 3], [3, 2, 1])", True),
     ("sets.intersects([1, 2], [2, 3])", True),
     ("sets.intersects([1], [2])", False),
+    # URL library
     ("isURL('https://example.com:80/path?k=v')", True),
     ("isURL('not a url')", False),
+    ("url('https://example.com:80/').getScheme() == 'https'", True),
+    ("url('https://example.com:80/').getHost() == 'example.com:80'", True),
+    ("url('https://example.com:80/').getHostname() == 'example.com'", True),
+    ("url('https://example.com:80/').getPort() == '80'", True),
+    ("url('https://example.com/path').getEscapedPath() == '/path'", True),
+    ("url('https://example.com/path?k1=a&k2=b&k2=c').getQuery() == {'k1': ['a'], 'k2': ['b', 'c']}", True),
+    ("url('https://[::1]:80/').getHostname() == '::1'", True),
+    # IP and CIDR libraries
     ("isIP('10.0.0.1') && isIP('::1')", True),
     ("isIP('10.0.0.300')", False),
-    ("isCIDR('192.168.0.0/16')", True),
+    ("isIP('::ffff:10.0.0.1')", False),
+    ("ip('127.0.0.1').family() == 4 && ip('::1').family() == 6", True),
+    ("ip('127.0.0.1').isLoopback() && !ip('10.0.0.1').isLoopback()", True),
+    ("ip('0.0.0.0').isUnspecified()", True),
+    ("ip('224.0.0.1').isLinkLocalMulticast()", True),
+    ("ip('169.254.169.254').isLinkLocalUnicast()", True),
+    ("ip('192.168.0.1').isGlobalUnicast() && !ip('255.255.255.255').isGlobalUnicast()", True),
+    ("ip.isCanonical('127.0.0.1') && !ip.isCanonical('2001:DB8::1')", True),
+    ("ip('2001:DB8::1') == ip('2001:db8::1')", True),
+    ("isCIDR('192.168.0.0/16') && !isCIDR('192.168.0.0') && !isCIDR('192.168.0.0/33')", True),
+    ("cidr('192.168.0.0/24').containsIP(ip('192.168.0.1'))", True),
+    ("cidr('192.168.0.0/24').containsIP('192.168.1.1')", False),
+    ("cidr('192.168.0.0/16').containsCIDR(cidr('192.168.10.0/24'))", True),
+    ("cidr('192.168.0.0/16').containsCIDR('10.0.0.0/24')", False),
+    ("cidr('192.168.0.0/24').prefixLength() == 24", True),
+    ("cidr('192.168.0.1/24').masked() == cidr('192.168.0.0/24')", True),
+    ("cidr('192.168.0.1/24').ip() == ip('192.168.0.1')", True),
+    # Quantity library
     ("isQuantity('1.5Gi') && isQuantity('500m') && !isQuantity('1.5GiB')", True),
+    ("quantity('1Gi') == quantity('1024Mi')", True),
+    ("quantity('500000').isInteger() && !quantity('50m').isInteger()", True),
+    ("quantity('50k').asInteger() == 50000", True),
+    ("quantity('50.703').asApproximateFloat() > 50.7", True),
+    ("quantity('-50M').sign() == -1 && quantity('0').sign() == 0", True),
+    ("quantity('50k').add(20) == quantity('50020')", True),
+    ("quantity('50k').add(quantity('20k')) == quantity('70k')", True),
+    ("quantity('50k').sub(20) == quantity('49980')", True),
+    ("quantity('200M').compareTo(quantity('0.2G')) == 0", True),
+    ("quantity('50M').isGreaterThan(quantity('50Mi'))", False),
+    ("quantity('50M').isLessThan(quantity('50Mi'))", True),
+    ("quantity('1e3') == quantity('1k')", True),
     ("'a,b'.split(',').join('-') == 'a-b'", True),
     ("'%s has %d'.format(['x', 3]) == 'x has 3'", True),
     ("cel.bind(x, 2, x * x) == 4", True),
+    # quantity, url, ip and cidr: examples from kubernetes.io "CEL in Kubernetes"
+    ("quantity('50k').add(quantity('20k')) == quantity('70k')", True),
+    ("quantity('200M').compareTo(quantity('0.2G')) == 0", True),
+    ("quantity('50M').isLessThan(quantity('100M'))", True),
+    ("quantity('100M').isGreaterThan(quantity('50M'))", True),
+    ("quantity('50k').add(20).sub(quantity('100k')).sub(-50000).asInteger() > 0", True),
+    ("quantity('500000G').isInteger()", True),
+    ("quantity('50k').asInteger()", 50000),
+    ("quantity('50k').sign()", 1),
+    ("quantity('50.5').asApproximateFloat()", 50.5),
+    ("quantity('1Ki') == quantity('1024')", True),
+    ("url('https://example.com:80/').getHost()", "example.com:80"),
+    ("url('https://example.com:80/').getHostname()", "example.com"),
+    ("url('https://example.com:80/').getPort()", "80"),
+    ("url('https://example.com/path').getScheme()", "https"),
+    ("url('https://example.com/path?k1=a&k2=b&k2=c').getQuery() == {'k1': ['a'], 'k2': ['b', 'c']}", True),
+    ("url('https://[::1]:80/').getHost()", "[::1]:80"),
+    ("url('/absolute-path').getScheme()", ""),
+    ("isURL('/absolute-path')", True),
+    ("ip('127.0.0.1').family() == 4 && ip('::1').family() == 6", True),
+    ("ip('127.0.0.1').isLoopback() && !ip('10.0.0.1').isLoopback()", True),
+    ("ip('0.0.0.0').isUnspecified()", True),
+    ("ip('192.168.0.1').isGlobalUnicast()", True),
+    ("ip('fe80::1').isLinkLocalUnicast() && ip('224.0.0.1').isLinkLocalMulticast()", True),
+    ("ip.isCanonical('127.0.0.1') && !ip.isCanonical('2001:DB8::1')", True),
+    ("cidr('192.168.0.0/24').containsIP(ip('192.168.0.1'))", True),
+    ("cidr('192.168.0.0/24').containsIP('192.168.1.1')", False),
+    ("cidr('192.168.0.0/24').containsCIDR(cidr('192.168.0.0/25'))", True),
+    ("cidr('192.168.0.0/24').containsCIDR('192.168.0.0/23')", False),
+    ("cidr('192.168.0.0/24').ip() == ip('192.168.0.0')", True),
+    ("cidr('192.168.0.1/24').masked() == cidr('192.168.0.0/24')", True),
+    ("cidr('192.168.0.0/24').prefixLength()", 24),
     ("math.greatest(1, 5) == 5", True),
     ("{'a': 1}.?b.orValue(7) == 7", True),
 ])
@@ -52,8 +129,10 @@ def test_kubernetes_library(expr: str, want: Any) -> None:
     assert ev(expr) == want
 
 
-def test_empty_min_is_an_error() -> None:
-    v = ENV.compile("[].min()").eval(ENV.Activation({}))
+@pytest.mark.parametrize("expr", ["[].min()", "quantity('1.5GiB')", "quantity('50m').asInteger()", "url('nope')",
+                                  "ip('10.0.0.300')", "cidr('10.0.0.0')", "ip.isCanonical('x')"])
+def test_invalid_input_is_a_cel_error(expr: str) -> None:
+    v = ENV.compile(expr).eval(ENV.Activation({}))
     assert v.type() == T.ERROR
 
 
@@ -125,3 +204,10 @@ def test_every_kyverno_pod_security_expression_compiles_and_evaluates() -> None:
             finally:
                 reset_scope(token)
     assert evaluated > 100
+
+
+@pytest.mark.parametrize("expr", ["quantity('1.5GiB')", "ip('10.0.0.300')", "cidr('10.0.0.0')", "url('not a url')",
+                                  "quantity('1.5').asInteger()"])
+def test_invalid_value_types_are_runtime_errors(expr: str) -> None:
+    v = ENV.compile(expr).eval(ENV.Activation({}))
+    assert v.type() == T.ERROR
