@@ -20,17 +20,17 @@ import time
 from pathlib import Path
 
 import aiohttp
-from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from tests.component.server.conftest import serve_tls  # noqa: E402
 from tests.component.server.test_admission_tls import PRIVILEGED_POLICY  # noqa: E402
 from tests.component.server.test_hostile_input import corrupted_review  # noqa: E402
 from tests.fakeapi.memory import MemoryCluster  # noqa: E402
 from webhook import certs  # noqa: E402
-from webhook.app import CERTS, create_app  # noqa: E402
+from webhook.app import create_app  # noqa: E402
 from webhook.config import Settings  # noqa: E402
 
 
@@ -53,11 +53,7 @@ async def run(examples: int, batch: int) -> int:
     await cluster.apply("clusteradmissionpolicies.tollgate.dev", PRIVILEGED_POLICY)
     app = create_app(Settings(cert_file=paths.cert, key_file=paths.key, write_status=False),
                      lister_watcher_for=lambda key: cluster.lister_watcher(key.resource))
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=app[CERTS].context)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    runner, port = await serve_tls(app)
     url = f"https://localhost:{port}/validate"
     failures = tried = 0
     started = time.monotonic()

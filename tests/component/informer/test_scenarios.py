@@ -137,27 +137,9 @@ async def test_e09_relist_410_falls_back_to_consistent_read(fake_api: FakeApiSer
     assert list_rvs(fake_api)[-1] == ""
 
 
-async def test_e10_missed_changes_while_disconnected_become_tombstone_add_update(fake_api: FakeApiServer,
-                                                                                 make_informer: Any) -> None:
-    for name in ("deleted", "modified", "untouched"):
-        fake_api.apply(CM, cm(name))
-    inf, rec = make_informer()
-    await inf.start()
-    await converge(inf, fake_api)
-    rec.events.clear()
-    await fake_api.refuse_connections()
-    fake_api.delete(CM, "default/deleted")
-    fake_api.apply(CM, cm("created"))
-    fake_api.apply(CM, cm("modified", v="2"))
-    fake_api.compact()
-    await fake_api.accept_connections()
-    await converge(inf, fake_api)
-    await asyncio.sleep(0.05)
-    assert sorted(rec.events) == [("add", "created", False), ("tombstone", "default/deleted"), ("update", "modified")]
-
-
-async def test_e11_same_without_compaction_is_plain_events_and_no_list(fake_api: FakeApiServer,
-                                                                       make_informer: Any) -> None:
+async def _miss_changes_while_disconnected(fake_api: FakeApiServer, make_informer: Any, *,
+                                           compact: bool) -> list[tuple[Any, ...]]:
+    """One object deleted, one created, one modified and one untouched while the informer is cut off."""
     for name in ("deleted", "modified", "untouched"):
         fake_api.apply(CM, cm(name))
     inf, rec = make_informer()
@@ -169,10 +151,24 @@ async def test_e11_same_without_compaction_is_plain_events_and_no_list(fake_api:
     fake_api.delete(CM, "default/deleted")
     fake_api.apply(CM, cm("created"))
     fake_api.apply(CM, cm("modified", v="2"))
+    if compact:
+        fake_api.compact()
     await fake_api.accept_connections()
     await converge(inf, fake_api)
     await asyncio.sleep(0.05)
-    assert rec.events == [("delete", "deleted"), ("add", "created", False), ("update", "modified")]
+    return rec.events
+
+
+async def test_e10_missed_changes_while_disconnected_become_tombstone_add_update(fake_api: FakeApiServer,
+                                                                                 make_informer: Any) -> None:
+    events = await _miss_changes_while_disconnected(fake_api, make_informer, compact=True)
+    assert sorted(events) == [("add", "created", False), ("tombstone", "default/deleted"), ("update", "modified")]
+
+
+async def test_e11_same_without_compaction_is_plain_events_and_no_list(fake_api: FakeApiServer,
+                                                                       make_informer: Any) -> None:
+    events = await _miss_changes_while_disconnected(fake_api, make_informer, compact=False)
+    assert events == [("delete", "deleted"), ("add", "created", False), ("update", "modified")]
     assert len(fake_api.log("list", CM)) == 1
 
 

@@ -47,6 +47,15 @@ class Served:
         raise AssertionError("webhook never became ready")
 
 
+async def serve_tls(app: web.Application) -> tuple[web.AppRunner, int]:
+    """Run ``app`` on 127.0.0.1, a free port, with its own certificate reloader's SSL context."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=app[CERTS].context)
+    await site.start()
+    return runner, site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+
 @pytest.fixture
 async def served(tmp_path: Path) -> AsyncIterator[Served]:
     paths = certs.write_certs(tmp_path, dns_names=["localhost"], ip_addresses=["127.0.0.1"], days=1)
@@ -55,11 +64,7 @@ async def served(tmp_path: Path) -> AsyncIterator[Served]:
     settings = Settings(cert_file=paths.cert, key_file=paths.key, host="127.0.0.1", port=0, write_status=False,
                         cert_poll_interval=0.05, max_request_bytes=1024 * 1024)
     app = create_app(settings, lister_watcher_for=lambda key: cluster.lister_watcher(key.resource))
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=app[CERTS].context)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    runner, port = await serve_tls(app)
     client_ctx = ssl.create_default_context(cafile=str(paths.ca))
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_ctx)) as session:
         yield Served(f"https://localhost:{port}", session, cluster, app, tmp_path)

@@ -12,12 +12,12 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
 
+from tests.component.server.conftest import serve_tls
 from tests.component.server.test_admission_tls import PRIVILEGED_POLICY, pod_create, review
 from tests.fakeapi.server import FakeApiServer
 from webhook import certs
-from webhook.app import CERTS, create_app
+from webhook.app import create_app
 from webhook.config import Settings
 from webhook.kube.client import api_client_for_url
 
@@ -38,11 +38,7 @@ async def cluster(tmp_path: Path) -> AsyncIterator[tuple[FakeApiServer, str, aio
     client = api_client_for_url(fake.url)
     app = create_app(Settings(cert_file=paths.cert, key_file=paths.key, write_status=True, pod_name="replica-1"),
                      api_client=client)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=app[CERTS].context)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    runner, port = await serve_tls(app)
     ctx = ssl.create_default_context(cafile=str(paths.ca))
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as session:
         yield fake, f"https://localhost:{port}", session
