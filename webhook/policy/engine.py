@@ -141,7 +141,15 @@ class _Request:
         self.namespace = request.get("namespace") or ""
         self.template = template_path(self.group, self.resource, self.sub_resource)
         self._activations: dict[str, Any] = {}
+        self._synced: dict[str, bool] = {}
         self._namespace_obj: Any = ...
+
+    def is_synced(self, cache: str) -> bool:
+        """Whether ``cache`` has synced, asked once per request so every policy sees one answer."""
+        synced = self._synced.get(cache)
+        if synced is None:
+            synced = self._synced[cache] = self.lookups.is_synced(cache)
+        return synced
 
     @property
     def namespace_object(self) -> dict[str, Any] | None:
@@ -230,14 +238,14 @@ def _selects(policy: CompiledPolicy, req: _Request) -> str | None:
     return view
 
 
-def _unsynced_cache(policy: CompiledPolicy, lookups: Lookups) -> str | None:
+def _unsynced_cache(policy: CompiledPolicy, req: _Request) -> str | None:
     needed = [caches.POLICIES]
     if not policy.spec.namespace_selector.empty:
         needed.append(caches.NAMESPACES)
     if policy.spec.param_ref is not None:
         needed.append(caches.CONFIGMAPS)
     for cache in needed:
-        if not lookups.is_synced(cache):
+        if not req.is_synced(cache):
             return cache
     return None
 
@@ -284,7 +292,7 @@ def _prepare(policy: CompiledPolicy, req: _Request) -> tuple[_PolicyRun, Any, An
     if view is None:
         return None
     run = _PolicyRun(policy, req, view)
-    cache = _unsynced_cache(policy, req.lookups)
+    cache = _unsynced_cache(policy, req)
     if cache is not None:
         action = policy.spec.on_unsynced
         msg = f"cache {cache} has not synced (onUnsynced: {action})"
