@@ -104,3 +104,54 @@ async def test_policies_from_the_api_decide_and_get_status(cluster: tuple[FakeAp
         return (await decide(session, url, review(pod_create("p", True))))["allowed"] is True
 
     await until(allowed)
+
+
+async def test_api_server_unreachable_after_sync_keeps_serving_from_cache(
+        cluster: tuple[FakeApiServer, str, Any]) -> None:
+    fake, url, session = cluster
+
+    async def denied() -> bool:
+        return (await decide(session, url, review(pod_create("p", True))))["allowed"] is False
+
+    await until(denied)
+    await fake.refuse_connections()
+    await asyncio.sleep(0.3)
+    response = await decide(session, url, review(pod_create("p", True)))
+    assert response["allowed"] is False and "no-privileged" in response["status"]["message"]
+    async with session.get(url + "/readyz") as resp:
+        detail = await resp.json()
+    assert resp.status == 200  # synced never reverts: keep serving what the cache knows
+    assert detail["caches"]["clusteradmissionpolicies.tollgate.dev"]["ageSeconds"] >= 0.3
+    async with session.get(url + "/metrics") as resp:
+        assert 'tollgate_informer_cache_age_seconds{resource="namespaces"}' in await resp.text()
+    await fake.accept_connections()
+
+
+async def test_not_ready_until_the_api_server_answers(tmp_path: Path) -> None:
+    fake = FakeApiServer()
+    await fake.start()
+    fake.apply(POLICIES, PRIVILEGED_POLICY)
+    await fake.refuse_connections()
+    paths = certs.write_certs(tmp_path, dns_names=["localhost"], days=1)
+    client = api_client_for_url(fake.url)
+    app = create_app(Settings(cert_file=paths.cert, key_file=paths.key, write_status=False), api_client=client)
+    runner, port = await serve_tls(app)
+    ctx = ssl.create_default_context(cafile=str(paths.ca))
+    try:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as session:
+            await asyncio.sleep(0.3)
+            async with session.get(f"https://localhost:{port}/readyz") as resp:
+                detail = await resp.json()
+            assert resp.status == 503 and detail["ready"] is False
+            assert not any(c["synced"] for c in detail["caches"].values())
+            await fake.accept_connections()
+
+            async def ready() -> bool:
+                async with session.get(f"https://localhost:{port}/readyz") as r:
+                    return r.status == 200
+
+            await until(ready, timeout=10)
+    finally:
+        await runner.cleanup()
+        await client.close()
+        await fake.stop()
