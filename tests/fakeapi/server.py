@@ -75,6 +75,7 @@ class Faults:
     watch_error_500: int = 0
     watch_close_at_once: int = 0
     expire_continue_tokens: bool = False
+    list_delay: float = 0.0  # seconds before each LIST page is answered
     bookmark_interval: float | None = None
 
 
@@ -227,6 +228,8 @@ class FakeApiServer:
 
     async def _list(self, request: web.Request, resource: str, namespace: str | None) -> web.StreamResponse:
         q = request.query
+        if self.faults.list_delay:
+            await asyncio.sleep(self.faults.list_delay)
         if self.faults.list_errors:
             code, reason, retry_after = self.faults.list_errors.pop(0)
             headers = {"Retry-After": str(int(retry_after))} if retry_after is not None else {}
