@@ -1,0 +1,1 @@
+"""Tollgate: a Kubernetes admission webhook with informer-backed caches and CEL policies."""

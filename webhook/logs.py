@@ -17,6 +17,7 @@ class JSONFormatter(logging.Formatter):
     """Formats a record as one compact JSON line."""
 
     def format(self, record: logging.LogRecord) -> str:
+        """The record as ``{"time", "level", "logger", "msg", ...extra fields}`` on one line."""
         out = {
             "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),

@@ -23,18 +23,24 @@ OPERATIONS = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})
 
 
 class GroupVersionKind(TypedDict):
+    """``metav1.GroupVersionKind`` (``request.kind``, ``request.requestKind``)."""
+
     group: str
     version: str
     kind: str
 
 
 class GroupVersionResource(TypedDict):
+    """``metav1.GroupVersionResource`` (``request.resource``, ``request.requestResource``)."""
+
     group: str
     version: str
     resource: str
 
 
 class UserInfo(TypedDict, total=False):
+    """``authenticationv1.UserInfo`` of the requesting user (``request.userInfo``)."""
+
     username: str
     uid: str
     groups: list[str]
@@ -62,6 +68,8 @@ class AdmissionRequest(TypedDict, total=False):
 
 
 class Status(TypedDict, total=False):
+    """``metav1.Status`` subset carried by a denial (``response.status``)."""
+
     code: int
     reason: str
     message: str

@@ -92,6 +92,7 @@ class HandlerRegistration:
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
+        """Start the consumer task (on the running loop); idempotent."""
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run(), name=f"informer-handler-{self._name}")
 
@@ -100,11 +101,13 @@ class HandlerRegistration:
         return self._initial_done and self._pending_initial == 0
 
     def push(self, kind: str, a: Any, b: Any = None) -> None:
+        """Queue a notification: ``("add", obj, is_in_initial_list)``, ``("update", old, new)``, ``("delete", obj)``."""
         if kind == "add" and b is True:
             self._pending_initial += 1
         self._queue.put_nowait((kind, a, b))
 
     def mark_initial_queued(self) -> None:
+        """Every initial add has been queued; ``has_synced`` turns true once they are delivered."""
         self._initial_done = True
 
     async def _run(self) -> None:
@@ -131,6 +134,7 @@ class HandlerRegistration:
                     self._pending_initial -= 1
 
     async def stop(self) -> None:
+        """Cancel the consumer task and wait for it (pending notifications are dropped)."""
         if self._task is not None:
             self._task.cancel()
             try:

@@ -1,0 +1,2 @@
+"""The only package that talks to the API server (kubernetes_asyncio): ListerWatcher, status writer,
+leader election, ApiClient construction."""
