@@ -87,14 +87,19 @@ class KubeListerWatcher:
         plural: resource name, e.g. ``configmaps``.
         namespace: restrict to one namespace (None: all namespaces, or cluster-scoped).
         watch_read_timeout: seconds without any byte before a watch is declared dead.
+        max_line_bytes: longest watch line accepted (default 16 MiB); a longer one raises
+            :class:`LineTooLongError`, which makes the Reflector relist instead of re-watching
+            into the same line forever.
     """
 
     def __init__(self, api_client: client.ApiClient, *, group: str, version: str, plural: str,
-                 namespace: str | None = None, watch_read_timeout: float = WATCH_READ_TIMEOUT) -> None:
+                 namespace: str | None = None, watch_read_timeout: float = WATCH_READ_TIMEOUT,
+                 max_line_bytes: int = MAX_LINE_BYTES) -> None:
         self._api = api_client
         base = f"/api/{version}" if not group else f"/apis/{group}/{version}"
         self.path = f"{base}/namespaces/{namespace}/{plural}" if namespace else f"{base}/{plural}"
         self._read_timeout = watch_read_timeout
+        self._max_line = max_line_bytes
 
     async def _open(self, query: list[tuple[str, Any]], timeout: aiohttp.ClientTimeout) -> aiohttp.ClientResponse:
         try:
@@ -174,8 +179,8 @@ class KubeListerWatcher:
                     del buffer[: nl + 1]
                     if line.strip():
                         yield _decode(line)
-                if len(buffer) > MAX_LINE_BYTES:
-                    raise LineTooLongError(f"watch line over {MAX_LINE_BYTES} bytes")
+                if len(buffer) > self._max_line:
+                    raise LineTooLongError(f"watch line over {self._max_line} bytes")
         finally:
             resp.close()
 

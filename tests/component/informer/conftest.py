@@ -50,8 +50,10 @@ async def make_informer(api_client: Any) -> AsyncIterator[Callable[..., tuple[Sh
     started: list[SharedInformer] = []
 
     def make(resource: str = "configmaps", *, read_timeout: float = 5.0, label_selector: str | None = None,
-             resync: float = 0.0, min_watch_timeout: int = 30) -> tuple[SharedInformer, Recorder]:
-        lw = KubeListerWatcher(api_client, group="", version="v1", plural=resource, watch_read_timeout=read_timeout)
+             resync: float = 0.0, min_watch_timeout: int = 30,
+             max_line_bytes: int = 16 * 1024 * 1024) -> tuple[SharedInformer, Recorder]:
+        lw = KubeListerWatcher(api_client, group="", version="v1", plural=resource, watch_read_timeout=read_timeout,
+                               max_line_bytes=max_line_bytes)
         options = ReflectorOptions(label_selector=label_selector, min_watch_timeout=min_watch_timeout, short_watch=0.05,
                                    backoff_factory=lambda: Backoff(initial=0.02, cap=0.1))
         inf = SharedInformer(lw, name=resource, reflector_options=options, resync_check_period=resync)

@@ -323,6 +323,22 @@ async def test_e17_html_and_garbage_lines_rewatch_and_handlers_never_see_strings
     assert all(isinstance(e[1], str) for e in rec.events)
 
 
+async def test_e17_over_cap_line_relists_instead_of_looping(fake_api: FakeApiServer, make_informer: Any) -> None:
+    fake_api.apply(CM, cm("a"))
+    inf, _ = make_informer(max_line_bytes=64 * 1024)
+    await inf.start()
+    await converge(inf, fake_api)
+    await asyncio.sleep(0.1)
+    fake_api.apply(CM, cm("big", blob="x" * (128 * 1024)))  # over this informer's cap
+    for _ in range(100):
+        if len(fake_api.log("list", CM)) >= 2:
+            break
+        await asyncio.sleep(0.01)
+    # The line is never applied from the watch; the relist brings the object in through LIST.
+    assert len(fake_api.log("list", CM)) >= 2
+    await converge(inf, fake_api)
+
+
 async def test_e18_relabelled_out_of_selector_leaves_cache_and_indices(fake_api: FakeApiServer,
                                                                        make_informer: Any) -> None:
     fake_api.apply(CM, cm("p", labels={"tollgate.dev/params": "true"}))
