@@ -87,6 +87,7 @@ class HandlerRegistration:
         self.next_resync = time.monotonic() + resync_period if resync_period else None
         self._queue: asyncio.Queue[tuple[str, Any, Any] | None] = asyncio.Queue()
         self._pending_initial = 0
+        self._undelivered = 0
         self._initial_done = False
         self._name = name
         self._task: asyncio.Task[None] | None = None
@@ -104,7 +105,13 @@ class HandlerRegistration:
         """Queue a notification: ``("add", obj, is_in_initial_list)``, ``("update", old, new)``, ``("delete", obj)``."""
         if kind == "add" and b is True:
             self._pending_initial += 1
+        self._undelivered += 1
         self._queue.put_nowait((kind, a, b))
+
+    @property
+    def undelivered(self) -> int:
+        """Notifications queued or being handled right now (0 when the handler has caught up)."""
+        return self._undelivered
 
     def mark_initial_queued(self) -> None:
         """Every initial add has been queued; ``has_synced`` turns true once they are delivered."""
@@ -130,6 +137,7 @@ class HandlerRegistration:
             except Exception:  # noqa: BLE001 - a handler's bug must not stop its notifications
                 log.exception("%s: event handler failed on %s", self._name, kind)
             finally:
+                self._undelivered -= 1
                 if kind == "add" and b is True:
                     self._pending_initial -= 1
 
@@ -293,6 +301,10 @@ class SharedInformer:
 
     def bookmark(self, resource_version: str) -> None:
         """RV progress only; nothing to notify."""
+
+    def handlers_idle(self) -> bool:
+        """True when every handler has been told of everything applied to the store so far."""
+        return all(r.undelivered == 0 for r in self._handlers)
 
     def handlers_synced(self) -> bool:
         """True when the informer and every registration have synced."""

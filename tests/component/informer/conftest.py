@@ -75,14 +75,16 @@ def cm(name: str, ns: str = "default", labels: dict[str, str] | None = None, **d
 
 
 async def converge(inf: SharedInformer, fake: FakeApiServer, resource: str = "configmaps",
-                   selector: Callable[[dict[str, Any]], bool] = lambda o: True, timeout: float = 3.0) -> None:
-    """Wait until the cache equals the server's state (full objects), or fail with both."""
+                   selector: Callable[[dict[str, Any]], bool] = lambda o: True, timeout: float = 3.0,
+                   handlers: bool = True) -> None:
+    """Wait until the cache equals the server's state (full objects) and every handler has been told,
+    or fail with both states."""
     want: dict[str, Any] = {}
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout
     while loop.time() < end:
         want = {k: drop_managed_fields(o) for k, o in fake.state(resource).items() if selector(o)}
-        if inf.has_synced() and inf.indexer.snapshot() == want:
+        if inf.has_synced() and inf.indexer.snapshot() == want and (inf.handlers_idle() or not handlers):
             return
         await asyncio.sleep(0.01)
     assert inf.indexer.snapshot() == want
