@@ -29,7 +29,6 @@ from webhook.informer import (
     DeletedFinalStateUnknown,
     InformerKey,
     ListerWatcher,
-    ResourceEventHandlerFuncs,
     SharedInformer,
     SharedInformerFactory,
 )

@@ -58,7 +58,7 @@ def generate(*, dns_names: list[str], ip_addresses: list[str] = (), days: int = 
     Returns:
         ``(ca_pem, cert_pem, key_pem)`` as PEM bytes.
     """
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     ca_key = _key(algorithm)
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "tollgate-ca")])
     ca = (

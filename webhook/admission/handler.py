@@ -11,8 +11,20 @@ import logging
 from dataclasses import dataclass
 
 from webhook.admission.patch import encode_patch
-from webhook.admission.review import AdmissionRequest, AdmissionResponse, allowed, denied, errored, patched
-from webhook.policy import PolicyIndex, PolicyResult, evaluate_mutating, evaluate_validating
+from webhook.admission.review import (
+    AdmissionRequest,
+    AdmissionResponse,
+    allowed,
+    denied,
+    errored,
+    patched,
+)
+from webhook.policy import (
+    PolicyIndex,
+    PolicyResult,
+    evaluate_mutating,
+    evaluate_validating,
+)
 from webhook.policy.compiler import CompiledPolicy
 from webhook.policy.lookups import Lookups
 
@@ -71,7 +83,7 @@ class AdmissionHandler:
         try:
             candidates = self._candidates(request)
             outcome = evaluate_validating(request, candidates, self.lookups)  # type: ignore[arg-type]
-        except Exception as e:  # noqa: BLE001 - answered per failurePolicy, never a bare 500
+        except Exception as e:
             log.exception("evaluation failed", extra={"uid": uid, "endpoint": "validate",
                                                       "policies": [p.name for p in candidates]})
             return self.engine_failed(uid, candidates, e)
@@ -90,7 +102,7 @@ class AdmissionHandler:
         try:
             candidates = self._candidates(request)
             outcome = evaluate_mutating(request, candidates, self.lookups)  # type: ignore[arg-type]
-        except Exception as e:  # noqa: BLE001 - answered per failurePolicy, never a bare 500
+        except Exception as e:
             log.exception("evaluation failed", extra={"uid": uid, "endpoint": "mutate",
                                                       "policies": [p.name for p in candidates]})
             return self.engine_failed(uid, candidates, e)

@@ -21,7 +21,7 @@ import pytest
 from tests.component.server.conftest import Served
 from tests.shared import fixture_dir
 from webhook import certs
-from webhook.app import CERTS, INDEX
+from webhook.app import CERTS, INDEX, informer_for
 
 PRIVILEGED_POLICY = {
     "apiVersion": "tollgate.dev/v1alpha1",
@@ -143,22 +143,34 @@ async def test_mutating_endpoint_returns_a_jsonpatch(served: Served) -> None:
         {"op": "add", "path": "/metadata/labels", "value": {"team": "a"}}]
 
 
+async def applied(served: Served) -> None:
+    """Wait (polling the informer, not the webhook) until the policy informer delivered the cluster's latest RV."""
+    inf = informer_for(served.app, "clusteradmissionpolicies.tollgate.dev")
+    for _ in range(500):
+        if inf.last_sync_resource_version == str(served.cluster.rv) and inf.handlers_idle():
+            return
+        await asyncio.sleep(0.002)
+    raise AssertionError("the policy informer never caught up")
+
+
 async def test_policy_edit_changes_the_very_next_decision(served: Served) -> None:
     await start(served, PRIVILEGED_POLICY)
-    status, body = await served.post("/validate", review(pod_create("p", True)))
+    _, body = await served.post("/validate", review(pod_create("p", True)))
     assert body["response"]["allowed"] is False
     relaxed = copy.deepcopy(PRIVILEGED_POLICY)
     relaxed["spec"]["validations"][0]["expression"] = "true"
     await served.cluster.apply("clusteradmissionpolicies.tollgate.dev", relaxed)
-    for _ in range(200):
-        status, body = await served.post("/validate", review(pod_create("p", True)))
-        if body["response"]["allowed"]:
-            break
-        await asyncio.sleep(0.005)
+    # Once the edit has reached the informer's handlers, the very next review is decided by it: no retry.
+    await applied(served)
+    _, body = await served.post("/validate", review(pod_create("p", True)))
     assert body["response"]["allowed"] is True
+    await served.cluster.apply("clusteradmissionpolicies.tollgate.dev", PRIVILEGED_POLICY)
+    await applied(served)
+    _, body = await served.post("/validate", review(pod_create("p", True)))
+    assert body["response"]["allowed"] is False
     await served.cluster.delete("clusteradmissionpolicies.tollgate.dev", "no-privileged")
-    await asyncio.sleep(0.05)
-    status, body = await served.post("/validate", review(pod_create("p", True)))
+    await applied(served)
+    _, body = await served.post("/validate", review(pod_create("p", True)))
     assert body["response"]["allowed"] is True
 
 

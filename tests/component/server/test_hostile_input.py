@@ -14,7 +14,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.component.server.conftest import Served
-from tests.component.server.test_admission_tls import PRIVILEGED_POLICY, pod_create, start
+from tests.component.server.test_admission_tls import (
+    PRIVILEGED_POLICY,
+    pod_create,
+    start,
+)
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),

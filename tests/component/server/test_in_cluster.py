@@ -14,7 +14,11 @@ import aiohttp
 import pytest
 
 from tests.component.server.conftest import serve_tls
-from tests.component.server.test_admission_tls import PRIVILEGED_POLICY, pod_create, review
+from tests.component.server.test_admission_tls import (
+    PRIVILEGED_POLICY,
+    pod_create,
+    review,
+)
 from tests.fakeapi.server import FakeApiServer
 from webhook import certs
 from webhook.app import create_app

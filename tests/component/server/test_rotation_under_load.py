@@ -15,7 +15,12 @@ import aiohttp
 from cryptography import x509
 
 from tests.component.server.conftest import Served
-from tests.component.server.test_admission_tls import PRIVILEGED_POLICY, pod_create, review, start
+from tests.component.server.test_admission_tls import (
+    PRIVILEGED_POLICY,
+    pod_create,
+    review,
+    start,
+)
 from webhook import certs
 
 
