@@ -80,6 +80,23 @@ class AdmissionServer:
         return web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": status,
                                   "message": reason}, status=status)
 
+    async def _read_body(self, request: web.Request) -> bytes:
+        """The whole body, or the first ``max_request_bytes + 1`` bytes of a longer one.
+
+        ``StreamReader.read(n)`` returns whatever is buffered (one TLS record,
+        often 16 KiB), not n bytes, so a single read would cut a large
+        AdmissionReview short and answer a valid request with "malformed JSON".
+        """
+        chunks: list[bytes] = []
+        size = 0
+        while size <= self.max_request_bytes:
+            chunk = await request.content.read(self.max_request_bytes + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+
     async def _serve(self, request: web.Request, endpoint: str, decide: Callable[..., Decision]) -> web.StreamResponse:
         started = self._clock()
         if request.content_type != "application/json":
@@ -89,7 +106,7 @@ class AdmissionServer:
         budget = parse_go_duration(request.query.get("timeout")) or self.default_timeout
         try:
             async with asyncio.timeout(max(budget - DEADLINE_MARGIN, 0.1)):
-                body = await request.content.read(self.max_request_bytes + 1)
+                body = await self._read_body(request)
         except TimeoutError:
             return self._reject(endpoint, 408, "request body not received before the deadline")
         if len(body) > self.max_request_bytes:

@@ -7,8 +7,13 @@ runs the same property with many more examples.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import ssl
+import time
 from typing import Any
+
+import pytest
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -85,3 +90,44 @@ async def test_shapes_that_hurt_parsers(served: Served) -> None:
     for body in (deep, huge_array, b"\x00" * 100, b"\xff\xfe\xfd", b"null", b'"string"', b"1e999999"):
         await check(served, body)
     await check(served, json.dumps({"x": 1}).encode(), content_type="application/x-www-form-urlencoded")
+
+
+async def test_slow_body_is_answered_before_the_api_server_deadline(served: Served) -> None:
+    """A body that never completes gets HTTP 408 before ``?timeout=`` runs out, not a hang."""
+    await start(served)
+    port = int(served.url.rsplit(":", 1)[1])
+    ctx = ssl.create_default_context(cafile=str(served.cert_dir / "ca.crt"))
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx, server_hostname="localhost")
+    started = time.monotonic()
+    writer.write(b"POST /validate?timeout=1s HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: 1000\r\n\r\n{\"apiVersion\":")
+    await writer.drain()
+    async with asyncio.timeout(5):
+        status_line = await reader.readline()
+    elapsed = time.monotonic() - started
+    writer.close()
+    assert status_line.split()[1] == b"408", status_line
+    # DEADLINE_MARGIN (0.5 s) before the API server's 1 s: it still gets our answer.
+    assert 0.3 <= elapsed < 1.0, elapsed
+
+
+@pytest.mark.parametrize("endpoint", ["/validate", "/mutate"])
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", "application/yaml",
+                                          "multipart/form-data; boundary=x", ""])
+async def test_wrong_content_types_get_415(served: Served, endpoint: str, content_type: str) -> None:
+    await start(served)
+    body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                       "request": pod_create("ct")}).encode()
+    status, reply = await served.post(endpoint, body, headers={"Content-Type": content_type})
+    assert status == 415 and "Content-Type" in reply["message"]
+
+
+async def test_large_valid_review_is_read_whole(served: Served) -> None:
+    """A 900 KiB review arrives in many TLS records; it must be decided, not cut short into "malformed JSON"."""
+    await start(served, PRIVILEGED_POLICY)
+    request = pod_create("big", privileged=True)
+    request["object"]["metadata"]["annotations"] = {"blob": "x" * (900 * 1024)}
+    status, reply = await served.post("/validate", {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                                                    "request": request})
+    assert status == 200, reply
+    assert reply["response"]["uid"] == "uid-big" and reply["response"]["allowed"] is False
