@@ -14,6 +14,7 @@ import asyncio
 import logging
 import os
 import socket
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -123,6 +124,7 @@ def _refresh_gauges(app: web.Application) -> None:
     metrics.policies_ready.labels("false").set(len(states) - ready)
     if CERTS in app:
         metrics.cert_expiry.set(app[CERTS].expiry)
+        metrics.cert_expiry_seconds.set(app[CERTS].expiry - time.time())
 
 
 async def healthz(request: web.Request) -> web.Response:

@@ -37,5 +37,8 @@ class Metrics:
                                "Seconds since the cache's last list, event or bookmark", ["resource"], registry=r)
         self.cert_expiry = Gauge("tollgate_certificate_expiry_timestamp_seconds",
                                  "notAfter of the served certificate (Unix time)", registry=r)
+        self.cert_expiry_seconds = Gauge("tollgate_certificate_expiry_seconds",
+                                         "Seconds until the served certificate's notAfter (negative once expired)",
+                                         registry=r)
         self.cert_reloads = Counter("tollgate_certificate_reloads_total", "Certificate reload attempts",
                                     ["result"], registry=r)

@@ -207,6 +207,11 @@ async def test_readyz_metrics_and_healthz(served: Served) -> None:
     assert 'tollgate_admission_requests_total{decision="denied",endpoint="validate"} 1.0' in text
     assert 'tollgate_policy_evaluations_total{policy="no-privileged",result="fail"} 1.0' in text
     assert 'tollgate_informer_synced{resource="namespaces"} 1.0' in text
+    # The fixture's certificate is valid for one day.
+    expiry = float(next(line.split()[1] for line in text.splitlines()
+                        if line.startswith("tollgate_certificate_expiry_seconds ")))
+    assert 86400 - 600 < expiry <= 86400
+    assert 'tollgate_informer_cache_age_seconds{resource="namespaces"}' in text
     async with served.session.get(served.url + "/healthz") as resp:
         assert resp.status == 200
 
