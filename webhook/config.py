@@ -5,9 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-#: controller-runtime's maxRequestSize: the API server caps a request body at
-#: 3 MiB of object, and an AdmissionReview may carry it twice (object and
-#: oldObject) plus JSON escaping overhead; 7 MiB leaves room for that.
+#: controller-runtime's maxRequestSize (pkg/webhook/admission/http.go), derived
+#: the same way: etcd's recommended maximum client request is 1.5 MB, and the API
+#: server accepts twice that per object (3 MB) because a JSON body shrinks when
+#: converted to protobuf for etcd. An AdmissionReview carries at most two
+#: objects (``object`` and ``oldObject``) plus an envelope well under 1 MB:
+#: 2 x 3 + 1 = 7 MiB.
 MAX_REQUEST_BYTES = 7 * 1024 * 1024
 
 
