@@ -12,6 +12,7 @@ import ssl
 from pathlib import Path
 
 import aiohttp
+import pytest
 from cryptography import x509
 
 from tests.component.server.conftest import Served
@@ -28,7 +29,8 @@ def serial_of(pem: Path) -> int:
     return x509.load_pem_x509_certificate(pem.read_bytes()).serial_number
 
 
-async def test_rotation_under_load_fails_no_request(served: Served, tmp_path: Path) -> None:
+async def test_rotation_under_load_fails_no_request(served: Served, tmp_path: Path,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
     await start(served, PRIVILEGED_POLICY)
     fresh = tmp_path / "fresh"
     certs.write_certs(fresh, dns_names=["localhost"], ip_addresses=["127.0.0.1"], days=2)
@@ -92,3 +94,5 @@ async def test_rotation_under_load_fails_no_request(served: Served, tmp_path: Pa
     failures = re.search(r'tollgate_certificate_reloads_total\{result="failure"\} (\d+)', metrics)
     assert failures is not None and int(failures.group(1)) >= 1
     assert 'tollgate_certificate_reloads_total{result="success"} 1.0' in metrics
+    rejected = [r for r in caplog.records if r.name == "tollgate.tls" and "rejected" in r.getMessage()]
+    assert rejected and rejected[0].levelname == "WARNING"
