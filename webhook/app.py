@@ -75,7 +75,7 @@ def local_lister_watchers(root: Path, poll_interval: float) -> Callable[[Informe
 class PolicyEventHandler:
     """Keeps the :class:`PolicyIndex` in step with a policy informer; queues status writes."""
 
-    def __init__(self, index: PolicyIndex, status_sink: Callable[[dict[str, Any], dict[str, Any]], Any] | None,
+    def __init__(self, index: PolicyIndex, status_sink: Callable[[dict[str, Any], Any], object] | None,
                  *, forget: Callable[[dict[str, Any]], Any] | None = None) -> None:
         self.index = index
         self.status_sink = status_sink

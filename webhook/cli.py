@@ -10,7 +10,9 @@ import os
 import signal
 import sys
 import tempfile
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 from webhook import certs, logs
 from webhook.config import MAX_REQUEST_BYTES, Settings
@@ -158,6 +160,7 @@ def run_serve(args: argparse.Namespace) -> int:
         cert_poll_interval=args.cert_poll_interval, write_status=args.write_status and args.local is None,
         pod_name=os.environ.get("POD_NAME", ""), namespace=os.environ.get("POD_NAMESPACE", "tollgate-system"),
     )
+    runner: Callable[[Coroutine[Any, Any, None]], None]
     try:
         import uvloop
 

@@ -51,8 +51,8 @@ class AdmissionHandler:
         self.lookups = lookups
 
     def _candidates(self, request: AdmissionRequest) -> list[CompiledPolicy]:
-        res = request.get("resource") or {}
-        return self.index.candidates(res.get("group", ""), res.get("resource", ""),
+        res = request.get("resource")
+        return self.index.candidates(res.get("group", "") if res else "", res.get("resource", "") if res else "",
                                      request.get("subResource", "") or "", request.get("operation", ""))
 
     @staticmethod

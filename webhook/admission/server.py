@@ -131,7 +131,7 @@ class AdmissionServer:
         if decision.decision != "allowed" or log.isEnabledFor(logging.DEBUG):
             log.info("admission decision", extra={
                 "uid": uid, "endpoint": endpoint, "decision": decision.decision,
-                "kind": (admission_request.get("kind") or {}).get("kind"),
+                "kind": gvk.get("kind") if (gvk := admission_request.get("kind")) else None,
                 "namespace": admission_request.get("namespace"), "object_name": admission_request.get("name"),
                 "operation": admission_request.get("operation"),
                 "policies": [r.policy for r in decision.results if r.result in ("fail", "error")],
