@@ -1,12 +1,12 @@
 """Decision parity of Tollgate's Pod Security policies with Kyverno's own test corpus.
 
-For every policy folder of ``shared/fixtures/kyverno-pod-security-cel``, the
+For every policy folder of ``tests/fixtures/kyverno-pod-security-cel``, the
 same-named Tollgate policy is run (with ``tollgate test``'s engine code) over
 the folder's ``.kyverno-test/resource.yaml``; each resource's result must equal
 the one ``.kyverno-test/kyverno-test.yaml`` expects — Pods and pod controllers
 (through ``autogen.podControllers``) alike. A resource that Kyverno lists under
 several rules of one policy fails if any of them fails. Read at test time; the
-fixtures are not copied into this repository.
+corpus is vendored with its LICENSE and source.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.shared import ROOT, shared_dir
+from tests.fixtures import ROOT, fixture_dir
 from webhook.offline import build_request, evaluate_pair
 from webhook.policy import InMemoryLookups, compile_policy
 
-FIXTURES = shared_dir() / "fixtures" / "kyverno-pod-security-cel"
+FIXTURES = fixture_dir("kyverno-pod-security-cel")
 POLICIES = ROOT / "policies" / "pod-security"
 #: Kyverno policies with several rules whose tests name only some rules for some resources: the
 #: Tollgate validation (index in spec.validations) that corresponds to each rule.
@@ -37,8 +37,6 @@ def cases() -> list[tuple[str, str, str, str, str, tuple[str, ...]]]:
     ``rules`` are the Kyverno rules the expectation covers when it covers only some of the
     policy's rules (empty when it covers all of them).
     """
-    if not FIXTURES.is_dir():
-        return []
     out = []
     for folder in sorted(p for p in FIXTURES.glob("*/*") if p.is_dir()):
         test = yaml.safe_load((folder / ".kyverno-test" / "kyverno-test.yaml").read_text())
@@ -69,9 +67,9 @@ def resource(folder: Path, kind: str, name: str) -> dict[str, Any]:
 
 
 def test_fixtures_are_present_and_every_folder_has_a_policy() -> None:
-    assert FIXTURES.is_dir(), f"fixtures not found at {FIXTURES}: check out shared/ beside the repository"
     folders = {(p.parent.name, p.name) for p in FIXTURES.glob("*/*") if p.is_dir()}
     assert len(folders) == 17
+    assert len(CASES) == 925, "the vendored corpus names 925 resources"
     missing = [f"{level}/{name}" for level, name in sorted(folders) if not (POLICIES / level / f"{name}.yaml").is_file()]
     assert missing == []
 

@@ -19,7 +19,7 @@ import aiohttp
 import pytest
 
 from tests.component.server.conftest import Served
-from tests.shared import fixture_dir
+from tests.fixtures import fixture_dir
 from webhook import certs
 from webhook.app import CERTS, INDEX, informer_for
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.shared import fixture_dir
+from tests.fixtures import fixture_dir
 from webhook.policy.celenv import (
     ENV,
     T,
