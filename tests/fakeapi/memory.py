@@ -4,7 +4,7 @@ One resourceVersion counter shared by every resource, as etcd has; LIST
 returns the current objects at the current RV; WATCH yields every change with
 an RV above the requested one, then waits for more. It exercises the real
 Reflector, Indexer and handlers without sockets. (It is not the HTTP fake API
-server of informer.md §D: no pagination, compaction or fault injection.)
+server of docs/design/informer.md §D: no pagination, compaction or fault injection.)
 """
 
 from __future__ import annotations

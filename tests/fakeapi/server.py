@@ -1,4 +1,4 @@
-"""An RV-faithful fake kube-apiserver for component tests (informer.md §D).
+"""An RV-faithful fake kube-apiserver for component tests (docs/design/informer.md §D).
 
 aiohttp on 127.0.0.1, port 0, speaking the real wire protocol so that the
 real kubernetes_asyncio ``ApiClient`` (through ``KubeListerWatcher``) talks to

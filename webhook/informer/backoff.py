@@ -3,7 +3,7 @@
 ``wait.Backoff{Duration: 0.8s, Factor: 2, Jitter: 1.0, Cap: 30s}`` with
 ``DelayWithReset(clock, 2m)``: each delay is uniform in ``[d, 2d)``, ``d``
 doubles up to the cap, and resets when no failure happened for ``reset_after``
-seconds (informer.md §A1). Clock and RNG are injectable for tests.
+seconds (docs/design/informer.md §A1). Clock and RNG are injectable for tests.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 ``webhook.kube`` maps HTTP statuses and transport failures onto these, so
 the Reflector decides "relist", "re-watch" or "back off" without knowing
-the transport (informer.md §B, "What the informer must add"). Pure.
+the transport (docs/design/informer.md §B, "What the informer must add"). Pure.
 """
 
 from __future__ import annotations

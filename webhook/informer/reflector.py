@@ -1,6 +1,6 @@
 """Reflector: keeps a store in step with the API server through LIST and WATCH.
 
-Follows client-go ``tools/cache/reflector.go`` (informer.md §A):
+Follows client-go ``tools/cache/reflector.go`` (docs/design/informer.md §A):
 
 * paginated LIST (``limit=500``, ``continue``) at ``resourceVersion="0"``
   first, at the last synced RV on a relist (without ``limit``, which would

@@ -2,9 +2,9 @@
 
 Uses ``ApiClient.call_api(..., _preload_content=False)`` and decodes JSON
 itself into plain dicts (model deserialization costs ~27x more), and does
-**not** use ``kubernetes_asyncio.watch.Watch`` (informer.md §B: it swallows
+**not** use ``kubernetes_asyncio.watch.Watch`` (docs/design/informer.md §B: it swallows
 410s, yields garbage lines as strings and has no read timeout). It adds what
-the Reflector needs (informer.md §B, "What the informer must add"):
+the Reflector needs (docs/design/informer.md §B, "What the informer must add"):
 
 * the HTTP status is checked and ``Status`` bodies become
   :class:`ApiStatusError` (with ``Retry-After`` and ``details.causes``);

@@ -1,6 +1,6 @@
 """The CEL environment policies compile in (pure; no I/O).
 
-One cel-expr-python ``Env`` (see ``../shared/design/cel.md``) with the
+One cel-expr-python ``Env`` (see ``docs/design/cel.md``) with the
 variables of ValidatingAdmissionPolicy — ``object``, ``oldObject``,
 ``request``, ``params``, ``namespaceObject``, ``variables`` — the strings,
 optional, bindings and math extensions, and the parts of the Kubernetes CEL

@@ -1,6 +1,6 @@
 """Evaluate compiled policies against one AdmissionRequest (pure; no I/O).
 
-Semantics follow ``../shared/design/policy-api.md``, and where it is silent
+Semantics follow ``docs/design/policy-api.md``, and where it is silent
 ValidatingAdmissionPolicy / MutatingAdmissionPolicy:
 
 * match: resource rules (via the index, then exactly here), excludes,

@@ -4,7 +4,7 @@
 resource (a raw dict) into a :class:`PolicySpec`, raising
 :class:`PolicySpecError` with the spec path of the first problem, e.g.
 ``spec.validations[2].reason: must be one of [...]``. Field names and
-defaults follow ``../shared/design/policy-api.md``; where it is silent they
+defaults follow ``docs/design/policy-api.md``; where it is silent they
 follow ValidatingAdmissionPolicy (VAP) and MutatingAdmissionPolicy.
 """
 

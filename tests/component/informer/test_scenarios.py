@@ -1,4 +1,4 @@
-"""Fault scenarios E1-E23 of informer.md §E: the real KubeListerWatcher over kubernetes_asyncio's
+"""Fault scenarios E1-E23 of docs/design/informer.md §E: the real KubeListerWatcher over kubernetes_asyncio's
 ApiClient against the HTTP fake API server, nothing patched.
 
 Each test waits for convergence and compares the whole cache with the server's state, and checks
