@@ -1,22 +1,24 @@
-"""Application wiring: informers → policy index → admission handlers, TLS and health.
+"""Application wiring: build every component eagerly from Settings, start and stop them with the app.
 
-``create_app(settings)`` returns an aiohttp ``Application``; every background
-task (informers, certificate polling, status writer, leader election) starts
-and stops in a ``cleanup_ctx`` generator, so it is cleaned up if and only if
-it was started. Informers come from a SharedInformerFactory over either
-kubernetes_asyncio (a cluster) or YAML files (``--local``); nothing on the
-request path calls the API server.
+``create_app(settings, api_client=...)`` constructs, in this order and up front,
+the metrics, the policy index, the informers (over kubernetes_asyncio in a
+cluster, or YAML files with ``--local``), the policy event handler, the
+lookups, the admission handler and server, the certificate reloader, and — in
+a cluster with status writing on — the leader elector and the status writer.
+``cleanup_ctx`` only starts and stops them (aiohttp's app-factory style), so a
+component is stopped if and only if it was started. Nothing on the request
+path calls the API server. The caller owns the ApiClient (``cli.py`` opens and
+closes it).
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import socket
 import time
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -25,89 +27,143 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from webhook.admission.handler import AdmissionHandler
 from webhook.admission.lookups import InformerLookups
 from webhook.admission.server import AdmissionServer
+from webhook.aio import cancel_and_wait
 from webhook.config import Settings
-from webhook.informer import (
-    DeletedFinalStateUnknown,
-    InformerKey,
-    ListerWatcher,
-    SharedInformer,
-    SharedInformerFactory,
-)
+from webhook.informer import InformerKey, ListerWatcher, SharedInformer, SharedInformerFactory
 from webhook.localsource import LocalDirectoryListerWatcher
 from webhook.metrics import Metrics
-from webhook.policy import PolicyIndex, policy_key
-from webhook.policy.lookups import InMemoryLookups
-from webhook.policy.model import GROUP, VERSION
+from webhook.policy import PolicyEventHandler, PolicyIndex
+from webhook.resources import CLUSTER_POLICIES, CONFIGMAPS, NAMESPACED_POLICIES, NAMESPACES, Resource
 from webhook.tls import CertReloader
 
-log = logging.getLogger("tollgate")
 
-NAMESPACES = InformerKey("namespaces")
-CLUSTER_POLICIES = InformerKey(f"clusteradmissionpolicies.{GROUP}")
-NAMESPACED_POLICIES = InformerKey(f"admissionpolicies.{GROUP}")
+@dataclass(frozen=True, slots=True)
+class Components:
+    """Everything ``create_app`` built, for the health endpoints, the CLI and tests.
 
-#: InformerKey.resource → (group, version, plural, kinds served from --local files, default namespace).
-RESOURCES: dict[str, tuple[str, str, str, set[str], str | None]] = {
-    "namespaces": ("", "v1", "namespaces", {"Namespace"}, None),
-    "configmaps": ("", "v1", "configmaps", {"ConfigMap"}, "default"),
-    CLUSTER_POLICIES.resource: (GROUP, VERSION, "clusteradmissionpolicies", {"ClusterAdmissionPolicy"}, None),
-    NAMESPACED_POLICIES.resource: (GROUP, VERSION, "admissionpolicies", {"AdmissionPolicy"}, "default"),
-}
+    Attributes:
+        settings: what it was built from.
+        metrics: the Prometheus registry and metric objects.
+        index: compiled policies.
+        factory: the informer factory (one informer per key).
+        namespaces, configmaps: the Namespace and params-ConfigMap informers.
+        policy_informers: the ClusterAdmissionPolicy and AdmissionPolicy informers.
+        server: the admission endpoints.
+        certs: the serving certificate, when configured.
+        elector: the Lease elector, when status writing is on in a cluster.
+        status_writer: the Ready-condition writer, when status writing is on in a cluster.
+    """
 
-INDEX = web.AppKey("index", PolicyIndex)
-FACTORY = web.AppKey("factory", SharedInformerFactory)
-METRICS = web.AppKey("metrics", Metrics)
+    settings: Settings
+    metrics: Metrics
+    index: PolicyIndex
+    factory: SharedInformerFactory
+    namespaces: SharedInformer
+    configmaps: SharedInformer
+    policy_informers: tuple[SharedInformer, ...]
+    server: AdmissionServer
+    certs: CertReloader | None
+    elector: Any | None
+    status_writer: Any | None
+
+    def informer(self, resource: Resource) -> SharedInformer:
+        """The informer of one of the cached resources."""
+        for key, inf in self.factory.informers.items():
+            if key.resource == resource.informer_resource:
+                return inf
+        raise KeyError(resource.informer_resource)
+
+
+COMPONENTS = web.AppKey("components", Components)
+#: The serving certificate (``app[CERTS].context`` is the TLS context to serve with).
 CERTS = web.AppKey("certs", CertReloader)
-CONFIGMAPS_KEY = web.AppKey("configmaps_key", InformerKey)
+
+_BY_INFORMER_RESOURCE = {r.informer_resource: r for r in (NAMESPACES, CONFIGMAPS, CLUSTER_POLICIES,
+                                                            NAMESPACED_POLICIES)}
 
 
-def local_lister_watchers(root: Path, poll_interval: float) -> Callable[[InformerKey], ListerWatcher]:
-    """ListerWatchers over YAML files under ``root``, one per informer key."""
+def _lister_watcher_factory(settings: Settings, api_client: Any) -> Callable[[InformerKey], ListerWatcher]:
+    if settings.local_dir is not None:
+        root, poll = settings.local_dir, settings.local_poll_interval
 
-    def make(key: InformerKey) -> ListerWatcher:
-        _g, _v, _p, kinds, default_ns = RESOURCES[key.resource]
-        return LocalDirectoryListerWatcher(root, kinds=kinds, default_namespace=default_ns,
-                                           poll_interval=poll_interval)
+        def local(key: InformerKey) -> ListerWatcher:
+            r = _BY_INFORMER_RESOURCE[key.resource]
+            return LocalDirectoryListerWatcher(root, kinds={r.kind}, poll_interval=poll,
+                                               default_namespace="default" if r.namespaced else None)
 
-    return make
+        return local
+    if api_client is None:
+        raise ValueError("create_app: a cluster needs an api_client (or settings.local_dir)")
+    from webhook.kube.listwatch import KubeListerWatcher
 
+    def kube(key: InformerKey) -> ListerWatcher:
+        r = _BY_INFORMER_RESOURCE[key.resource]
+        return KubeListerWatcher(api_client, group=r.group, version=r.version, plural=r.plural,
+                                 namespace=key.namespace)
 
-class PolicyEventHandler:
-    """Keeps the :class:`PolicyIndex` in step with a policy informer; queues status writes."""
-
-    def __init__(self, index: PolicyIndex, status_sink: Callable[[dict[str, Any], Any], object] | None,
-                 *, forget: Callable[[dict[str, Any]], Any] | None = None) -> None:
-        self.index = index
-        self.status_sink = status_sink
-        self.forget = forget
-
-    def on_add(self, obj: dict[str, Any], is_in_initial_list: bool) -> None:
-        """Compile and file the policy; report its Ready condition."""
-        state = self.index.upsert(obj)
-        if state.result.policy is None:
-            log.warning("policy not ready", extra={"policy": state.key, "reason": state.result.condition["reason"],
-                                                   "detail": state.result.condition["message"]})
-        else:
-            log.info("policy compiled", extra={"policy": state.key})
-        if self.status_sink is not None:
-            self.status_sink(obj, state.result.condition)
-
-    def on_update(self, old: dict[str, Any], new: dict[str, Any]) -> None:
-        """Recompile only when the spec or generation changed (status writes also arrive as updates)."""
-        if old.get("spec") == new.get("spec") and self.index.state(policy_key(new)) is not None:
-            return
-        self.on_add(new, False)
-
-    def on_delete(self, obj: dict[str, Any] | DeletedFinalStateUnknown) -> None:
-        """Forget the policy (and any status write still queued for it)."""
-        self.index.remove(obj.key if isinstance(obj, DeletedFinalStateUnknown) else obj)
-        if self.forget is not None:
-            self.forget(obj.obj if isinstance(obj, DeletedFinalStateUnknown) else obj)
+    return kube
 
 
-def _refresh_gauges(app: web.Application) -> None:
-    metrics = app[METRICS]
-    for key, inf in app[FACTORY].informers.items():
+def _status_components(settings: Settings, api_client: Any) -> tuple[Any, Any]:
+    """The leader elector and the status writer: only the leader writes Ready conditions."""
+    from webhook.kube.leader import LeaderElectionConfig, LeaderElector
+    from webhook.kube.status import StatusWriter
+
+    identity = settings.pod_name or os.environ.get("POD_NAME") or socket.gethostname()
+    elector: LeaderElector
+    writer = StatusWriter(api_client, is_leader=lambda: elector.is_leader())
+    # A new leader re-queues every policy's condition at once.
+    elector = LeaderElector(api_client, LeaderElectionConfig(
+        lease_name="tollgate-status-writer", lease_namespace=settings.namespace, identity=identity),
+        on_started_leading=writer.resync)
+    return elector, writer
+
+
+def build_components(settings: Settings, *, api_client: Any = None,
+                     lister_watcher_for: Callable[[InformerKey], ListerWatcher] | None = None) -> Components:
+    """Construct every component; nothing is started.
+
+    Args:
+        settings: see :class:`~webhook.config.Settings`.
+        api_client: a kubernetes_asyncio ApiClient (cluster mode; not closed here).
+        lister_watcher_for: where informers list and watch (tests); default: YAML
+            files when ``settings.local_dir`` is set, else ``api_client``.
+
+    Raises:
+        ValueError: cluster mode without an ``api_client``.
+    """
+    metrics = Metrics()
+    index = PolicyIndex()
+    certs = None
+    if settings.cert_file is not None and settings.key_file is not None:
+        certs = CertReloader(settings.cert_file, settings.key_file, client_ca=settings.client_ca,
+                             on_reload=lambda result: metrics.cert_reloads.labels(result).inc())
+    factory = SharedInformerFactory(lister_watcher_for or _lister_watcher_factory(settings, api_client))
+    namespaces = factory.informer(InformerKey(NAMESPACES.informer_resource))
+    configmaps = factory.informer(InformerKey(CONFIGMAPS.informer_resource,
+                                              label_selector=settings.params_selector or None))
+    policy_informers = (factory.informer(InformerKey(CLUSTER_POLICIES.informer_resource)),
+                        factory.informer(InformerKey(NAMESPACED_POLICIES.informer_resource)))
+    elector = writer = None
+    if settings.write_status and api_client is not None and settings.local_dir is None:
+        elector, writer = _status_components(settings, api_client)
+    events = PolicyEventHandler(index, writer.enqueue if writer is not None else None,
+                                forget=writer.forget if writer is not None else None)
+    registrations = [inf.add_event_handler(events) for inf in policy_informers]
+
+    def policies_synced() -> bool:
+        return all(inf.has_synced() for inf in policy_informers) and all(r.has_synced() for r in registrations)
+
+    handler = AdmissionHandler(index, InformerLookups(namespaces, configmaps, policies_synced))
+    server = AdmissionServer(handler, metrics, max_request_bytes=settings.max_request_bytes,
+                             default_timeout=settings.default_timeout)
+    return Components(settings, metrics, index, factory, namespaces, configmaps, policy_informers, server, certs,
+                      elector, writer)
+
+
+def _refresh_gauges(c: Components) -> None:
+    metrics = c.metrics
+    for key, inf in c.factory.informers.items():
         r = key.resource
         metrics.informer_synced.labels(r).set(1 if inf.has_synced() else 0)
         rv = inf.last_sync_resource_version
@@ -118,13 +174,15 @@ def _refresh_gauges(app: web.Application) -> None:
         age = inf.cache_age()
         if age is not None:
             metrics.cache_age.labels(r).set(age)
-    states = app[INDEX].states()
-    ready = sum(1 for s in states if s.result.policy is not None)
+    states = c.index.states()
+    ready = sum(1 for s in states if s.ready)
+    unmatchable = len(c.index.unmatchable())
     metrics.policies_ready.labels("true").set(ready)
     metrics.policies_ready.labels("false").set(len(states) - ready)
-    if CERTS in app:
-        metrics.cert_expiry.set(app[CERTS].expiry)
-        metrics.cert_expiry_seconds.set(app[CERTS].expiry - time.time())
+    metrics.policies_unmatchable.set(unmatchable)
+    if c.certs is not None:
+        metrics.cert_expiry.set(c.certs.expiry)
+        metrics.cert_expiry_seconds.set(c.certs.expiry - time.time())
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -133,148 +191,73 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
-    """``GET /readyz``: 200 only when every informer synced and a certificate is loaded; JSON detail."""
-    app = request.app
+    """``GET /readyz``: 200 only when every informer synced and a certificate is loaded; JSON detail.
+
+    ``policies`` maps each policy key to ``{"ready", "reason"}``;
+    ``unmatchablePolicies`` lists policies whose match rules are unreadable (they select nothing).
+    """
+    c = request.app[COMPONENTS]
     caches = {}
-    for key, inf in app[FACTORY].informers.items():
+    for key, inf in c.factory.informers.items():
         age = inf.cache_age()
         caches[key.resource] = {"synced": inf.has_synced(), "resourceVersion": inf.last_sync_resource_version,
                                 "objects": len(inf.indexer), "ageSeconds": None if age is None else round(age, 3)}
-    policies = {s.key: s.result.condition["status"] == "True" for s in app[INDEX].states()}
-    ready = all(c["synced"] for c in caches.values()) and CERTS in app
-    body = {"ready": ready, "certificateLoaded": CERTS in app, "caches": caches, "policies": policies}
+    policies = {s.key: {"ready": s.ready, "reason": s.result.condition["reason"]} for s in c.index.states()}
+    ready = all(cache["synced"] for cache in caches.values()) and c.certs is not None
+    body = {"ready": ready, "certificateLoaded": c.certs is not None, "caches": caches, "policies": policies,
+            "unmatchablePolicies": c.index.unmatchable()}
     return web.json_response(body, status=200 if ready else 503)
 
 
 async def metrics_view(request: web.Request) -> web.Response:
     """``GET /metrics`` in the Prometheus text format."""
-    _refresh_gauges(request.app)
-    body = generate_latest(request.app[METRICS].registry)
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+    c = request.app[COMPONENTS]
+    _refresh_gauges(c)
+    return web.Response(body=generate_latest(c.metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
-def create_app(settings: Settings, *, lister_watcher_for: Callable[[InformerKey], ListerWatcher] | None = None,
-               api_client: Any = None) -> web.Application:
-    """Build the webhook application.
-
-    Args:
-        settings: see :class:`~webhook.config.Settings`.
-        lister_watcher_for: where informers list and watch. Default: YAML files
-            when ``settings.local_dir`` is set, else the cluster through
-            kubernetes_asyncio (an ApiClient is created in ``cleanup_ctx``).
-        api_client: an existing kubernetes_asyncio ApiClient (tests); not closed here.
+def create_app(settings: Settings, *, api_client: Any = None,
+               lister_watcher_for: Callable[[InformerKey], ListerWatcher] | None = None) -> web.Application:
+    """Build the webhook application (see :func:`build_components` for the arguments).
 
     Returns:
-        The aiohttp application (serve it with TLS from ``app[CERTS].context``
-        when a certificate is configured).
+        The aiohttp application; ``app[COMPONENTS]`` holds what was built and
+        ``app[CERTS].context`` the TLS context to serve with (when a
+        certificate is configured).
     """
+    c = build_components(settings, api_client=api_client, lister_watcher_for=lister_watcher_for)
     app = web.Application(client_max_size=settings.max_request_bytes + 1)
-    metrics = Metrics()
-    index = PolicyIndex()
-    app[METRICS] = metrics
-    app[INDEX] = index
-    if settings.cert_file is not None and settings.key_file is not None:
-        app[CERTS] = CertReloader(settings.cert_file, settings.key_file, client_ca=settings.client_ca,
-                                  on_reload=lambda result: metrics.cert_reloads.labels(result).inc())
-
-    state: dict[str, Any] = {"api_client": api_client}
-
-    def lw_for(key: InformerKey) -> ListerWatcher:
-        if lister_watcher_for is not None:
-            return lister_watcher_for(key)
-        if settings.local_dir is not None:
-            return local_lister_watchers(settings.local_dir, settings.local_poll_interval)(key)
-        from webhook.kube.listwatch import KubeListerWatcher
-
-        group, version, plural, _kinds, _ns = RESOURCES[key.resource]
-        return KubeListerWatcher(state["api_client"], group=group, version=version, plural=plural,
-                                 namespace=key.namespace)
-
-    factory = SharedInformerFactory(lw_for)
-    app[FACTORY] = factory
-    configmaps_key = InformerKey("configmaps", label_selector=settings.params_selector or None)
-    app[CONFIGMAPS_KEY] = configmaps_key
+    app[COMPONENTS] = c
+    if c.certs is not None:
+        app[CERTS] = c.certs
 
     async def informers_ctx(app: web.Application) -> AsyncIterator[None]:
-        owned_client = None
-        status_writer = elector = None
-        in_cluster = lister_watcher_for is None and settings.local_dir is None
-        if in_cluster and state["api_client"] is None:
-            from webhook.kube.client import new_api_client
-
-            owned_client = state["api_client"] = await new_api_client(kubeconfig=settings.kubeconfig,
-                                                                      context=settings.context)
-        status_sink = None
-        if settings.write_status and state["api_client"] is not None:
-            from webhook.kube.leader import LeaderElectionConfig, LeaderElector
-            from webhook.kube.status import StatusWriter
-
-            identity = settings.pod_name or os.environ.get("POD_NAME") or socket.gethostname()
-            # Only the leader writes status; a new leader re-queues every policy's condition at once.
-            leader: list[Any] = []
-            status_writer = StatusWriter(state["api_client"], is_leader=lambda: bool(leader) and leader[0].is_leader())
-            elector = LeaderElector(state["api_client"], LeaderElectionConfig(
-                lease_name="tollgate-status-writer", lease_namespace=settings.namespace, identity=identity),
-                on_started_leading=status_writer.resync)
-            leader.append(elector)
-            status_sink = status_writer.enqueue
-        # Build every informer before starting any, so one LIST/WATCH per key.
-        ns_inf = factory.informer(NAMESPACES)
-        cm_inf = factory.informer(configmaps_key)
-        policy_infs = [factory.informer(CLUSTER_POLICIES), factory.informer(NAMESPACED_POLICIES)]
-        handler = PolicyEventHandler(index, status_sink,
-                                     forget=status_writer.forget if status_writer is not None else None)
-        regs = [inf.add_event_handler(handler) for inf in policy_infs]
-
-        def policies_synced() -> bool:
-            return all(inf.has_synced() for inf in policy_infs) and all(r.has_synced() for r in regs)
-
-        lookups = InformerLookups(ns_inf, cm_inf, policies_synced)
-        app_server.handler.lookups = lookups
-        if status_writer is not None and elector is not None:
-            await status_writer.start()
-            await elector.start()
-        await factory.start()
+        if c.status_writer is not None and c.elector is not None:
+            await c.status_writer.start()
+            await c.elector.start()
+        await c.factory.start()
         try:
             yield
         finally:
-            await factory.stop()
-            if elector is not None:
-                await elector.stop()
-            if status_writer is not None:
-                await status_writer.stop()
-            if owned_client is not None:
-                await owned_client.close()
+            await c.factory.stop()
+            if c.elector is not None:
+                await c.elector.stop()
+            if c.status_writer is not None:
+                await c.status_writer.stop()
 
     async def certs_ctx(app: web.Application) -> AsyncIterator[None]:
-        if CERTS not in app:
+        if c.certs is None:
             yield
             return
-        task = asyncio.get_running_loop().create_task(app[CERTS].watch(settings.cert_poll_interval))
+        task = asyncio.get_running_loop().create_task(c.certs.watch(settings.cert_poll_interval))
         try:
             yield
         finally:
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+            await cancel_and_wait(task)
 
-    # Until the informers exist every cache reads as unsynced, so policies answer per onUnsynced.
-    app_server = AdmissionServer(AdmissionHandler(index, InMemoryLookups(unsynced=("namespaces", "configmaps",
-                                                                                   "policies"))),
-                                 metrics, max_request_bytes=settings.max_request_bytes,
-                                 default_timeout=settings.default_timeout)
     app.cleanup_ctx.append(informers_ctx)
     app.cleanup_ctx.append(certs_ctx)
-    app.add_routes(app_server.routes())
+    app.add_routes(c.server.routes())
     app.add_routes([web.get("/healthz", healthz), web.get("/readyz", readyz), web.get("/metrics", metrics_view)])
     return app
 
-
-def informer_for(app: web.Application, resource: str) -> SharedInformer:
-    """The app's informer for ``resource`` (``namespaces``, ``configmaps``, or a policy plural.group)."""
-    for key, inf in app[FACTORY].informers.items():
-        if key.resource == resource:
-            return inf
-    raise KeyError(resource)

@@ -116,11 +116,26 @@ def _resolve_certs(args: argparse.Namespace) -> tuple[Path, Path, Path | None]:
 
 
 async def _serve(settings: Settings, ca_file: Path | None) -> None:
+    from webhook.app import create_app
+
+    api_client = None
+    if settings.local_dir is None:
+        from webhook.kube.client import new_api_client
+
+        api_client = await new_api_client(kubeconfig=settings.kubeconfig, context=settings.context)
+    try:
+        await _run_app(create_app(settings, api_client=api_client), settings, ca_file)
+    finally:
+        if api_client is not None:
+            await api_client.close()
+
+
+async def _run_app(app: Any, settings: Settings, ca_file: Path | None) -> None:
+    """Serve ``app`` over TLS until SIGTERM/SIGINT, then drain (see ``Settings.shutdown_timeout``)."""
     from aiohttp import web
 
-    from webhook.app import CERTS, create_app
+    from webhook.app import CERTS
 
-    app = create_app(settings)
     runner = web.AppRunner(app, shutdown_timeout=settings.shutdown_timeout, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, settings.host, settings.port, ssl_context=app[CERTS].context,

@@ -26,6 +26,9 @@ class Metrics:
         self.policy_errors = Counter("tollgate_policy_errors_total", "CEL runtime errors by policy",
                                      ["policy"], registry=r)
         self.policies_ready = Gauge("tollgate_policies", "Known policies by readiness", ["ready"], registry=r)
+        self.policies_unmatchable = Gauge(
+            "tollgate_policies_unmatchable",
+            "Policies whose match rules cannot be read, so they select no request at all", registry=r)
         self.informer_synced = Gauge("tollgate_informer_synced", "1 once the informer's first list is applied",
                                      ["resource"], registry=r)
         self.informer_rv = Gauge("tollgate_informer_last_resource_version", "Last synced resourceVersion",

@@ -1,8 +1,11 @@
 """Decide one parsed AdmissionRequest from the caches: engine outcome → AdmissionResponse.
 
 Transport-free: the aiohttp server (``server.py``) parses and serializes; this
-module picks candidate policies from the :class:`PolicyIndex`, runs the
-engine and builds the response with the outcome-named constructors.
+module parses the request's coordinates once, asks the :class:`PolicyIndex`
+for candidates, runs the engine and builds the response with the
+outcome-named constructors. Until the policy caches have synced it refuses to
+decide (HTTP 503), so the API server applies the webhook configuration's own
+failurePolicy instead of Tollgate admitting what no policy has seen.
 """
 
 from __future__ import annotations
@@ -14,52 +17,60 @@ from webhook.admission.patch import encode_patch
 from webhook.admission.review import (
     AdmissionRequest,
     AdmissionResponse,
+    ReviewError,
     allowed,
     denied,
     errored,
     patched,
 )
 from webhook.policy import (
+    Decision,
+    FailurePolicy,
     PolicyIndex,
     PolicyResult,
+    RequestCoordinates,
+    Result,
     evaluate_mutating,
     evaluate_validating,
 )
 from webhook.policy.compiler import CompiledPolicy
-from webhook.policy.lookups import Lookups
+from webhook.policy.engine import label
+from webhook.policy.lookups import POLICIES, Lookups
 
 log = logging.getLogger("tollgate.admission")
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
-    """A response plus what produced it (for metrics and logs).
-
-    ``decision`` is ``allowed`` | ``denied`` | ``patched`` | ``error``.
-    """
+class AdmissionDecision:
+    """A response plus what produced it (for metrics and logs)."""
 
     response: AdmissionResponse
-    decision: str
+    decision: Decision
     results: tuple[PolicyResult, ...]
 
 
 class AdmissionHandler:
-    """Validate and mutate from memory: one index lookup, one engine call."""
+    """Validate and mutate from memory: one index lookup, one engine call.
+
+    Args:
+        index: the compiled policies.
+        lookups: the caches (Namespaces, ConfigMaps, and whether the policy caches synced).
+    """
 
     def __init__(self, index: PolicyIndex, lookups: Lookups) -> None:
         self.index = index
         self.lookups = lookups
 
     def _candidates(self, request: AdmissionRequest) -> list[CompiledPolicy]:
-        res = request.get("resource")
-        return self.index.candidates(res.get("group", "") if res else "", res.get("resource", "") if res else "",
-                                     request.get("subResource", "") or "", request.get("operation", ""))
+        if not self.lookups.is_synced(POLICIES):
+            raise ReviewError(503, "tollgate: the policy caches have not synced yet")
+        return self.index.candidates(RequestCoordinates.of(request))
 
     @staticmethod
-    def engine_failed(uid: str, candidates: list[CompiledPolicy], exc: Exception) -> Decision:
+    def engine_failed(uid: str, candidates: list[CompiledPolicy], exc: Exception) -> AdmissionDecision:
         """Answer an exception raised by the engine itself per the candidates' failurePolicy.
 
-        The engine already applies failurePolicy to CEL runtime errors of one
+        The engine already applies failurePolicy to evaluation errors of one
         policy; this covers a failure it did not contain (a bug, an unexpected
         object shape). Which policy failed is unknown, so the strictest
         failurePolicy among the candidates wins: the request is admitted (with a
@@ -71,45 +82,65 @@ class AdmissionHandler:
             500) echoing ``uid``; ``results`` marks every candidate ``error``.
         """
         message = f"tollgate: evaluation failed: {type(exc).__name__}: {exc}"[:1024]
-        results = tuple(PolicyResult(p.name, "error", message) for p in candidates)
-        if candidates and all(p.spec.failure_policy == "Ignore" for p in candidates):
-            return Decision(allowed(uid, warnings=[message + " (failurePolicy: Ignore)"]), "allowed", results)
-        return Decision(errored(uid, message), "error", results)
+        results = tuple(PolicyResult(label(p), Result.ERROR, message) for p in candidates)
+        if candidates and all(p.spec.failure_policy == FailurePolicy.IGNORE for p in candidates):
+            return AdmissionDecision(allowed(uid, warnings=[message + " (failurePolicy: Ignore)"]),
+                                     Decision.ALLOWED, results)
+        return AdmissionDecision(errored(uid, message), Decision.ERROR, results)
 
-    def validate(self, request: AdmissionRequest) -> Decision:
-        """The validating endpoint's answer for ``request``; never raises for an engine failure."""
+    def validate(self, request: AdmissionRequest, deadline: float | None = None) -> AdmissionDecision:
+        """The validating endpoint's answer for ``request``.
+
+        Args:
+            request: the parsed AdmissionRequest.
+            deadline: ``time.monotonic()`` after which remaining policies are errors.
+
+        Raises:
+            ReviewError: 503 until the policy caches have synced.
+        """
         uid = request["uid"]
         candidates: list[CompiledPolicy] = []
         try:
             candidates = self._candidates(request)
-            outcome = evaluate_validating(request, candidates, self.lookups)  # type: ignore[arg-type]
+            outcome = evaluate_validating(dict(request), candidates, self.lookups, deadline=deadline)
+        except ReviewError:
+            raise
         except Exception as e:
             log.exception("evaluation failed", extra={"uid": uid, "endpoint": "validate",
-                                                      "policies": [p.name for p in candidates]})
+                                                      "policies": [label(p) for p in candidates]})
             return self.engine_failed(uid, candidates, e)
         results = tuple(outcome.results)
         if outcome.allowed:
-            return Decision(allowed(uid, warnings=outcome.warnings, audit_annotations=outcome.audit_annotations),
-                            "allowed", results)
-        return Decision(denied(uid, outcome.message, code=outcome.code, reason=outcome.reason or "Forbidden",
-                               warnings=outcome.warnings, audit_annotations=outcome.audit_annotations),
-                        "denied", results)
+            return AdmissionDecision(allowed(uid, warnings=outcome.warnings,
+                                             audit_annotations=outcome.audit_annotations),
+                                     Decision.ALLOWED, results)
+        return AdmissionDecision(denied(uid, outcome.message, code=outcome.code, reason=outcome.reason or "Forbidden",
+                                        warnings=outcome.warnings, audit_annotations=outcome.audit_annotations),
+                                 Decision.DENIED, results)
 
-    def mutate(self, request: AdmissionRequest) -> Decision:
-        """The mutating endpoint's answer: a JSONPatch when any policy changed the object; never raises."""
+    def mutate(self, request: AdmissionRequest, deadline: float | None = None) -> AdmissionDecision:
+        """The mutating endpoint's answer: a JSONPatch when any policy changed the object.
+
+        Raises:
+            ReviewError: 503 until the policy caches have synced.
+        """
         uid = request["uid"]
         candidates: list[CompiledPolicy] = []
         try:
             candidates = self._candidates(request)
-            outcome = evaluate_mutating(request, candidates, self.lookups)  # type: ignore[arg-type]
+            outcome = evaluate_mutating(dict(request), candidates, self.lookups, deadline=deadline)
+        except ReviewError:
+            raise
         except Exception as e:
             log.exception("evaluation failed", extra={"uid": uid, "endpoint": "mutate",
-                                                      "policies": [p.name for p in candidates]})
+                                                      "policies": [label(p) for p in candidates]})
             return self.engine_failed(uid, candidates, e)
         results = tuple(outcome.results)
         if not outcome.allowed:
-            return Decision(denied(uid, outcome.message, code=outcome.code, reason=outcome.reason or "Forbidden",
-                                   warnings=outcome.warnings), "denied", results)
+            return AdmissionDecision(denied(uid, outcome.message, code=outcome.code,
+                                            reason=outcome.reason or "Forbidden", warnings=outcome.warnings),
+                                     Decision.DENIED, results)
         if outcome.patch:
-            return Decision(patched(uid, encode_patch(outcome.patch), warnings=outcome.warnings), "patched", results)
-        return Decision(allowed(uid, warnings=outcome.warnings), "allowed", results)
+            return AdmissionDecision(patched(uid, encode_patch(outcome.patch), warnings=outcome.warnings),
+                                     Decision.PATCHED, results)
+        return AdmissionDecision(allowed(uid, warnings=outcome.warnings), Decision.ALLOWED, results)

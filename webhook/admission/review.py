@@ -18,53 +18,10 @@ from typing import Any, Literal, NotRequired, TypedDict
 
 import orjson
 
+from webhook.policy.request import AdmissionRequest, GroupVersionKind, GroupVersionResource, UserInfo
+
 API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 OPERATIONS = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})
-
-
-class GroupVersionKind(TypedDict):
-    """``metav1.GroupVersionKind`` (``request.kind``, ``request.requestKind``)."""
-
-    group: str
-    version: str
-    kind: str
-
-
-class GroupVersionResource(TypedDict):
-    """``metav1.GroupVersionResource`` (``request.resource``, ``request.requestResource``)."""
-
-    group: str
-    version: str
-    resource: str
-
-
-class UserInfo(TypedDict, total=False):
-    """``authenticationv1.UserInfo`` of the requesting user (``request.userInfo``)."""
-
-    username: str
-    uid: str
-    groups: list[str]
-    extra: dict[str, list[str]]
-
-
-class AdmissionRequest(TypedDict, total=False):
-    """``AdmissionReview.request`` with Kubernetes field names."""
-
-    uid: str
-    kind: GroupVersionKind
-    resource: GroupVersionResource
-    subResource: str
-    requestKind: GroupVersionKind
-    requestResource: GroupVersionResource
-    requestSubResource: str
-    name: str
-    namespace: str
-    operation: Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
-    userInfo: UserInfo
-    object: dict[str, Any] | None
-    oldObject: dict[str, Any] | None
-    dryRun: bool
-    options: dict[str, Any] | None
 
 
 class Status(TypedDict, total=False):
@@ -198,3 +155,9 @@ def errored(uid: str, message: str, *, code: int = 500) -> AdmissionResponse:
 def review_body(api_version: str, response: AdmissionResponse) -> bytes:
     """Serialize ``{"apiVersion", "kind": "AdmissionReview", "response"}`` in the request's version."""
     return orjson.dumps({"apiVersion": api_version, "kind": "AdmissionReview", "response": response})
+
+
+__all__ = [
+    "AdmissionRequest", "AdmissionResponse", "GroupVersionKind", "GroupVersionResource", "ReviewError", "Status",
+    "UserInfo", "allowed", "denied", "errored", "parse_review", "patched", "review_body",
+]

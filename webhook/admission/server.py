@@ -19,9 +19,10 @@ from typing import Any
 
 from aiohttp import web
 
-from webhook.admission.handler import AdmissionHandler, Decision
+from webhook.admission.handler import AdmissionDecision, AdmissionHandler
 from webhook.admission.review import ReviewError, errored, parse_review, review_body
 from webhook.metrics import Metrics
+from webhook.policy import Decision, Result
 
 log = logging.getLogger("tollgate.admission")
 
@@ -97,7 +98,7 @@ class AdmissionServer:
             size += len(chunk)
         return b"".join(chunks)
 
-    async def _serve(self, request: web.Request, endpoint: str, decide: Callable[..., Decision]) -> web.StreamResponse:
+    async def _serve(self, request: web.Request, endpoint: str, decide: Callable[..., AdmissionDecision]) -> web.StreamResponse:
         started = self._clock()
         if request.content_type != "application/json":
             return self._reject(endpoint, 415, f"Content-Type must be application/json, got {request.content_type!r}")
@@ -117,24 +118,26 @@ class AdmissionServer:
             return self._reject(endpoint, e.http_status, e.reason)
         uid = admission_request["uid"]
         try:
-            decision = decide(admission_request)
+            decision = decide(admission_request, time.monotonic() + max(budget - DEADLINE_MARGIN, 0.1))
+        except ReviewError as e:  # e.g. 503 before the policy caches synced: the webhook's failurePolicy applies
+            return self._reject(endpoint, e.http_status, e.reason)
         except Exception as e:
             log.exception("evaluation failed", extra={"uid": uid, "endpoint": endpoint})
-            decision = Decision(errored(uid, f"tollgate: evaluation failed: {e}"), "error", ())
+            decision = AdmissionDecision(errored(uid, f"tollgate: evaluation failed: {e}"), Decision.ERROR, ())
         for result in decision.results:
             self._child(self.metrics.policy_evaluations, result.policy, result.result).inc()
-            if result.result == "error":
+            if result.result is Result.ERROR:
                 self._child(self.metrics.policy_errors, result.policy).inc()
         elapsed = self._clock() - started
         self._child(self.metrics.requests, endpoint, decision.decision).inc()
         self._child(self.metrics.latency, endpoint, decision.decision).observe(elapsed)
-        if decision.decision != "allowed" or log.isEnabledFor(logging.DEBUG):
+        if decision.decision is not Decision.ALLOWED or log.isEnabledFor(logging.DEBUG):
             log.info("admission decision", extra={
                 "uid": uid, "endpoint": endpoint, "decision": decision.decision,
                 "kind": gvk.get("kind") if (gvk := admission_request.get("kind")) else None,
                 "namespace": admission_request.get("namespace"), "object_name": admission_request.get("name"),
                 "operation": admission_request.get("operation"),
-                "policies": [r.policy for r in decision.results if r.result in ("fail", "error")],
+                "policies": [r.policy for r in decision.results if r.result in (Result.FAIL, Result.ERROR)],
                 "dryRun": bool(admission_request.get("dryRun")),
             })
         return web.Response(body=review_body(api_version, decision.response), content_type="application/json")

@@ -5,8 +5,15 @@ event arrives, never per request. A problem becomes the Ready condition that
 ``webhook.kube.status`` writes to the CR: reason ``InvalidSpec`` for a
 malformed spec, ``CompileError`` for CEL, with the spec path and the CEL error
 position, e.g. ``spec.validations[0].expression: ERROR: <input>:1:12: undeclared
-reference to 'objekt'``. A broken policy yields no program and so can never be
-evaluated; other policies are untouched.
+reference to 'objekt'``.
+
+A broken policy is not dropped: as ValidatingAdmissionPolicy's failurePolicy
+covers "CEL expression parse errors, type check errors ... and invalid or
+mis-configured policy definitions", a policy whose match rules can still be
+read is compiled into a :class:`CompiledPolicy` with ``error`` set, and every
+request those rules select is answered per its failurePolicy. Only a policy
+whose match rules themselves are unreadable (``matchable`` is None) can
+select nothing; it is reported as unmatchable.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from webhook.policy.celenv import (
     referenced_variables,
     rewrite_for_runtime,
 )
-from webhook.policy.model import REASON_CODES, PolicySpec, PolicySpecError, parse_policy
+from webhook.policy.model import REASON_CODES, PolicySpec, PolicySpecError, parse_policy, parse_policy_match
 from webhook.policy.status import ready_condition
 
 
@@ -36,12 +43,27 @@ class CompileError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class CompiledValidation:
-    """A validation's programs (cel-expr-python ``Expression`` objects)."""
+class Program:
+    """One compiled expression and where it came from.
 
+    Attributes:
+        path: spec path, e.g. ``spec.validations[0].expression`` (runtime errors name it).
+        source: the expression as the author wrote it.
+        program: the cel-expr-python ``Expression`` to evaluate.
+    """
+
+    path: str
+    source: str
     program: Any
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledValidation:
+    """A validation's programs."""
+
+    expression: Program
     message: str | None
-    message_program: Any | None
+    message_expression: Program | None
     reason: str
     code: int
 
@@ -54,11 +76,17 @@ class CompiledPolicy:
     """
 
     spec: PolicySpec
-    match_conditions: tuple[tuple[str, Any], ...]
+    match_conditions: tuple[tuple[str, Program], ...]
     variables: dict[str, Any]
     validations: tuple[CompiledValidation, ...]
-    audit_annotations: tuple[tuple[str, Any], ...]
-    mutations: tuple[tuple[str, Any], ...]
+    audit_annotations: tuple[tuple[str, Program], ...]
+    mutations: tuple[tuple[str, Program], ...]
+    #: Why the policy is not Ready (spec path + CEL position); every request it selects is
+    #: then answered per its failurePolicy. None for a Ready policy.
+    error: str | None = None
+    #: Whether it is evaluated on /validate (validations or auditAnnotations) and on /mutate.
+    validating: bool = True
+    mutating: bool = False
 
     @property
     def name(self) -> str:
@@ -73,14 +101,21 @@ class CompiledPolicy:
 
 @dataclass(frozen=True, slots=True)
 class CompileResult:
-    """What compiling a CR produced: a policy (or None) and its Ready condition.
+    """What compiling a CR produced.
 
-    ``condition`` is ``{"type": "Ready", "status": "True"|"False", "reason",
-    "message", "observedGeneration"}``.
+    Attributes:
+        policy: the Ready policy, or None when anything is wrong.
+        condition: ``{"type": "Ready", "status": "True"|"False", "reason",
+            "message", "observedGeneration"}``.
+        matchable: what the index files: ``policy`` when Ready; for a broken
+            policy whose match rules parse, a :class:`CompiledPolicy` with
+            ``error`` set (answered per failurePolicy); None when not even the
+            match rules can be read.
     """
 
     policy: CompiledPolicy | None
     condition: dict[str, Any]
+    matchable: CompiledPolicy | None = None
 
 
 def _clean_cel_error(err: Exception) -> str:
@@ -91,11 +126,12 @@ def _clean_cel_error(err: Exception) -> str:
         text = text[: -len("[INVALID_ARGUMENT]")].rstrip()
     # cel-cpp appends the source line and a caret line; keep the first line,
     # which carries the <input>:line:column position.
-    return text.splitlines()[0] if text else "compile error"
+    first = text.splitlines()[0] if text else "compile error"
+    return first.replace(" (in container '')", "")
 
 
 def compile_expression(source: str, path: str, *, expect: tuple[Any, ...], known_variables: frozenset[str],
-                       inlined: dict[str, str] | None = None) -> Any:
+                       inlined: dict[str, str] | None = None) -> Program:
     """Compile one expression and return its runtime program.
 
     Args:
@@ -107,8 +143,8 @@ def compile_expression(source: str, path: str, *, expect: tuple[Any, ...], known
         inlined: variable name → inlined definition (see :func:`celenv.inline_variables`).
 
     Returns:
-        The runtime program: variables inlined when possible, else routed through
-        the per-policy scope (see :func:`celenv.rewrite_for_runtime`); ``params``
+        The program: variables inlined when possible, else routed through the
+        per-policy scope (see :func:`celenv.rewrite_for_runtime`); ``params``
         always through the scope.
 
     Raises:
@@ -133,11 +169,11 @@ def compile_expression(source: str, path: str, *, expect: tuple[Any, ...], known
     text = inline_variables(source, inlined) if inlined is not None else None
     if text is not None:
         try:
-            return ENV.compile(text, disable_check=True)
+            return Program(path, source, ENV.compile(text, disable_check=True))
         except RuntimeError:
             pass  # e.g. the parser's nesting limit: fall back to the lazy per-policy scope
     try:
-        return ENV.compile(rewrite_for_runtime(source))
+        return Program(path, source, ENV.compile(rewrite_for_runtime(source)))
     except RuntimeError as e:  # pragma: no cover - the rewrite keeps valid CEL valid
         raise CompileError(path, _clean_cel_error(e)) from None
 
@@ -155,7 +191,7 @@ def compile_spec(spec: PolicySpec) -> CompiledPolicy:
     for i, v in enumerate(spec.variables):
         variables[v.name] = compile_expression(
             v.expression, f"{p}.variables[{i}].expression", expect=(), known_variables=frozenset(declared)
-        )
+        ).program
         text = inline_variables(v.expression, inlined)
         if text is not None:
             inlined[v.name] = text
@@ -171,10 +207,10 @@ def compile_spec(spec: PolicySpec) -> CompiledPolicy:
         vp = f"{p}.validations[{i}]"
         validations.append(
             CompiledValidation(
-                program=compile_expression(v.expression, f"{vp}.expression", expect=(T.BOOL,), known_variables=known,
-                                           inlined=inlined),
+                expression=compile_expression(v.expression, f"{vp}.expression", expect=(T.BOOL,),
+                                              known_variables=known, inlined=inlined),
                 message=v.message,
-                message_program=(
+                message_expression=(
                     compile_expression(v.message_expression, f"{vp}.messageExpression", expect=(T.STRING,),
                                        known_variables=known, inlined=inlined)
                     if v.message_expression
@@ -196,7 +232,20 @@ def compile_spec(spec: PolicySpec) -> CompiledPolicy:
         program = compile_expression(m.expression, f"{p}.mutations[{i}].{field}.expression", expect=expect,
                                      known_variables=known, inlined=inlined)
         mutations.append((m.patch_type, program))
-    return CompiledPolicy(spec, conditions, variables, tuple(validations), audits, tuple(mutations))
+    return CompiledPolicy(spec, conditions, variables, tuple(validations), audits, tuple(mutations),
+                          validating=bool(validations or audits), mutating=bool(mutations))
+
+
+def _broken(obj: dict[str, Any], message: str) -> CompiledPolicy | None:
+    """The match part of a policy that is not Ready, so its failurePolicy can answer; None if unreadable."""
+    try:
+        spec = parse_policy_match(obj)
+    except PolicySpecError:
+        return None
+    raw = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    return CompiledPolicy(spec, (), {}, (), (), (), error=message,
+                          validating=bool(raw.get("validations") or raw.get("auditAnnotations")),
+                          mutating=bool(raw.get("mutations")))
 
 
 def compile_policy(obj: dict[str, Any]) -> CompileResult:
@@ -206,21 +255,23 @@ def compile_policy(obj: dict[str, Any]) -> CompileResult:
         obj: the ClusterAdmissionPolicy / AdmissionPolicy as a raw dict.
 
     Returns:
-        ``CompileResult(policy, condition)``: ``policy`` is None and the
+        ``CompileResult``: when anything is wrong, ``policy`` is None, the
         condition is ``Ready=False`` (reason ``InvalidSpec`` or
-        ``CompileError``) when anything is wrong.
+        ``CompileError``) and ``matchable`` carries the error if the match
+        rules are readable.
     """
     generation = (obj.get("metadata") or {}).get("generation")
     try:
         spec = parse_policy(obj)
     except PolicySpecError as e:
-        return CompileResult(None, ready_condition(False, "InvalidSpec", str(e), generation))
+        return CompileResult(None, ready_condition(False, "InvalidSpec", str(e), generation), _broken(obj, str(e)))
     try:
         policy = compile_spec(spec)
     except CompileError as e:
-        return CompileResult(None, ready_condition(False, "CompileError", str(e), generation))
+        return CompileResult(None, ready_condition(False, "CompileError", str(e), generation), _broken(obj, str(e)))
     summary = f"{len(policy.validations)} validation(s), {len(policy.mutations)} mutation(s) compiled"
-    return CompileResult(policy, ready_condition(True, "Compiled", summary, generation))
+    return CompileResult(policy, ready_condition(True, "Compiled", summary, generation), policy)
 
 
-__all__ = ["CompileError", "CompileResult", "CompiledPolicy", "CompiledValidation", "celenv", "compile_policy"]
+__all__ = ["CompileError", "CompileResult", "CompiledPolicy", "CompiledValidation", "Program", "celenv",
+           "compile_policy"]

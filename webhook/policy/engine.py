@@ -1,30 +1,45 @@
-"""Evaluate compiled policies against one AdmissionRequest (pure; no I/O).
+"""Evaluate the policies a request selects: validate, audit, mutate — nothing else (pure; no I/O).
 
-Semantics follow ``docs/design/policy-api.md``, and where it is silent
-ValidatingAdmissionPolicy / MutatingAdmissionPolicy:
+Which policies apply is :mod:`webhook.policy.matching`'s job; this module
+evaluates them with the semantics of the API server's ValidatingAdmissionPolicy
+validator and MutatingAdmissionPolicy (``docs/design/policy-api.md`` where it
+says more):
 
-* match: resource rules (via the index, then exactly here), excludes,
-  namespaced-policy isolation, ``namespaceSelector`` on the cached Namespace,
-  ``objectSelector`` on ``object`` or ``oldObject``, then ``matchConditions``;
+* ``matchConditions``: any ``false`` skips the policy; otherwise any error
+  (including a non-bool result) is an evaluation error;
 * ``onUnsynced`` answers for a policy whose caches have not synced;
-* ``paramRef`` from the ConfigMap cache with ``parameterNotFoundAction``;
-* validations with ``validationActions`` Deny / Warn / Audit; a runtime
-  error (an error value, or the engine's iteration-budget ``RuntimeError``)
-  is handled per ``failurePolicy``;
+* ``paramRef`` from the ConfigMap cache; no params with
+  ``parameterNotFoundAction: Deny`` is an error subject to failurePolicy;
+* validations: ``true`` passes, ``false`` fails with the message
+  (``messageExpression`` → ``message`` → ``failed expression: <expr>``; a
+  messageExpression that errors or yields a non-string, blank, multi-line or
+  over-long value falls back, as the validator does, and the fallback is
+  reported as a warning); a non-bool result is an evaluation error;
+* every evaluation error — a runtime error, a broken policy, missing
+  params under Deny, the request deadline — is handled per ``failurePolicy``:
+  ``Fail`` turns it into a failure enforced by the policy's
+  ``validationActions`` (Deny denies, Warn warns, Audit annotates), ``Ignore``
+  admits with a warning;
 * ``autogen.podControllers``: for a workload, ``object`` is a Pod built from
   its template and messages are prefixed with the template path;
-* mutations in policy-name order on a deep copy, one JSONPatch diff at the end.
+* mutations: AdmissionPolicies (tenants) first, then ClusterAdmissionPolicies,
+  each group in name order, each mutation seeing the previous one's result;
+  the result must stay a JSON object with the same identity; one JSONPatch
+  diff at the end.
 
-One cel-expr-python Activation is built per request and object view and
-shared by every policy; ``variables`` and ``params`` are per policy through
+One cel-expr-python Activation is built per request and object view and shared
+by every policy; ``variables`` and ``params`` are per policy through
 :class:`celenv.VariableScope`.
 """
 
 from __future__ import annotations
 
+import base64
 import copy
+import datetime
 import json
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,25 +48,49 @@ import orjson
 
 from webhook.policy import lookups as caches
 from webhook.policy.celenv import ENV, T, VariableScope, reset_scope, set_current_scope
-from webhook.policy.compiler import CompiledPolicy
+from webhook.policy.compiler import CompiledPolicy, Program
 from webhook.policy.lookups import Lookups
-from webhook.policy.matching import request_coordinates, rule_matches, template_path
+from webhook.policy.matching import View, select
+from webhook.policy.model import NAMESPACED_KIND
+from webhook.policy.request import RequestCoordinates
+from webhook.policy.vocabulary import Action, FailurePolicy, Result
 
-PASS, FAIL, SKIP, ERROR = "pass", "fail", "skip", "error"
+#: Longest messageExpression result used as a message (the API server's
+#: ``MaxEvaluatedMessageExpressionSizeBytes``, 5 KiB); longer ones fall back.
+MAX_MESSAGE_BYTES = 5 * 1024
+#: Fields of ``metadata`` a mutation may never change (the object's identity).
+IDENTITY_FIELDS = ("name", "namespace", "uid")
+#: Fields of ``metadata`` an AdmissionPolicy's mutation may not change either.
+TENANT_PROTECTED_FIELDS = (*IDENTITY_FIELDS, "ownerReferences")
 
 
 @dataclass(frozen=True, slots=True)
 class PolicyResult:
     """One policy's verdict on one request (for the response, metrics, logs and ``tollgate test``).
 
-    ``result`` is ``pass`` | ``fail`` | ``skip`` | ``error``; ``message`` explains
-    a fail, error or skip.
+    Attributes:
+        policy: the policy's label: ``name`` for a ClusterAdmissionPolicy,
+            ``namespace/name`` for an AdmissionPolicy (never equal, as names
+            contain no ``/``).
+        result: see :class:`~webhook.policy.vocabulary.Result`.
+        message: why it failed, errored or was skipped.
+        actions: how the result is enforced (``validationActions``, or
+            ``Warn``+``Ignored`` for an error under ``failurePolicy: Ignore``).
+        code: HTTP status of a denial (from the failing validation's ``reason``).
+        reason: ``metav1.StatusReason`` of a denial.
     """
 
     policy: str
-    result: str
+    result: Result
     message: str = ""
     actions: frozenset[str] = frozenset()
+    code: int = 403
+    reason: str = "Forbidden"
+
+    @property
+    def denies(self) -> bool:
+        """Whether this result denies the request."""
+        return self.result in (Result.FAIL, Result.ERROR) and Action.DENY in self.actions
 
 
 @dataclass(slots=True)
@@ -59,14 +98,13 @@ class ValidationOutcome:
     """The validating endpoint's decision.
 
     Attributes:
-        allowed: False when any Deny-action validation failed (or errored under
-            ``failurePolicy: Fail``), or ``onUnsynced: Deny`` applied.
-        code: HTTP status for a denial (from the first failing validation's reason).
-        reason: ``metav1.StatusReason`` for a denial (``Forbidden``, ``Invalid``, ...).
-        message: every denying message, policies in name order, joined by ``"; "``.
+        allowed: False when any result denies.
+        code: HTTP status of a denial: the first denying policy's (name order).
+        reason: ``metav1.StatusReason`` of a denial.
+        message: every denying message as ``"<policy>: <message>"``, joined by ``"; "``.
         warnings: ``response.warnings`` entries.
         audit_annotations: ``response.auditAnnotations``.
-        results: one :class:`PolicyResult` per candidate policy.
+        results: one :class:`PolicyResult` per selected policy.
     """
 
     allowed: bool = True
@@ -83,12 +121,15 @@ class MutationOutcome:
     """The mutating endpoint's decision.
 
     Attributes:
-        allowed: False only when a mutation failed under ``failurePolicy: Fail``.
+        allowed: False only when a mutation failed under ``failurePolicy: Fail``
+            with a Deny action.
         patch: RFC 6902 operations turning the request's object into the
             mutated one (``[]`` when nothing changed).
         message: why it was denied.
+        code: HTTP status of a denial.
+        reason: ``metav1.StatusReason`` of a denial.
         warnings: ``response.warnings`` entries.
-        results: one :class:`PolicyResult` per candidate policy.
+        results: one :class:`PolicyResult` per selected policy.
     """
 
     allowed: bool = True
@@ -100,18 +141,55 @@ class MutationOutcome:
     results: list[PolicyResult] = field(default_factory=list)
 
 
-class _EvalError(Exception):
-    """A CEL runtime error (error value, iteration budget, Python function failure)."""
+class EvaluationError(Exception):
+    """An expression could not be evaluated; the message starts with its spec path."""
 
 
-def _value(program: Any, activation: Any) -> Any:
+def label(policy: CompiledPolicy) -> str:
+    """The policy's name in results, messages, warnings, annotations and metrics (see :class:`PolicyResult`)."""
+    return policy.spec.key
+
+
+def _clean(text: str) -> str:
+    for prefix in ("INVALID_ARGUMENT: ", "NOT_FOUND: ", "OUT_OF_RANGE: ", "UNKNOWN: ", "INTERNAL: "):
+        text = text.removeprefix(prefix)
+    return text.strip()
+
+
+def cel_type_name(value: Any) -> str:
+    """The CEL type name of a plain evaluation result (``bool``, ``int``, ``string``, ``map``, ...)."""
+    if value is None:
+        return "null_type"
+    for py, name in ((bool, "bool"), (int, "int"), (float, "double"), (str, "string"), (bytes, "bytes"),
+                     (list, "list"), (dict, "map"), (datetime.timedelta, "google.protobuf.Duration"),
+                     (datetime.datetime, "google.protobuf.Timestamp")):
+        if isinstance(value, py):
+            return name
+    return type(value).__name__
+
+
+def _value(program: Program, activation: Any) -> Any:
+    """Evaluate ``program``; its plain Python value.
+
+    Raises:
+        EvaluationError: a CEL error value, or the engine stopped evaluation
+            (iteration budget); the message names the spec path.
+    """
     try:
-        v = program.eval(activation)
-    except RuntimeError as e:  # e.g. the 10,000-iteration budget of cel-expr-python
-        raise _EvalError(str(e)) from None
+        v = program.program.eval(activation)
+    except RuntimeError as e:  # e.g. the iteration budget of cel-expr-python
+        raise EvaluationError(f"{program.path}: {_clean(str(e))}") from None
     if v.type() == T.ERROR:
-        raise _EvalError(str(v.value()))
+        raise EvaluationError(f"{program.path}: {_clean(str(v.value()))}")
     return v.plain_value()
+
+
+def _bool(program: Program, activation: Any, what: str) -> bool:
+    value = _value(program, activation)
+    if not isinstance(value, bool):
+        raise EvaluationError(f"{program.path}: {what} must evaluate to bool, but evaluated to "
+                              f"{cel_type_name(value)}")
+    return value
 
 
 def synthesize_pod(workload: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any] | None:
@@ -130,17 +208,25 @@ def synthesize_pod(workload: dict[str, Any], path: tuple[str, ...]) -> dict[str,
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": node.get("spec") or {}}
 
 
-class _Request:
-    """Per-request state shared by all policies: coordinates and lazily built activations."""
+class RequestContext:
+    """Per-request state shared by every policy: coordinates, cache answers, activations, deadline.
 
-    def __init__(self, request: dict[str, Any], lookups: Lookups) -> None:
+    Args:
+        request: the AdmissionRequest (never mutated).
+        lookups: the caches.
+        deadline: ``time.monotonic()`` value after which remaining policies are
+            answered as evaluation errors (the webhook's ``?timeout=``); None for none.
+        clock: monotonic clock (tests).
+    """
+
+    def __init__(self, request: dict[str, Any], lookups: Lookups, *, deadline: float | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.request = request
         self.lookups = lookups
-        (self.group, self.version, self.resource, self.sub_resource,
-         self.operation, self.namespaced) = request_coordinates(request)
-        self.namespace = request.get("namespace") or ""
-        self.template = template_path(self.group, self.resource, self.sub_resource)
-        self._activations: dict[str, Any] = {}
+        self.coords = RequestCoordinates.of(request)
+        self.deadline = deadline
+        self.clock = clock
+        self._activations: dict[View, Any] = {}
         self._synced: dict[str, bool] = {}
         self._namespace_obj: Any = ...
 
@@ -151,39 +237,39 @@ class _Request:
             synced = self._synced[cache] = self.lookups.is_synced(cache)
         return synced
 
-    @property
     def namespace_object(self) -> dict[str, Any] | None:
+        """The cached Namespace of the request (None for cluster-scoped requests or when not cached)."""
         if self._namespace_obj is ...:
-            self._namespace_obj = self.lookups.get_namespace(self.namespace) if self.namespace else None
-        return self._namespace_obj
+            ns = self.coords.namespace
+            self._namespace_obj = self.lookups.get_namespace(ns) if ns else None
+        return self._namespace_obj  # type: ignore[no-any-return]
+
+    def past_deadline(self) -> bool:
+        """Whether the request's deadline has passed."""
+        return self.deadline is not None and self.clock() > self.deadline
 
     def _new_activation(self, obj: Any, old: Any) -> Any:
         return ENV.Activation({
             "object": obj,
             "oldObject": old,
             "request": self.request,
-            "namespaceObject": self.namespace_object,
+            "namespaceObject": self.namespace_object(),
             "params": None,
             "variables": None,
         })
 
-    def activation(self) -> Any:
-        """The shared activation over the request's own object and oldObject."""
-        act = self._activations.get("raw")
+    def activation(self, view: View) -> Any:
+        """The shared activation over the request's object (or the Pods of its templates)."""
+        act = self._activations.get(view)
         if act is None:
-            act = self._activations["raw"] = self._new_activation(self.request.get("object"), self.request.get("oldObject"))
-        return act
-
-    def pod_activation(self) -> Any:
-        """The shared activation over Pods synthesized from a workload's template (autogen)."""
-        act = self._activations.get("pod")
-        if act is None:
-            assert self.template is not None
-            obj, old = (
-                synthesize_pod(o, self.template) if isinstance(o, dict) else None
-                for o in (self.request.get("object"), self.request.get("oldObject"))
-            )
-            act = self._activations["pod"] = self._new_activation(obj, old)
+            if view is View.OBJECT:
+                obj, old = self.request.get("object"), self.request.get("oldObject")
+            else:
+                template = self.coords.template
+                assert template is not None
+                obj, old = (synthesize_pod(o, template) if isinstance(o, dict) else None
+                            for o in (self.request.get("object"), self.request.get("oldObject")))
+            act = self._activations[view] = self._new_activation(obj, old)
         return act
 
     def activation_for(self, obj: Any) -> Any:
@@ -191,61 +277,21 @@ class _Request:
         return self._new_activation(obj, self.request.get("oldObject"))
 
 
-def _namespace_labels_ok(policy: CompiledPolicy, req: _Request) -> bool:
-    sel = policy.spec.namespace_selector
-    if sel.empty:
-        return True
-    if not req.namespaced:
-        # VAP: a Namespace request is matched on its own labels; other
-        # cluster-scoped objects are never excluded by namespaceSelector.
-        if req.resource == "namespaces" and not req.sub_resource:
-            obj = req.request.get("object") or req.request.get("oldObject")
-            return sel.matches_object(obj)
-        return True
-    # A Namespace not (yet) in the cache is matched as one without labels.
-    ns = req.namespace_object
-    return sel.matches(((ns or {}).get("metadata") or {}).get("labels"))
+def _error_result(policy: CompiledPolicy, text: str) -> PolicyResult:
+    """An evaluation error, enforced per failurePolicy (VAP ``policyDecisionActionForError``)."""
+    if policy.spec.failure_policy == FailurePolicy.FAIL:
+        return PolicyResult(label(policy), Result.ERROR, text, policy.spec.validation_actions)
+    return PolicyResult(label(policy), Result.ERROR, text, frozenset({Action.WARN, Action.IGNORED}))
 
 
-def _object_selector_ok(policy: CompiledPolicy, req: _Request) -> bool:
-    sel = policy.spec.object_selector
-    if sel.empty:
-        return True
-    return sel.matches_object(req.request.get("object")) or sel.matches_object(req.request.get("oldObject"))
-
-
-def _rules_match(policy: CompiledPolicy, req: _Request, resource: str, group: str, version: str) -> bool:
-    kw = dict(group=group, version=version, resource=resource, sub_resource=req.sub_resource,
-              operation=req.operation, namespaced=req.namespaced)
-    if not any(rule_matches(r, **kw) for r in policy.spec.resource_rules):  # type: ignore[arg-type]
-        return False
-    return not any(rule_matches(r, **kw) for r in policy.spec.exclude_resource_rules)  # type: ignore[arg-type]
-
-
-def _selects(policy: CompiledPolicy, req: _Request) -> str | None:
-    """Which object view the policy sees: ``"raw"``, ``"pod"`` (autogen), or None (no match)."""
-    spec = policy.spec
-    if spec.namespace is not None and req.namespace != spec.namespace:
-        return None  # namespaced-policy isolation: own namespace only
-    if _rules_match(policy, req, req.resource, req.group, req.version):
-        view = "raw"
-    elif spec.pod_controllers and req.template is not None and _rules_match(policy, req, "pods", "", "v1"):
-        view = "pod"
-    else:
-        return None
-    if not _namespace_labels_ok(policy, req) or not _object_selector_ok(policy, req):
-        return None
-    return view
-
-
-def _unsynced_cache(policy: CompiledPolicy, req: _Request) -> str | None:
+def _unsynced_cache(policy: CompiledPolicy, ctx: RequestContext) -> str | None:
     needed = [caches.POLICIES]
     if not policy.spec.namespace_selector.empty:
         needed.append(caches.NAMESPACES)
     if policy.spec.param_ref is not None:
         needed.append(caches.CONFIGMAPS)
     for cache in needed:
-        if not req.is_synced(cache):
+        if not ctx.is_synced(cache):
             return cache
     return None
 
@@ -253,163 +299,190 @@ def _unsynced_cache(policy: CompiledPolicy, req: _Request) -> str | None:
 _NOT_FOUND = object()
 
 
-def _params(policy: CompiledPolicy, req: _Request) -> Any:
+def _params(policy: CompiledPolicy, ctx: RequestContext) -> Any:
     ref = policy.spec.param_ref
     if ref is None:
         return None
     if ref.name is not None:
-        ns = ref.namespace or req.namespace or "default"
-        cm = req.lookups.get_configmap(ns, ref.name)
+        ns = ref.namespace or ctx.coords.namespace or "default"
+        cm = ctx.lookups.get_configmap(ns, ref.name)
         return _NOT_FOUND if cm is None else cm
     assert ref.selector is not None
-    found = req.lookups.list_configmaps(ref.namespace, ref.selector)
+    found = ctx.lookups.list_configmaps(ref.namespace, ref.selector)
     return found if found else _NOT_FOUND
 
 
-class _PolicyRun:
-    """One policy's evaluation context within a request."""
+@dataclass(slots=True)
+class _Run:
+    """One selected policy, ready to evaluate: its view, params and activation."""
 
-    def __init__(self, policy: CompiledPolicy, req: _Request, view: str) -> None:
-        self.policy = policy
-        self.req = req
-        self.view = view
-        self.prefix = ""
-        if view == "pod":
-            assert req.template is not None
-            self.prefix = ".".join(req.template) + ": "
+    policy: CompiledPolicy
+    view: View
+    params: Any
+    activation: Any
+    prefix: str
 
-    def activation(self) -> Any:
-        return self.req.activation() if self.view == "raw" else self.req.pod_activation()
-
-
-def _scope_for(run: _PolicyRun, params: Any, activation: Any) -> VariableScope:
-    return VariableScope(run.policy.variables, activation, params)
+    def scope(self, activation: Any | None = None) -> VariableScope:
+        return VariableScope(self.policy.variables, self.activation if activation is None else activation,
+                             self.params)
 
 
-def _prepare(policy: CompiledPolicy, req: _Request) -> tuple[_PolicyRun, Any, Any] | PolicyResult | None:
-    """Match, sync check, matchConditions and params. Returns a run, a final result, or None (no match)."""
-    view = _selects(policy, req)
+def _prepare(policy: CompiledPolicy, ctx: RequestContext) -> _Run | PolicyResult | None:
+    """Select, then the steps before validation: broken policy, deadline, sync, params, matchConditions.
+
+    Returns:
+        A run to evaluate, a final result, or None when the policy does not apply.
+    """
+    view = select(policy.spec, ctx.coords, ctx.request, ctx.namespace_object)
     if view is None:
         return None
-    run = _PolicyRun(policy, req, view)
-    cache = _unsynced_cache(policy, req)
+    name = label(policy)
+    if policy.error is not None:
+        return _error_result(policy, f"policy is not ready: {policy.error}")
+    if ctx.past_deadline():
+        return _error_result(policy, "request deadline exceeded before the policy was evaluated")
+    cache = _unsynced_cache(policy, ctx)
     if cache is not None:
         action = policy.spec.on_unsynced
         msg = f"cache {cache} has not synced (onUnsynced: {action})"
         if action == "Deny":
-            return PolicyResult(policy.name, FAIL, msg, frozenset({"Deny"}))
-        return PolicyResult(policy.name, SKIP, msg, frozenset({"Warn"}) if action == "Warn" else frozenset())
-    params = _params(policy, req)
+            return PolicyResult(name, Result.FAIL, msg, frozenset({Action.DENY}))
+        return PolicyResult(name, Result.SKIP, msg,
+                            frozenset({Action.WARN}) if action == "Warn" else frozenset())
+    params = _params(policy, ctx)
     if params is _NOT_FOUND:
-        assert policy.spec.param_ref is not None
-        msg = f"params not found for paramRef {policy.spec.param_ref.name or 'selector'}"
-        if policy.spec.param_ref.parameter_not_found_action == "Deny":
-            return PolicyResult(policy.name, FAIL, msg, frozenset({"Deny"}))
-        return PolicyResult(policy.name, SKIP, msg)
-    activation = run.activation()
-    scope = _scope_for(run, params, activation)
-    token = set_current_scope(scope)
-    try:
-        for name, program in policy.match_conditions:
-            if _value(program, activation) is not True:
-                return PolicyResult(policy.name, SKIP, f"matchCondition {name} is false")
-    except _EvalError as e:
-        return _errored(policy, f"matchCondition error: {e}")
-    finally:
-        reset_scope(token)
-    return run, params, activation
-
-
-def _errored(policy: CompiledPolicy, text: str) -> PolicyResult:
-    if policy.spec.failure_policy == "Fail":
-        return PolicyResult(policy.name, ERROR, text, frozenset({"Deny"}))
-    return PolicyResult(policy.name, ERROR, text, frozenset({"Warn", "Ignored"}))
-
-
-def _validate_one(policy: CompiledPolicy, req: _Request, out: ValidationOutcome) -> PolicyResult | None:
-    prepared = _prepare(policy, req)
-    if prepared is None or isinstance(prepared, PolicyResult):
-        return prepared
-    run, params, activation = prepared
-    failures: list[tuple[str, int, str]] = []
-    token = set_current_scope(_scope_for(run, params, activation))
-    try:
-        for index, validation in enumerate(policy.validations):
-            if _value(validation.program, activation) is True:
-                continue
-            message = validation.message or ""
-            if validation.message_program is not None:
+        ref = policy.spec.param_ref
+        assert ref is not None
+        what = f"ConfigMap {ref.name}" if ref.name else "any ConfigMap selected by paramRef.selector"
+        msg = f"spec.paramRef: no params found: {what}"
+        if ref.parameter_not_found_action == "Deny":
+            # VAP: "no matched parameters will be subject to the failurePolicy of the policy".
+            return _error_result(policy, msg)
+        return PolicyResult(name, Result.SKIP, msg)
+    activation = ctx.activation(view)
+    prefix = ".".join(ctx.coords.template or ()) + ": " if view is View.POD_TEMPLATE else ""
+    run = _Run(policy, view, params, activation, prefix)
+    if policy.match_conditions:
+        token = set_current_scope(run.scope())
+        try:
+            first_error: str | None = None
+            for cond_name, program in policy.match_conditions:
                 try:
-                    computed = _value(validation.message_program, activation)
-                    if isinstance(computed, str) and computed.strip():
-                        message = computed
-                except _EvalError:
-                    pass  # VAP falls back to message when messageExpression fails
-            if not message:
-                message = "failed expression: " + policy.spec.validations[index].expression
-            failures.append((run.prefix + message, validation.code, validation.reason))
+                    if not _bool(program, activation, "a matchCondition"):
+                        # Any false skips the policy, even when another condition errored.
+                        return PolicyResult(name, Result.SKIP, f"matchCondition {cond_name} is false")
+                except EvaluationError as e:
+                    first_error = first_error or str(e)
+            if first_error is not None:
+                return _error_result(policy, first_error)
+        finally:
+            reset_scope(token)
+    return run
+
+
+def _message(validation: Any, run: _Run, warnings: list[str]) -> str:
+    """The failure message of a false validation, with the validator's fallbacks."""
+    program = validation.message_expression
+    if program is not None:
+        problem = None
+        try:
+            computed = _value(program, run.activation)
+        except EvaluationError as e:
+            problem = str(e)
+        else:
+            if not isinstance(computed, str):
+                problem = f"{program.path}: must evaluate to string, but evaluated to {cel_type_name(computed)}"
+            elif "\n" in computed.strip():
+                problem = f"{program.path}: the message contains a line break"
+            elif len(computed.strip().encode()) > MAX_MESSAGE_BYTES:
+                problem = f"{program.path}: the message is longer than {MAX_MESSAGE_BYTES} bytes"
+            elif computed.strip():
+                return computed.strip()
+        if problem is not None:
+            warnings.append(f"{label(run.policy)}: {problem}; used the fallback message")
+    if validation.message and validation.message.strip():
+        return str(validation.message.strip())
+    return "failed expression: " + validation.expression.source.strip()
+
+
+def _validate(run: _Run, warnings: list[str], annotations: dict[str, str]) -> PolicyResult:
+    policy = run.policy
+    name = label(policy)
+    failures: list[tuple[str, int, str]] = []
+    token = set_current_scope(run.scope())
+    try:
+        for validation in policy.validations:
+            if _bool(validation.expression, run.activation, "a validation expression"):
+                continue
+            failures.append((run.prefix + _message(validation, run, warnings), validation.code, validation.reason))
         for key, program in policy.audit_annotations:
-            value = _value(program, activation)
-            if value is not None:
-                out.audit_annotations[f"{policy.name}/{key}"] = str(value)
-    except _EvalError as e:
-        return _errored(policy, f"{run.prefix}expression error: {e}")
+            value = _value(program, run.activation)
+            if value is None:
+                continue
+            if not isinstance(value, str):
+                raise EvaluationError(f"{program.path}: must evaluate to string or null, but evaluated to "
+                                      f"{cel_type_name(value)}")
+            if value.strip():
+                annotations[f"{name}/{key}"] = value.strip()
+    except EvaluationError as e:
+        return _error_result(policy, run.prefix + str(e))
     finally:
         reset_scope(token)
     if not failures:
-        return PolicyResult(policy.name, PASS)
-    message = "; ".join(f[0] for f in failures)
-    if out.code == 200 and "Deny" in policy.spec.validation_actions:
-        # The first denying validation (policies in name order) sets the HTTP code, as VAP does.
-        out.code, out.reason = failures[0][1], failures[0][2]
-    return PolicyResult(policy.name, FAIL, message, policy.spec.validation_actions)
+        return PolicyResult(name, Result.PASS)
+    _, code, reason = failures[0]
+    return PolicyResult(name, Result.FAIL, "; ".join(f[0] for f in failures), policy.spec.validation_actions,
+                        code=code, reason=reason)
 
 
-def evaluate_validating(request: dict[str, Any], policies: Sequence[CompiledPolicy], lookups: Lookups) -> ValidationOutcome:
+def _record(result: PolicyResult, warnings: list[str], annotations: dict[str, str] | None) -> None:
+    """Turn a non-passing result's actions into warnings and audit annotations."""
+    if result.result is Result.PASS:
+        return
+    if Action.WARN in result.actions and result.message:
+        suffix = " (failurePolicy: Ignore)" if Action.IGNORED in result.actions else ""
+        warnings.append(f"{result.policy}: {result.message}{suffix}")
+    if annotations is not None and Action.AUDIT in result.actions:
+        annotations[f"tollgate.dev/{result.policy}"] = json.dumps(
+            {"result": str(result.result), "message": result.message}, sort_keys=True)
+
+
+def evaluate_validating(request: dict[str, Any], policies: Sequence[CompiledPolicy], lookups: Lookups, *,
+                        deadline: float | None = None) -> ValidationOutcome:
     """Decide an AdmissionRequest on the validating endpoint.
 
     Args:
         request: the ``AdmissionRequest`` as on the wire (camelCase: ``uid``,
             ``kind``, ``resource``, ``subResource``, ``namespace``,
-            ``operation``, ``userInfo``, ``object``, ``oldObject``, ``dryRun``, ...).
-            Never mutated.
-        policies: candidate policies (from :meth:`PolicyIndex.candidates`),
-            evaluated in the given order (name order).
+            ``operation``, ``userInfo``, ``object``, ``oldObject``, ...). Never mutated.
+        policies: candidate policies (from :meth:`PolicyIndex.candidates`), in
+            evaluation order (name order); broken ones included.
         lookups: the caches.
+        deadline: ``time.monotonic()`` after which remaining policies are errors.
 
     Returns:
         The decision; a denial's message joins every denying policy's message
         as ``"<policy>: <message>"``.
     """
-    req = _Request(request, lookups)
+    ctx = RequestContext(request, lookups, deadline=deadline)
     out = ValidationOutcome()
-    denials: list[str] = []
+    denials: list[PolicyResult] = []
     for policy in policies:
-        if not policy.validations and not policy.audit_annotations:
+        if not policy.validating:
             continue
-        result = _validate_one(policy, req, out)
-        if result is None:
+        prepared = _prepare(policy, ctx)
+        if prepared is None:
             continue
+        result = prepared if isinstance(prepared, PolicyResult) else _validate(prepared, out.warnings,
+                                                                               out.audit_annotations)
         out.results.append(result)
-        if result.result not in (FAIL, ERROR):
-            if "Warn" in result.actions:
-                out.warnings.append(f"{policy.name}: {result.message}")
-            continue
-        if "Deny" in result.actions:
-            denials.append(f"{policy.name}: {result.message}")
-            if out.code == 200:
-                out.code, out.reason = 403, "Forbidden"
-        if "Warn" in result.actions:
-            out.warnings.append(f"{policy.name}: {result.message}")
-        if "Audit" in result.actions:
-            out.audit_annotations[f"tollgate.dev/{policy.name}"] = json.dumps(
-                {"result": result.result, "message": result.message}, sort_keys=True
-            )
+        _record(result, out.warnings, out.audit_annotations)
+        if result.denies:
+            denials.append(result)
     if denials:
         out.allowed = False
-        out.message = "; ".join(denials)
-    else:
-        out.code, out.reason = 200, ""
+        out.code, out.reason = denials[0].code, denials[0].reason
+        out.message = "; ".join(f"{r.policy}: {r.message}" for r in denials)
     return out
 
 
@@ -426,70 +499,121 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return result
 
 
-def _record_failure(out: MutationOutcome, policy: CompiledPolicy, result: PolicyResult, *, code: int,
-                    reason: str) -> bool:
-    """Record a non-pass result on the mutating path; True when it denies the request."""
-    out.results.append(result)
-    if "Deny" in result.actions:
-        out.allowed = False
-        out.message = f"{policy.name}: {result.message}"
-        out.code, out.reason = code, reason
-        return True
-    if "Warn" in result.actions:
-        out.warnings.append(f"{policy.name}: {result.message}")
-    return False
+def _json_value(value: Any, path: str) -> Any:
+    """A mutation's CEL result as JSON data; durations, timestamps and bytes as Kubernetes encodes them."""
+    if isinstance(value, dict):
+        return {str(k): _json_value(v, path) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_value(v, path) for v in value]
+    if isinstance(value, bool | int | str) or value is None:
+        return value
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise EvaluationError(f"{path}: {value} is not a JSON number")
+        return value
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    raise EvaluationError(f"{path}: a {cel_type_name(value)} value cannot be written into an object")
 
 
-def evaluate_mutating(request: dict[str, Any], policies: Sequence[CompiledPolicy], lookups: Lookups) -> MutationOutcome:
-    """Apply every matching policy's mutations, in the given (name) order.
+def _identity(obj: dict[str, Any], fields: tuple[str, ...]) -> tuple[Any, ...]:
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    return (obj.get("apiVersion"), obj.get("kind"), *(meta.get(f) for f in fields))
+
+
+def _mutate(run: _Run, current: dict[str, Any], original: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
+    """Apply one policy's mutations in order; raises :class:`EvaluationError` on any failure."""
+    mutated: Any = current
+    for patch_type, program in run.policy.mutations:
+        activation = ctx.activation(View.OBJECT) if mutated is original else ctx.activation_for(mutated)
+        token = set_current_scope(run.scope(activation))
+        try:
+            value = _json_value(_value(program, activation), program.path)
+        finally:
+            reset_scope(token)
+        try:
+            if patch_type == "JSONPatch":
+                # Patch a private copy in place: an orjson round trip copies a Pod ~10x faster
+                # than the deepcopy jsonpatch would make with in_place=False.
+                mutated = jsonpatch.apply_patch(orjson.loads(orjson.dumps(mutated)), value, in_place=True)
+            else:
+                mutated = merge_patch(mutated, value)
+        except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, TypeError, KeyError,
+                IndexError, ValueError) as e:
+            # jsonpatch's messages end with a repr of the whole document: keep the first clause only.
+            raise EvaluationError(f"{program.path}: the patch does not apply: {str(e).split(' in {', 1)[0]}") from None
+        if not isinstance(mutated, dict):
+            raise EvaluationError(f"{program.path}: the mutated object must be a JSON object")
+    fields = TENANT_PROTECTED_FIELDS if run.policy.spec.kind == NAMESPACED_KIND else IDENTITY_FIELDS
+    if _identity(mutated, fields) != _identity(current, fields):
+        changed = ", ".join(["apiVersion", "kind", *(f"metadata.{f}" for f in fields)])
+        raise EvaluationError(f"spec.mutations: a mutation may not change {changed}")
+    return dict(mutated)
+
+
+def mutation_order(policies: Sequence[CompiledPolicy]) -> list[CompiledPolicy]:
+    """Tenants' AdmissionPolicies first, then ClusterAdmissionPolicies (each in the given order).
+
+    Cluster policies run last so they have the last word on the object.
+    """
+    return sorted(policies, key=lambda p: p.spec.kind != NAMESPACED_KIND)
+
+
+def evaluate_mutating(request: dict[str, Any], policies: Sequence[CompiledPolicy], lookups: Lookups, *,
+                      deadline: float | None = None) -> MutationOutcome:
+    """Apply every selected policy's mutations, tenants first (see :func:`mutation_order`).
 
     Each policy sees the object as the previous ones left it. Returns one
     JSONPatch: ``jsonpatch.make_patch(original, final)``. A mutation that
-    errors, or whose patch does not apply, is handled per ``failurePolicy``.
+    errors, does not apply, or changes the object's identity is handled per
+    ``failurePolicy``; an Ignore-d policy's changes are dropped.
     """
     out = MutationOutcome()
     original = request.get("object")
     if not isinstance(original, dict):
         return out
     current = original
-    req = _Request(request, lookups)
-    for policy in policies:
-        if not policy.mutations:
+    ctx = RequestContext(request, lookups, deadline=deadline)
+    for policy in mutation_order(policies):
+        if not policy.mutating:
             continue
-        prepared = _prepare(policy, req)
+        prepared = _prepare(policy, ctx)
         if prepared is None:
             continue
-        if isinstance(prepared, PolicyResult):
-            if _record_failure(out, policy, prepared, code=403, reason="Forbidden"):
-                return out
-            continue
-        run, params, _ = prepared
-        if run.view != "raw":
+        if isinstance(prepared, _Run) and prepared.view is not View.OBJECT:
             continue  # mutations apply to the request's own object, not a synthesized Pod
-        mutated = current
-        try:
-            for patch_type, program in policy.mutations:
-                # Each mutation sees the object as the previous one left it.
-                activation = req.activation() if mutated is original else req.activation_for(mutated)
-                token = set_current_scope(_scope_for(run, params, activation))
-                try:
-                    value = _value(program, activation)
-                finally:
-                    reset_scope(token)
-                if patch_type == "JSONPatch":
-                    # Patch a private copy in place: an orjson round trip copies a Pod ~10x faster
-                    # than the deepcopy jsonpatch would make with in_place=False.
-                    mutated = jsonpatch.apply_patch(orjson.loads(orjson.dumps(mutated)), value, in_place=True)
-                else:
-                    mutated = merge_patch(mutated, value)
-        except (_EvalError, jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, TypeError) as e:
-            if _record_failure(out, policy, _errored(policy, f"mutation error: {e}"), code=500,
-                               reason="InternalError"):
-                return out
-            continue
-        changed = mutated != current
-        current = mutated
-        out.results.append(PolicyResult(policy.name, PASS, "mutated" if changed else "no change"))
+        if isinstance(prepared, _Run):
+            try:
+                mutated = _mutate(prepared, current, original, ctx)
+            except EvaluationError as e:
+                result = _error_result(policy, str(e))
+            else:
+                result = PolicyResult(label(policy), Result.PASS, "mutated" if mutated != current else "no change")
+                current = mutated
+        else:
+            result = prepared
+        out.results.append(result)
+        _record(result, out.warnings, None)
+        if result.denies:
+            out.allowed = False
+            out.message = f"{result.policy}: {result.message}"
+            out.code, out.reason = result.code, result.reason
+            return out
     if current is not original:
         out.patch = jsonpatch.make_patch(original, current).patch
     return out
+
+
+__all__ = [
+    "EvaluationError",
+    "MutationOutcome",
+    "PolicyResult",
+    "RequestContext",
+    "ValidationOutcome",
+    "evaluate_mutating",
+    "evaluate_validating",
+    "label",
+    "merge_patch",
+    "mutation_order",
+    "synthesize_pod",
+]

@@ -6,7 +6,12 @@ filed under every ``(apiGroup, resource, operation)`` its ``resourceRules``
 name (wildcards filed under ``*``), plus the pod controllers' resources when
 ``autogen.podControllers`` applies to a pod rule, so that a request looks up
 at most 12 buckets and never scans every policy. Exact matching (versions,
-scope, subresources, excludes, selectors) happens afterwards in the engine.
+scope, subresources, excludes, selectors) is :mod:`webhook.policy.matching`'s.
+
+A policy that is not Ready but whose match rules parse is filed too, carrying
+its error, so that its failurePolicy answers what it selects; one whose match
+rules are unreadable is kept in :meth:`PolicyIndex.states` only and counted
+by :meth:`PolicyIndex.unmatchable`.
 """
 
 from __future__ import annotations
@@ -16,7 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.policy.compiler import CompiledPolicy, CompileResult, compile_policy
-from webhook.policy.matching import POD_CONTROLLERS
+from webhook.policy.matching import resource_names
+from webhook.policy.model import NAMESPACED_KIND, POD_CONTROLLERS
+from webhook.policy.request import RequestCoordinates
 
 _Bucket = tuple[str, str, str]
 
@@ -29,11 +36,20 @@ class PolicyState:
     obj: dict[str, Any]
     result: CompileResult
 
+    @property
+    def ready(self) -> bool:
+        """Whether the policy compiled (its Ready condition is True)."""
+        return self.result.policy is not None
+
 
 def policy_key(obj: dict[str, Any]) -> str:
-    """``namespace/name`` for an AdmissionPolicy, ``name`` for a ClusterAdmissionPolicy."""
+    """The one identity of a policy CR: ``namespace/name`` for an AdmissionPolicy, ``name`` for a cluster one.
+
+    The same string as client-go's ``MetaNamespaceKeyFunc`` and
+    :attr:`PolicySpec.key`; used by the index, status, metrics and results.
+    """
     meta = obj.get("metadata") or {}
-    ns = meta.get("namespace") if obj.get("kind") == "AdmissionPolicy" else None
+    ns = meta.get("namespace") if obj.get("kind") == NAMESPACED_KIND else None
     return f"{ns}/{meta.get('name')}" if ns else str(meta.get("name"))
 
 
@@ -63,10 +79,9 @@ class PolicyIndex:
         self._states: dict[str, PolicyState] = {}
         self._buckets: dict[_Bucket, dict[str, CompiledPolicy]] = defaultdict(dict)
         self._filed: dict[str, set[_Bucket]] = {}
-        self.revision = 0
 
     def upsert(self, obj: dict[str, Any]) -> PolicyState:
-        """Compile ``obj`` and (re)file it; a broken policy is kept but never filed.
+        """Compile ``obj`` and (re)file it; a broken policy is filed with its error if its rules parse.
 
         Returns:
             The new :class:`PolicyState`, whose ``result.condition`` is the
@@ -77,12 +92,11 @@ class PolicyIndex:
         self._unfile(key)
         state = PolicyState(key, obj, result)
         self._states[key] = state
-        if result.policy is not None:
-            buckets = _buckets(result.policy)
+        if result.matchable is not None:
+            buckets = _buckets(result.matchable)
             for b in buckets:
-                self._buckets[b][key] = result.policy
+                self._buckets[b][key] = result.matchable
             self._filed[key] = buckets
-        self.revision += 1
         return state
 
     def remove(self, key_or_obj: str | dict[str, Any]) -> None:
@@ -90,7 +104,6 @@ class PolicyIndex:
         key = key_or_obj if isinstance(key_or_obj, str) else policy_key(key_or_obj)
         self._unfile(key)
         self._states.pop(key, None)
-        self.revision += 1
 
     def _unfile(self, key: str) -> None:
         for b in self._filed.pop(key, ()):
@@ -111,23 +124,20 @@ class PolicyIndex:
     def __len__(self) -> int:
         return len(self._states)
 
-    def candidates(self, group: str, resource: str, sub_resource: str, operation: str) -> list[CompiledPolicy]:
-        """Ready policies that may match; sorted by (name, namespace) as evaluation order requires.
+    def unmatchable(self) -> list[str]:
+        """Keys of policies whose match rules cannot be read, so they select nothing (report loudly)."""
+        return [k for k in sorted(self._states) if k not in self._filed]
+
+    def candidates(self, coords: RequestCoordinates) -> list[CompiledPolicy]:
+        """Policies (Ready or broken) that may select the request, in evaluation order: (name, namespace).
 
         Args:
-            group: ``request.resource.group`` ("" for core).
-            resource: ``request.resource.resource`` (plural, e.g. ``pods``).
-            sub_resource: ``request.subResource`` ("" if none).
-            operation: ``CREATE`` | ``UPDATE`` | ``DELETE`` | ``CONNECT``.
+            coords: the request's coordinates.
         """
-        if sub_resource:
-            names = (f"{resource}/{sub_resource}", f"{resource}/*", f"*/{sub_resource}", "*/*")
-        else:
-            names = (resource, "*", "*/*")
         found: dict[str, CompiledPolicy] = {}
-        for g in (group, "*"):
-            for r in names:
-                for op in (operation, "*"):
+        for g in (coords.group, "*"):
+            for r in resource_names(coords.resource, coords.sub_resource):
+                for op in (coords.operation, "*"):
                     bucket = self._buckets.get((g, r, op))
                     if bucket:
                         found.update(bucket)

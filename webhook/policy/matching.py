@@ -1,71 +1,124 @@
-"""Which requests a policy's ``match`` selects (pure; no I/O).
+"""Which requests a policy selects — the only matcher (pure; no I/O).
 
-Follows ``admissionregistration.k8s.io`` rule semantics as the API server's
-``generic/policy_matcher.go`` applies them to ValidatingAdmissionPolicy:
-``resources`` entries ``pods`` (no subresource), ``pods/status``,
-``pods/*`` (every subresource of pods), ``*`` (every resource, no
-subresources), ``*/*`` (everything), ``*/scale``; ``scope`` ``Cluster`` for
-requests without a namespace, ``Namespaced`` for requests with one.
+Follows the API server's ``generic/policy_matcher.go`` as it applies
+``admissionregistration.k8s.io`` rules to ValidatingAdmissionPolicy: the
+:class:`~webhook.policy.index.PolicyIndex` narrows by (group, resource,
+operation); :func:`select` then decides exactly — resource rules and
+excludes (versions, ``scope``, subresources: ``pods``, ``pods/status``,
+``pods/*``, ``*``, ``*/*``, ``*/scale``), namespaced-policy isolation,
+``namespaceSelector`` and ``objectSelector`` — and which view of the object
+the policy sees (the object itself, or a Pod built from a controller's
+template under ``autogen.podControllers``). ``matchConditions`` are CEL and
+are evaluated by the engine, as the API server's validator does.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from enum import StrEnum
 from typing import Any
 
-from webhook.policy.model import ResourceRule
-
-#: Pod controllers and the path of their pod template (``autogen.podControllers``).
-POD_CONTROLLERS: dict[tuple[str, str], tuple[str, ...]] = {
-    ("apps", "deployments"): ("spec", "template"),
-    ("apps", "statefulsets"): ("spec", "template"),
-    ("apps", "daemonsets"): ("spec", "template"),
-    ("apps", "replicasets"): ("spec", "template"),
-    ("", "replicationcontrollers"): ("spec", "template"),
-    ("batch", "jobs"): ("spec", "template"),
-    ("batch", "cronjobs"): ("spec", "jobTemplate", "spec", "template"),
-}
+from webhook.policy.model import POD_CONTROLLERS, NAMESPACED_KIND, PolicySpec, ResourceRule
+from webhook.policy.request import RequestCoordinates
 
 
-def resource_matches(patterns: frozenset[str], resource: str, sub_resource: str) -> bool:
-    """Whether ``resource[/sub_resource]`` is named by a rule's ``resources``."""
+class View(StrEnum):
+    """Which object a selected policy evaluates: the request's own, or a Pod from its template."""
+
+    OBJECT = "object"
+    POD_TEMPLATE = "podTemplate"
+
+
+def resource_names(resource: str, sub_resource: str) -> tuple[str, ...]:
+    """Every ``resources`` entry that names ``resource[/sub_resource]``."""
     if sub_resource:
-        return bool(
-            {f"{resource}/{sub_resource}", f"{resource}/*", f"*/{sub_resource}", "*/*"} & patterns
-        )
-    return bool({resource, "*", "*/*"} & patterns)
+        return (f"{resource}/{sub_resource}", f"{resource}/*", f"*/{sub_resource}", "*/*")
+    return (resource, "*", "*/*")
 
 
-def rule_matches(rule: ResourceRule, *, group: str, version: str, resource: str, sub_resource: str,
-                 operation: str, namespaced: bool) -> bool:
-    """Whether one RuleWithOperations selects the request."""
-    if operation not in rule.operations and "*" not in rule.operations:
+def rule_matches(rule: ResourceRule, coords: RequestCoordinates, *, group: str | None = None,
+                 version: str | None = None, resource: str | None = None) -> bool:
+    """Whether one RuleWithOperations selects the request.
+
+    Args:
+        rule: the rule.
+        coords: the request.
+        group: override of ``coords.group`` (autogen matches a controller as ``pods``).
+        version: override of ``coords.version``.
+        resource: override of ``coords.resource``.
+    """
+    if coords.operation not in rule.operations and "*" not in rule.operations:
         return False
-    if group not in rule.api_groups and "*" not in rule.api_groups:
+    g = coords.group if group is None else group
+    if g not in rule.api_groups and "*" not in rule.api_groups:
         return False
-    if version not in rule.api_versions and "*" not in rule.api_versions:
+    v = coords.version if version is None else version
+    if v not in rule.api_versions and "*" not in rule.api_versions:
         return False
-    if rule.scope == "Cluster" and namespaced:
+    if rule.scope == "Cluster" and coords.namespaced:
         return False
-    if rule.scope == "Namespaced" and not namespaced:
+    if rule.scope == "Namespaced" and not coords.namespaced:
         return False
-    return resource_matches(rule.resources, resource, sub_resource)
+    names = resource_names(coords.resource if resource is None else resource, coords.sub_resource)
+    return not rule.resources.isdisjoint(names)
 
 
-def request_coordinates(request: dict[str, Any]) -> tuple[str, str, str, str, str, bool]:
-    """``(group, version, resource, subResource, operation, namespaced)`` of an AdmissionRequest."""
-    res = request.get("resource") or {}
-    return (
-        res.get("group", ""),
-        res.get("version", ""),
-        res.get("resource", ""),
-        request.get("subResource", "") or "",
-        request.get("operation", ""),
-        bool(request.get("namespace")),
-    )
+def _rules_select(spec: PolicySpec, coords: RequestCoordinates, **override: str) -> bool:
+    if not any(rule_matches(r, coords, **override) for r in spec.resource_rules):
+        return False
+    return not any(rule_matches(r, coords, **override) for r in spec.exclude_resource_rules)
 
 
-def template_path(group: str, resource: str, sub_resource: str) -> tuple[str, ...] | None:
-    """The pod-template path when the request is for a pod controller itself."""
-    if sub_resource:
+def _labels(obj: Any) -> Mapping[str, str] | None:
+    if not isinstance(obj, dict):
         return None
-    return POD_CONTROLLERS.get((group, resource))
+    meta = obj.get("metadata")
+    return meta.get("labels") if isinstance(meta, dict) else None
+
+
+def select(spec: PolicySpec, coords: RequestCoordinates, request: Mapping[str, Any],
+           namespace_object: Callable[[], dict[str, Any] | None]) -> View | None:
+    """Whether ``spec`` selects the request, and through which view.
+
+    Args:
+        spec: the policy's parsed spec (a broken policy's match part is enough).
+        coords: the request's coordinates.
+        request: the AdmissionRequest (``object``/``oldObject`` for objectSelector
+            and a Namespace's own labels).
+        namespace_object: returns the cached Namespace of the request (called
+            only when a namespaceSelector needs it).
+
+    Returns:
+        ``View.OBJECT``, ``View.POD_TEMPLATE`` (autogen on a pod controller), or
+        None when the policy does not apply.
+    """
+    if spec.kind == NAMESPACED_KIND and coords.namespace != spec.namespace:
+        # An AdmissionPolicy sees only requests in its own namespace: never a
+        # cluster-scoped object, its own Namespace included.
+        return None
+    if _rules_select(spec, coords):
+        view = View.OBJECT
+    elif spec.pod_controllers and coords.template is not None and _rules_select(
+            spec, coords, group="", version="v1", resource="pods"):
+        view = View.POD_TEMPLATE
+    else:
+        return None
+    sel = spec.namespace_selector
+    if not sel.empty:
+        if coords.namespaced:
+            # A Namespace not (yet) in the cache is matched as one without labels.
+            if not sel.matches(_labels(namespace_object())):
+                return None
+        elif coords.is_namespace_object:
+            # VAP: a Namespace request is matched on its own labels; other
+            # cluster-scoped objects are never excluded by namespaceSelector.
+            if not sel.matches_object(request.get("object") or request.get("oldObject")):
+                return None
+    sel = spec.object_selector
+    if not sel.empty and not (sel.matches_object(request.get("object"))
+                              or sel.matches_object(request.get("oldObject"))):
+        return None
+    return view
+
+
+__all__ = ["POD_CONTROLLERS", "View", "resource_names", "rule_matches", "select"]

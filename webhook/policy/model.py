@@ -15,8 +15,8 @@ from typing import Any
 
 from webhook.policy.selectors import LabelSelector, SelectorError, parse_label_selector
 
-GROUP = "tollgate.dev"
-VERSION = "v1alpha1"
+from webhook.resources import GROUP, VERSION
+
 CLUSTER_KIND = "ClusterAdmissionPolicy"
 NAMESPACED_KIND = "AdmissionPolicy"
 KINDS = frozenset({CLUSTER_KIND, NAMESPACED_KIND})
@@ -31,6 +31,16 @@ NOT_FOUND_ACTIONS = frozenset({"Deny", "Allow"})
 REASON_CODES = {"Unauthorized": 401, "Forbidden": 403, "Invalid": 422, "RequestEntityTooLarge": 413}
 PATCH_TYPES = frozenset({"JSONPatch", "ApplyConfiguration"})
 MAX_MATCH_CONDITIONS = 64
+#: Pod controllers and the path of their pod template (``autogen.podControllers``), keyed by (group, resource).
+POD_CONTROLLERS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("apps", "deployments"): ("spec", "template"),
+    ("apps", "statefulsets"): ("spec", "template"),
+    ("apps", "daemonsets"): ("spec", "template"),
+    ("apps", "replicasets"): ("spec", "template"),
+    ("", "replicationcontrollers"): ("spec", "template"),
+    ("batch", "jobs"): ("spec", "template"),
+    ("batch", "cronjobs"): ("spec", "jobTemplate", "spec", "template"),
+}
 
 
 class PolicySpecError(ValueError):
@@ -201,19 +211,33 @@ def _selector(raw: Any, path: str) -> LabelSelector:
         raise PolicySpecError(e.path, str(e).split(": ", 1)[1]) from None
 
 
-def parse_policy(obj: dict[str, Any]) -> PolicySpec:
-    """Parse a policy custom resource.
+@dataclass(frozen=True, slots=True)
+class _MatchPart:
+    kind: str
+    name: str
+    namespace: str | None
+    generation: int
+    failure_policy: str
+    validation_actions: frozenset[str]
+    on_unsynced: str
+    rules: tuple[ResourceRule, ...]
+    excludes: tuple[ResourceRule, ...]
+    namespace_selector: LabelSelector
+    object_selector: LabelSelector
+    pod_controllers: bool
 
-    Args:
-        obj: the CR as a raw dict (``apiVersion``, ``kind``, ``metadata``, ``spec``).
 
-    Returns:
-        The parsed spec, with defaults filled in: failurePolicy ``Fail``,
-        validationActions ``[Deny]``, onUnsynced ``Deny``, scope ``*``.
+def _actions(spec: dict[str, Any], p: str) -> frozenset[str]:
+    actions = _strset(spec, "validationActions", p, ("Deny",))
+    if not actions or actions - VALIDATION_ACTIONS:
+        raise PolicySpecError(f"{p}.validationActions", f"must be a non-empty subset of {sorted(VALIDATION_ACTIONS)}")
+    if {"Deny", "Warn"} <= actions:
+        raise PolicySpecError(f"{p}.validationActions", "Deny and Warn may not be combined")
+    return actions
 
-    Raises:
-        PolicySpecError: the first malformed field, with its path.
-    """
+
+def _match_part(obj: dict[str, Any], *, lenient: bool) -> tuple[_MatchPart, dict[str, Any]]:
+    """Identity, failurePolicy, actions and match rules; ``lenient`` defaults a bad failurePolicy or action."""
     kind = obj.get("kind")
     if kind not in KINDS:
         raise PolicySpecError("kind", f"must be one of {sorted(KINDS)}, got {kind!r}")
@@ -228,12 +252,19 @@ def parse_policy(obj: dict[str, Any]) -> PolicySpec:
     if not isinstance(spec, dict):
         raise PolicySpecError("spec", "required")
     p = "spec"
-
-    actions = _strset(spec, "validationActions", p, ("Deny",))
-    if not actions or actions - VALIDATION_ACTIONS:
-        raise PolicySpecError(f"{p}.validationActions", f"must be a non-empty subset of {sorted(VALIDATION_ACTIONS)}")
-    if {"Deny", "Warn"} <= actions:
-        raise PolicySpecError(f"{p}.validationActions", "Deny and Warn may not be combined")
+    try:
+        failure_policy = _enum(spec, "failurePolicy", p, FAILURE_POLICIES, "Fail")
+    except PolicySpecError:
+        if not lenient:
+            raise
+        failure_policy = "Fail"  # an unreadable failurePolicy fails closed
+    try:
+        actions = _actions(spec, p)
+        on_unsynced = _enum(spec, "onUnsynced", p, ON_UNSYNCED, "Deny")
+    except PolicySpecError:
+        if not lenient:
+            raise
+        actions, on_unsynced = frozenset({"Deny"}), "Deny"
 
     match = spec.get("match") or {}
     if not isinstance(match, dict):
@@ -245,6 +276,65 @@ def parse_policy(obj: dict[str, Any]) -> PolicySpec:
         _rule(r, f"{p}.match.excludeResourceRules[{i}]")
         for i, r in enumerate(_list(match, "excludeResourceRules", f"{p}.match"))
     )
+    autogen = spec.get("autogen") or {}
+    if not isinstance(autogen, dict):
+        raise PolicySpecError(f"{p}.autogen", "must be an object")
+    pod_controllers = autogen.get("podControllers", False)
+    if not isinstance(pod_controllers, bool):
+        raise PolicySpecError(f"{p}.autogen.podControllers", "must be a boolean")
+    generation = meta.get("generation", 0)
+    part = _MatchPart(
+        kind=kind, name=name, namespace=namespace, generation=generation if isinstance(generation, int) else 0,
+        failure_policy=failure_policy, validation_actions=actions, on_unsynced=on_unsynced, rules=rules,
+        excludes=excludes, namespace_selector=_selector(match.get("namespaceSelector"), f"{p}.match.namespaceSelector"),
+        object_selector=_selector(match.get("objectSelector"), f"{p}.match.objectSelector"),
+        pod_controllers=pod_controllers,
+    )
+    return part, spec
+
+
+def parse_policy_match(obj: dict[str, Any]) -> PolicySpec:
+    """Parse only what decides which requests a policy selects, and how it fails.
+
+    Used for a policy that is not Ready, so its failurePolicy can answer the
+    requests it selects (VAP: "Failures can occur from ... invalid or
+    mis-configured policy definitions"). An unreadable ``failurePolicy`` reads
+    as ``Fail`` and unreadable ``validationActions`` as ``[Deny]``: never open
+    by accident.
+
+    Returns:
+        A spec with the identity, failurePolicy, validationActions and match
+        fields set, and no expressions.
+
+    Raises:
+        PolicySpecError: the identity or the match rules themselves are malformed.
+    """
+    m, _spec = _match_part(obj, lenient=True)
+    return PolicySpec(
+        kind=m.kind, name=m.name, namespace=m.namespace, generation=m.generation, failure_policy=m.failure_policy,
+        validation_actions=m.validation_actions, on_unsynced=m.on_unsynced, resource_rules=m.rules,
+        exclude_resource_rules=m.excludes, namespace_selector=m.namespace_selector, object_selector=m.object_selector,
+        pod_controllers=m.pod_controllers, match_conditions=(), param_ref=None, variables=(), validations=(),
+        audit_annotations=(), mutations=(),
+    )
+
+
+def parse_policy(obj: dict[str, Any]) -> PolicySpec:
+    """Parse a policy custom resource.
+
+    Args:
+        obj: the CR as a raw dict (``apiVersion``, ``kind``, ``metadata``, ``spec``).
+
+    Returns:
+        The parsed spec, with defaults filled in: failurePolicy ``Fail``,
+        validationActions ``[Deny]``, onUnsynced ``Deny``, scope ``*``.
+
+    Raises:
+        PolicySpecError: the first malformed field, with its path.
+    """
+    head, spec = _match_part(obj, lenient=False)
+    namespace = head.namespace
+    p = "spec"
 
     conditions = tuple(_named(c, f"{p}.matchConditions[{i}]", identifier=False) for i, c in enumerate(_list(spec, "matchConditions", p)))
     if len(conditions) > MAX_MATCH_CONDITIONS:
@@ -316,31 +406,10 @@ def parse_policy(obj: dict[str, Any]) -> PolicySpec:
             parameter_not_found_action=_enum(raw_ref, "parameterNotFoundAction", rp, NOT_FOUND_ACTIONS, "Deny"),
         )
 
-    autogen = spec.get("autogen") or {}
-    if not isinstance(autogen, dict):
-        raise PolicySpecError(f"{p}.autogen", "must be an object")
-    pod_controllers = autogen.get("podControllers", False)
-    if not isinstance(pod_controllers, bool):
-        raise PolicySpecError(f"{p}.autogen.podControllers", "must be a boolean")
-
-    generation = meta.get("generation", 0)
     return PolicySpec(
-        kind=kind,
-        name=name,
-        namespace=namespace,
-        generation=generation if isinstance(generation, int) else 0,
-        failure_policy=_enum(spec, "failurePolicy", p, FAILURE_POLICIES, "Fail"),
-        validation_actions=actions,
-        on_unsynced=_enum(spec, "onUnsynced", p, ON_UNSYNCED, "Deny"),
-        resource_rules=rules,
-        exclude_resource_rules=excludes,
-        namespace_selector=_selector(match.get("namespaceSelector"), f"{p}.match.namespaceSelector"),
-        object_selector=_selector(match.get("objectSelector"), f"{p}.match.objectSelector"),
-        pod_controllers=pod_controllers,
-        match_conditions=conditions,
-        param_ref=param_ref,
-        variables=variables,
-        validations=tuple(validations),
-        audit_annotations=tuple(audits),
-        mutations=tuple(mutations),
+        kind=head.kind, name=head.name, namespace=namespace, generation=head.generation,
+        failure_policy=head.failure_policy, validation_actions=head.validation_actions, on_unsynced=head.on_unsynced,
+        resource_rules=head.rules, exclude_resource_rules=head.excludes, namespace_selector=head.namespace_selector,
+        object_selector=head.object_selector, pod_controllers=head.pod_controllers, match_conditions=conditions, param_ref=param_ref, variables=variables,
+        validations=tuple(validations), audit_annotations=tuple(audits), mutations=tuple(mutations),
     )

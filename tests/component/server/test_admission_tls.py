@@ -21,7 +21,8 @@ import pytest
 from tests.component.server.conftest import Served
 from tests.fixtures import fixture_dir
 from webhook import certs
-from webhook.app import CERTS, INDEX, informer_for
+from webhook.app import CERTS, COMPONENTS
+from webhook.resources import CLUSTER_POLICIES
 
 PRIVILEGED_POLICY = {
     "apiVersion": "tollgate.dev/v1alpha1",
@@ -80,7 +81,7 @@ async def start(served: Served, *policies: dict[str, Any]) -> None:
         await served.cluster.apply("clusteradmissionpolicies.tollgate.dev", p)
     await served.wait_ready()
     for _ in range(100):  # the index is filled by the policy handler task, right after the store
-        if len(served.app[INDEX]) == len(policies):
+        if len(served.app[COMPONENTS].index) == len(policies):
             return
         await asyncio.sleep(0.01)
 
@@ -145,7 +146,7 @@ async def test_mutating_endpoint_returns_a_jsonpatch(served: Served) -> None:
 
 async def applied(served: Served) -> None:
     """Wait (polling the informer, not the webhook) until the policy informer delivered the cluster's latest RV."""
-    inf = informer_for(served.app, "clusteradmissionpolicies.tollgate.dev")
+    inf = served.app[COMPONENTS].informer(CLUSTER_POLICIES)
     for _ in range(500):
         if inf.last_sync_resource_version == str(served.cluster.rv) and inf.handlers_idle():
             return
@@ -199,7 +200,7 @@ async def test_readyz_metrics_and_healthz(served: Served) -> None:
     await start(served, PRIVILEGED_POLICY)
     async with served.session.get(served.url + "/readyz") as resp:
         detail = await resp.json()
-    assert detail["ready"] and detail["policies"] == {"no-privileged": True}
+    assert detail["ready"] and detail["policies"] == {"no-privileged": {"ready": True, "reason": "Compiled"}}
     assert detail["caches"]["namespaces"]["objects"] == 1
     await served.post("/validate", review(pod_create("bad", True)))
     async with served.session.get(served.url + "/metrics") as resp:

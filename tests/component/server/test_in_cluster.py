@@ -37,6 +37,7 @@ async def cluster(tmp_path: Path) -> AsyncIterator[tuple[FakeApiServer, str, aio
     broken = copy.deepcopy(PRIVILEGED_POLICY)
     broken["metadata"]["name"] = "broken"
     broken["spec"]["validations"][0]["expression"] = "objekt.spec == 1"
+    broken["spec"]["failurePolicy"] = "Ignore"  # a broken policy is answered per its failurePolicy
     fake.apply(POLICIES, broken)
     paths = certs.write_certs(tmp_path, dns_names=["localhost"], days=1)
     client = api_client_for_url(fake.url)
@@ -81,6 +82,9 @@ async def test_policies_from_the_api_decide_and_get_status(cluster: tuple[FakeAp
     await until(denied)
     response = await decide(session, url, review(pod_create("p", True)))
     assert "no-privileged: privileged: app" in response["status"]["message"]
+    assert "broken" not in response["status"]["message"]
+    assert any(w.startswith("broken: policy is not ready: spec.validations[0].expression: ERROR: <input>:1:")
+               and w.endswith("(failurePolicy: Ignore)") for w in response["warnings"])
 
     # The leader writes each policy's Ready condition through the /status subresource.
     def condition(name: str) -> dict[str, Any] | None:

@@ -50,7 +50,7 @@ def test_mutate_returns_a_jsonpatch() -> None:
     assert {"op": "add", "path": "/metadata/labels", "value": {"team": "a"}} in decode_patch(d.response["patch"])
 
 
-def _explode(*_a: Any) -> Any:
+def _explode(*_a: Any, **_kw: Any) -> Any:
     raise RuntimeError("engine bug")
 
 

@@ -17,11 +17,17 @@ from webhook.policy import (
     evaluate_validating,
 )
 from webhook.policy.compiler import CompiledPolicy
+from webhook.policy.request import RequestCoordinates
 
 NS = [{"metadata": {"name": "default", "labels": {"env": "prod", "team": "a"}}},
       {"metadata": {"name": "dev", "labels": {"env": "dev"}}}]
 PARAMS = {"metadata": {"name": "registries", "namespace": "tollgate-system", "labels": {"tollgate.dev/params": "true"}},
           "data": {"prefixes": "registry.example.com/"}}
+
+
+def coords(group: str, resource: str, operation: str) -> RequestCoordinates:
+    return RequestCoordinates.of({"resource": {"group": group, "version": "v1", "resource": resource},
+                                  "operation": operation})
 
 
 def compiled(obj: dict[str, Any]) -> CompiledPolicy:
@@ -34,8 +40,7 @@ def validate(policies: list[dict[str, Any]], req: dict[str, Any], **lookups: Any
     index = PolicyIndex()
     for p in policies:
         index.upsert(p)
-    res = req["resource"]
-    cands = index.candidates(res["group"], res["resource"], req.get("subResource", ""), req["operation"])
+    cands = index.candidates(RequestCoordinates.of(req))
     return evaluate_validating(req, cands, InMemoryLookups(namespaces=NS, configmaps=[PARAMS], **lookups))
 
 
@@ -75,13 +80,13 @@ def test_ready_condition_for_a_good_policy() -> None:
     assert (result.condition["status"], result.condition["reason"]) == ("True", "Compiled")
 
 
-def test_broken_policy_never_affects_another() -> None:
-    broken = policy("a-broken", validations=[{"expression": "objekt == 1"}])
+def test_broken_policy_never_changes_another_policys_result() -> None:
+    broken = policy("a-broken", failurePolicy="Ignore", validations=[{"expression": "objekt == 1"}])
     good = policy("b-good", **DENY_PRIVILEGED)
     out = validate([broken, good], request(pod(privileged=True)))
     assert not out.allowed
     assert out.message == "b-good: no privileged containers"
-    assert [r.policy for r in out.results] == ["b-good"]
+    assert [(r.policy, r.result) for r in out.results] == [("a-broken", "error"), ("b-good", "fail")]
 
 
 # -- matching ----------------------------------------------------------------------------------------------
@@ -262,7 +267,7 @@ def test_namespaced_policy_cannot_read_other_namespaces_params() -> None:
     # Without a namespace, it reads its own namespace only: the tollgate-system ConfigMap is invisible.
     p2 = policy(kind="AdmissionPolicy", namespace="team-a", paramRef={"name": "registries"}, **REGISTRY_RULE)
     out = validate([p2], request(pod(namespace="team-a"), namespace="team-a"))
-    assert not out.allowed and "params not found" in out.message
+    assert not out.allowed and "no params found: ConfigMap registries" in out.message
 
 
 def test_namespaced_policy_cannot_weaken_a_cluster_policy() -> None:
@@ -304,7 +309,7 @@ def test_mutations_apply_in_name_order_and_yield_one_diff() -> None:
     index = PolicyIndex()
     for p in (second, first):
         index.upsert(p)
-    out = evaluate_mutating(req, index.candidates("", "pods", "", "CREATE"), InMemoryLookups())
+    out = evaluate_mutating(req, index.candidates(coords("", "pods", "CREATE")), InMemoryLookups())
     assert out.allowed
     result = jsonpatch.apply_patch(copy.deepcopy(original), out.patch)
     assert result["metadata"]["labels"] == {"app": "web", "step": "a", "after": "a"}
@@ -322,7 +327,8 @@ def test_failing_mutation_follows_failure_policy() -> None:
     bad = {"patchType": "JSONPatch", "jsonPatch": {"expression": "[{'op': 'replace', 'path': '/nope/x', 'value': 1}]"}}
     fail = policy(failurePolicy="Fail", mutations=[bad])
     out = evaluate_mutating(request(pod()), [compiled(fail)], InMemoryLookups())
-    assert not out.allowed and "mutation error" in out.message
+    assert not out.allowed
+    assert out.message == "p: spec.mutations[0].jsonPatch.expression: the patch does not apply: member 'nope' not found"
     ignore = policy(failurePolicy="Ignore", mutations=[bad])
     out = evaluate_mutating(request(pod()), [compiled(ignore)], InMemoryLookups())
     assert out.allowed and out.patch == [] and out.warnings
@@ -336,14 +342,22 @@ def test_index_lookup_only_touches_matching_buckets() -> None:
     index.upsert(policy("everything", resources=("*",), operations=("*",), groups=("*",)))
     index.upsert(policy("autogen", autogen={"podControllers": True}))
     names = lambda cands: [p.name for p in cands]
-    assert names(index.candidates("", "pods", "", "CREATE")) == ["autogen", "everything", "pods-only"]
-    assert names(index.candidates("apps", "deployments", "", "CREATE")) == ["autogen", "everything"]
-    assert names(index.candidates("", "configmaps", "", "DELETE")) == ["everything"]
+    assert names(index.candidates(coords("", "pods", "CREATE"))) == ["autogen", "everything", "pods-only"]
+    assert names(index.candidates(coords("apps", "deployments", "CREATE"))) == ["autogen", "everything"]
+    assert names(index.candidates(coords("", "configmaps", "DELETE"))) == ["everything"]
     index.remove("everything")
-    assert names(index.candidates("", "configmaps", "", "DELETE")) == []
-    index.upsert(policy("pods-only", validations=[{"expression": "objekt"}]))  # broken update unfiles it
-    assert names(index.candidates("", "pods", "", "CREATE")) == ["autogen"]
+    assert names(index.candidates(coords("", "configmaps", "DELETE"))) == []
+    # A broken update stays filed, carrying its error, so its failurePolicy answers what it selects.
+    index.upsert(policy("pods-only", validations=[{"expression": "objekt"}]))
+    assert names(index.candidates(coords("", "pods", "CREATE"))) == ["autogen", "pods-only"]
     assert index.state("pods-only").result.condition["status"] == "False"
+    assert index.unmatchable() == []
+    # One whose match rules are unreadable selects nothing and is reported as unmatchable.
+    unreadable = policy("pods-only")
+    unreadable["spec"]["match"] = {"resourceRules": "pods"}
+    index.upsert(unreadable)
+    assert names(index.candidates(coords("", "pods", "CREATE"))) == ["autogen"]
+    assert index.unmatchable() == ["pods-only"]
 
 
 def test_each_mutation_in_a_policy_sees_the_previous_one() -> None:

@@ -31,12 +31,13 @@ def test_json_rows_for_files(capsys: pytest.CaptureFixture[str]) -> None:
     assert rows[2]["message"].startswith("spec.template: ")
 
 
-def test_missing_configmap_denies_by_parameter_not_found_action(capsys: pytest.CaptureFixture[str]) -> None:
+def test_missing_configmap_is_an_error_under_parameter_not_found_action_deny(capsys: pytest.CaptureFixture[str]) -> None:
+    # VAP: with parameterNotFoundAction Deny, missing params are "subject to the failurePolicy" (Fail here).
     code = main(["--policy", str(EXAMPLE / "policy.yaml"), "--resource", str(EXAMPLE / "resources.yaml"),
                  "--output", "json"])
     assert code == 0
     rows = json.loads(capsys.readouterr().out)
-    assert {r["result"] for r in rows} == {"fail"}
+    assert {r["result"] for r in rows} == {"error"}
 
 
 @pytest.mark.parametrize(("expected", "code"), [("pass", 0), ("fail", 1)])

@@ -1,0 +1,81 @@
+"""Keep a :class:`PolicyIndex` in step with a policy informer's notifications (pure; no I/O).
+
+:class:`PolicyEventHandler` is a client-go ``ResourceEventHandler`` for the
+ClusterAdmissionPolicy and AdmissionPolicy informers: each add or spec change
+recompiles the policy (on its watch event, never per request), each delete
+forgets it, and every new Ready condition goes to the ``status_sink`` (the
+leader's status writer, or nothing). Structural typing keeps this package
+independent of ``webhook.informer``: a deletion tombstone is anything with
+``key`` and ``obj`` (client-go ``DeletedFinalStateUnknown``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from webhook.policy.index import PolicyIndex, policy_key
+
+log = logging.getLogger("tollgate.policy")
+
+#: Receives ``(policy object, Ready condition)`` whenever a policy is (re)compiled.
+StatusSink = Callable[[dict[str, Any], dict[str, Any]], object]
+
+
+class Tombstone(Protocol):
+    """A deletion whose final state is unknown (client-go ``DeletedFinalStateUnknown``)."""
+
+    key: str
+    obj: Any
+
+
+class PolicyEventHandler:
+    """Compile on add/update, forget on delete; report each Ready condition.
+
+    Args:
+        index: the index to maintain.
+        status_sink: called with ``(obj, condition)`` after each compile, or None.
+        forget: called with the deleted object (drop queued status writes), or None.
+    """
+
+    def __init__(self, index: PolicyIndex, status_sink: StatusSink | None = None, *,
+                 forget: Callable[[dict[str, Any]], object] | None = None) -> None:
+        self.index = index
+        self.status_sink = status_sink
+        self.forget = forget
+
+    def on_add(self, obj: dict[str, Any], is_in_initial_list: bool) -> None:
+        """Compile and file the policy; report its Ready condition."""
+        state = self.index.upsert(obj)
+        condition = state.result.condition
+        if state.ready:
+            log.info("policy compiled", extra={"policy": state.key})
+        elif state.result.matchable is None:
+            log.error("policy not ready and its match rules are unreadable: it selects nothing",
+                      extra={"policy": state.key, "reason": condition["reason"], "detail": condition["message"]})
+        else:
+            log.warning("policy not ready: requests it selects are answered per its failurePolicy",
+                        extra={"policy": state.key, "reason": condition["reason"], "detail": condition["message"]})
+        if self.status_sink is not None:
+            self.status_sink(obj, condition)
+
+    def on_update(self, old: dict[str, Any], new: dict[str, Any]) -> None:
+        """Recompile only when the spec changed (status writes also arrive as updates)."""
+        if old.get("spec") == new.get("spec") and self.index.state(policy_key(new)) is not None:
+            return
+        self.on_add(new, False)
+
+    def on_delete(self, obj: dict[str, Any] | Tombstone) -> None:
+        """Forget the policy (and any status write still queued for it)."""
+        if isinstance(obj, dict):
+            self.index.remove(obj)
+            final: Any = obj
+        else:
+            self.index.remove(obj.key)
+            final = obj.obj
+        if self.forget is not None and isinstance(final, dict):
+            self.forget(final)
+
+
+__all__ = ["PolicyEventHandler", "StatusSink", "Tombstone"]

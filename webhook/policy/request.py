@@ -1,0 +1,114 @@
+"""The AdmissionRequest as the engine reads it: wire types and coordinates parsed once (pure; no I/O).
+
+``AdmissionRequest`` is ``admission.k8s.io/v1`` ``AdmissionReview.request``
+with Kubernetes field names (``webhook.admission.review`` re-exports it for
+the HTTP layer). :class:`RequestCoordinates` is what matching needs —
+group, version, resource, subresource, operation, namespace — extracted
+once per request and shared by the index lookup, the matcher and the engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, TypedDict
+
+from webhook.policy.model import POD_CONTROLLERS
+
+
+class GroupVersionKind(TypedDict):
+    """``metav1.GroupVersionKind`` (``request.kind``, ``request.requestKind``)."""
+
+    group: str
+    version: str
+    kind: str
+
+
+class GroupVersionResource(TypedDict):
+    """``metav1.GroupVersionResource`` (``request.resource``, ``request.requestResource``)."""
+
+    group: str
+    version: str
+    resource: str
+
+
+class UserInfo(TypedDict, total=False):
+    """``authenticationv1.UserInfo`` of the requesting user (``request.userInfo``)."""
+
+    username: str
+    uid: str
+    groups: list[str]
+    extra: dict[str, list[str]]
+
+
+class AdmissionRequest(TypedDict, total=False):
+    """``AdmissionReview.request`` with Kubernetes field names."""
+
+    uid: str
+    kind: GroupVersionKind
+    resource: GroupVersionResource
+    subResource: str
+    requestKind: GroupVersionKind
+    requestResource: GroupVersionResource
+    requestSubResource: str
+    name: str
+    namespace: str
+    operation: Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
+    userInfo: UserInfo
+    object: dict[str, Any] | None
+    oldObject: dict[str, Any] | None
+    dryRun: bool
+    options: dict[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class RequestCoordinates:
+    """Where a request lands, as admission rules see it.
+
+    Attributes:
+        group: ``request.resource.group`` (``""`` for the core group).
+        version: ``request.resource.version``.
+        resource: plural resource name (``pods``).
+        sub_resource: ``request.subResource`` (``""`` when none).
+        operation: ``CREATE`` | ``UPDATE`` | ``DELETE`` | ``CONNECT``.
+        namespace: ``request.namespace`` (``""`` for cluster-scoped objects).
+        template: for a pod controller's own request (no subresource), the
+            path of its pod template (``("spec", "template")``), else None.
+    """
+
+    group: str
+    version: str
+    resource: str
+    sub_resource: str
+    operation: str
+    namespace: str
+    template: tuple[str, ...] | None
+
+    @property
+    def namespaced(self) -> bool:
+        """Whether the request names a namespace (rule ``scope: Namespaced``)."""
+        return bool(self.namespace)
+
+    @property
+    def is_namespace_object(self) -> bool:
+        """Whether the request is for a Namespace itself (not a subresource)."""
+        return self.group == "" and self.resource == "namespaces" and not self.sub_resource
+
+    @classmethod
+    def of(cls, request: AdmissionRequest | dict[str, Any]) -> RequestCoordinates:
+        """Parse the coordinates of an AdmissionRequest; missing fields read as ``""``."""
+        res: Any = request.get("resource") or {}
+        group = str(res.get("group", "") or "")
+        resource = str(res.get("resource", "") or "")
+        sub_resource = str(request.get("subResource", "") or "")
+        return cls(
+            group=group,
+            version=str(res.get("version", "") or ""),
+            resource=resource,
+            sub_resource=sub_resource,
+            operation=str(request.get("operation", "") or ""),
+            namespace=str(request.get("namespace", "") or ""),
+            template=None if sub_resource else POD_CONTROLLERS.get((group, resource)),
+        )
+
+
+__all__ = ["AdmissionRequest", "GroupVersionKind", "GroupVersionResource", "RequestCoordinates", "UserInfo"]

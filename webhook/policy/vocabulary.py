@@ -1,0 +1,60 @@
+"""The words a decision is made of: results, actions, decisions, failure policies (pure; no I/O).
+
+``StrEnum`` members compare equal to their wire strings (``Result.PASS == "pass"``),
+so JSON output, metrics labels and YAML test expectations keep their spelling.
+The values follow ValidatingAdmissionPolicy: ``validationActions`` (Deny, Warn,
+Audit), ``failurePolicy`` (Fail, Ignore); results follow ``tollgate test`` and
+wg-policy PolicyReport (pass, fail, warn, skip, error).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Result(StrEnum):
+    """One policy's verdict on one request.
+
+    ``PASS``: every validation held (or the mutations applied). ``FAIL``: a
+    validation was false, or ``onUnsynced``/``parameterNotFoundAction`` said
+    Deny. ``SKIP``: a matchCondition was false, or the policy chose not to
+    decide (params missing with ``Allow``). ``ERROR``: an expression could
+    not be evaluated or the policy is broken; ``failurePolicy`` decides what
+    the request gets. ``WARN`` is a reporting word for a ``FAIL`` whose only
+    action is Warn (``tollgate test``, PolicyReports); the engine never
+    returns it.
+    """
+
+    PASS = "pass"
+    FAIL = "fail"
+    WARN = "warn"
+    SKIP = "skip"
+    ERROR = "error"
+
+
+class Action(StrEnum):
+    """``validationActions`` entries, plus ``IGNORED`` for an error a failurePolicy Ignore swallowed."""
+
+    DENY = "Deny"
+    WARN = "Warn"
+    AUDIT = "Audit"
+    IGNORED = "Ignored"
+
+
+class FailurePolicy(StrEnum):
+    """``spec.failurePolicy``: what an evaluation error or a broken policy means for the request."""
+
+    FAIL = "Fail"
+    IGNORE = "Ignore"
+
+
+class Decision(StrEnum):
+    """What the webhook answered (``tollgate_admission_decisions_total{decision}``)."""
+
+    ALLOWED = "allowed"
+    DENIED = "denied"
+    PATCHED = "patched"
+    ERROR = "error"
+
+
+__all__ = ["Action", "Decision", "FailurePolicy", "Result"]

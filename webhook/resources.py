@@ -1,0 +1,85 @@
+"""The resources Tollgate caches, and the one static kind ↔ resource table for offline use.
+
+In a cluster the API server's discovery is the authority; offline (``--local``,
+``tollgate test``) and for Tollgate's own informers this table is. Imports
+nothing from Tollgate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GROUP = "tollgate.dev"
+VERSION = "v1alpha1"
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """A Kubernetes resource: its GroupVersionResource, kind and scope.
+
+    Attributes:
+        group: API group (``""`` for core).
+        version: API version.
+        plural: resource name (``configmaps``).
+        kind: the kind of its objects (``ConfigMap``).
+        namespaced: whether objects live in a namespace.
+    """
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+
+    @property
+    def informer_resource(self) -> str:
+        """``plural`` for the core group, else ``plural.group`` (kubectl's resource.group form)."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+    @property
+    def api_version(self) -> str:
+        """``version`` for the core group, else ``group/version`` (an object's ``apiVersion``)."""
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
+CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap", namespaced=True)
+CLUSTER_POLICIES = Resource(GROUP, VERSION, "clusteradmissionpolicies", "ClusterAdmissionPolicy", namespaced=False)
+NAMESPACED_POLICIES = Resource(GROUP, VERSION, "admissionpolicies", "AdmissionPolicy", namespaced=True)
+
+#: Built-in kinds offline tools need to build AdmissionRequests for, by kind.
+BUILTIN: dict[str, Resource] = {r.kind: r for r in (
+    NAMESPACES, CONFIGMAPS, CLUSTER_POLICIES, NAMESPACED_POLICIES,
+    Resource("", "v1", "pods", "Pod", namespaced=True),
+    Resource("", "v1", "services", "Service", namespaced=True),
+    Resource("", "v1", "secrets", "Secret", namespaced=True),
+    Resource("", "v1", "serviceaccounts", "ServiceAccount", namespaced=True),
+    Resource("", "v1", "replicationcontrollers", "ReplicationController", namespaced=True),
+    Resource("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", namespaced=True),
+    Resource("", "v1", "nodes", "Node", namespaced=False),
+    Resource("apps", "v1", "deployments", "Deployment", namespaced=True),
+    Resource("apps", "v1", "statefulsets", "StatefulSet", namespaced=True),
+    Resource("apps", "v1", "daemonsets", "DaemonSet", namespaced=True),
+    Resource("apps", "v1", "replicasets", "ReplicaSet", namespaced=True),
+    Resource("batch", "v1", "jobs", "Job", namespaced=True),
+    Resource("batch", "v1", "cronjobs", "CronJob", namespaced=True),
+    Resource("networking.k8s.io", "v1", "ingresses", "Ingress", namespaced=True),
+    Resource("rbac.authorization.k8s.io", "v1", "roles", "Role", namespaced=True),
+    Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", namespaced=True),
+    Resource("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", namespaced=False),
+    Resource("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", namespaced=False),
+)}
+
+
+def resource_for_kind(kind: str, api_version: str = "") -> Resource:
+    """The resource of ``kind`` from the static table, or a guess for unknown kinds.
+
+    A guess lowercases the kind and adds ``s`` (``Widget`` → ``widgets``), as
+    kubectl's RESTMapper falls back to, with the group and version from
+    ``api_version`` and namespaced scope.
+    """
+    known = BUILTIN.get(kind)
+    if known is not None:
+        return known
+    group, _, version = api_version.rpartition("/")
+    return Resource(group, version, kind.lower() + "s", kind, namespaced=True)
