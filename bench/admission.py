@@ -90,7 +90,7 @@ def run_wrk(url: str, body_file: Path, conc: int, duration: int) -> dict[str, An
     out = subprocess.run(["taskset", "-c", "1", "wrk", "-t1", f"-c{conc}", f"-d{duration}s", "--latency",
                           "-s", str(REF / "admission.lua"), url], capture_output=True, text=True,
                          env={**os.environ, "BODY_FILE": str(body_file)}, timeout=duration + 30)
-    line = next((l for l in out.stdout.splitlines() if l.startswith("WRKJSON ")), None)
+    line = next((ln for ln in out.stdout.splitlines() if ln.startswith("WRKJSON ")), None)
     if line is None:  # wrk exited without its summary (seen once under heavy machine load): say why
         raise RuntimeError(f"wrk gave no summary (rc={out.returncode}): {out.stdout[-300:]} {out.stderr[-300:]}")
     data = json.loads(line[len("WRKJSON "):])
@@ -106,7 +106,7 @@ def run_ab(url: str, body_file: Path, conc: int, duration: int) -> dict[str, Any
         out = subprocess.run(["taskset", "-c", "1", "ab", "-q", "-t", str(duration), "-n", "1000000", "-c", str(conc),
                               "-p", str(body_file), "-T", "application/json", "-e", pct.name, url],
                              capture_output=True, text=True, timeout=duration + 60)
-        percentiles = dict(l.split(",") for l in Path(pct.name).read_text().splitlines()[1:])
+        percentiles = dict(ln.split(",") for ln in Path(pct.name).read_text().splitlines()[1:])
     done = int(re.search(r"Complete requests:\s+(\d+)", out.stdout).group(1))  # type: ignore[union-attr]
     failed = int(re.search(r"Failed requests:\s+(\d+)", out.stdout).group(1))  # type: ignore[union-attr]
     non2xx = re.search(r"Non-2xx responses:\s+(\d+)", out.stdout)
@@ -212,7 +212,8 @@ def main() -> int:
     for key in sorted({(r["server"], r["mode"], r["conc"]) for r in results}):
         runs = [r for r in results if (r["server"], r["mode"], r["conc"]) == key]
         table[key] = {"server": key[0], "mode": key[1], "conc": key[2], "n": len(runs),
-                      **{f: statistics.median(r[f] for r in runs) for f in ("rps", "p50_ms", "p99_ms", "cpu_us_per_req")},
+                      **{f: statistics.median(r[f] for r in runs)
+                         for f in ("rps", "p50_ms", "p99_ms", "cpu_us_per_req")},
                       "errors": sum(r["errors"] for r in runs)}
     for key, row in table.items():
         base = table.get(("bare-patch" if key[0] == "tollgate-mutate" else "bare", key[1], key[2]))
@@ -239,8 +240,8 @@ def main() -> int:
                      (v >= thresholds[k][0] if thresholds[k][1] == ">=" else v <= thresholds[k][0])}
                  for k, v in goals.items()}
 
-    machine = {"cpu": next((l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
-                            if l.startswith("model name")), platform.processor()),
+    machine = {"cpu": next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                            if ln.startswith("model name")), platform.processor()),
                "cores": os.cpu_count(), "python": platform.python_version(), "load": "wrk (keep-alive), ab (new conn)",
                "certificates": "ECDSA P-256", "duration_s": duration, "reps": reps,
                "policies": sum(1 for p in (ROOT / "policies").rglob("*.yaml") if "AdmissionPolicy" in p.read_text())}

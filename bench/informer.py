@@ -23,10 +23,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.fakeapi.server import FakeApiServer  # noqa: E402
-from webhook.informer import ReflectorOptions, SharedInformer  # noqa: E402
-from webhook.kube.client import api_client_for_url  # noqa: E402
-from webhook.kube.listwatch import KubeListerWatcher  # noqa: E402
+from tests.fakeapi.server import FakeApiServer
+from webhook.informer import ReflectorOptions, SharedInformer
+from webhook.kube.client import api_client_for_url
+from webhook.kube.listwatch import KubeListerWatcher
 
 
 def configmap(i: int, version: int = 0) -> dict:

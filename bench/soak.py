@@ -78,7 +78,7 @@ async def load(url: str, body: bytes, ca: Path, *, rps: float, seconds: float, p
                 data = await resp.read()
                 if resp.status != 200 or json.loads(data)["response"]["allowed"] is not True:
                     raise RuntimeError(f"status {resp.status}: {data[:200]!r}")
-        except Exception as e:  # every failure counts; keep a few for the report
+        except Exception as e:  # noqa: BLE001 - every failure counts; keep a few for the report
             bucket["errors"] += 1
             if len(bucket["error_samples"]) < 3:
                 bucket["error_samples"].append(repr(e)[:200])

@@ -25,7 +25,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from webhook.admission.handler import AdmissionHandler
-from webhook.admission.lookups import InformerLookups
+from webhook.admission.informer_lookups import InformerLookups
 from webhook.admission.server import AdmissionServer
 from webhook.aio import cancel_and_wait
 from webhook.config import Settings
@@ -111,7 +111,7 @@ def _status_components(settings: Settings, api_client: Any) -> tuple[Any, Any]:
 
     identity = settings.pod_name or os.environ.get("POD_NAME") or socket.gethostname()
     elector: LeaderElector
-    writer = StatusWriter(api_client, is_leader=lambda: elector.is_leader())
+    writer = StatusWriter(api_client, is_leader=lambda: elector.is_leader())  # noqa: PLW0108 - elector is bound below
     # A new leader re-queues every policy's condition at once.
     elector = LeaderElector(api_client, LeaderElectionConfig(
         lease_name="tollgate-status-writer", lease_namespace=settings.namespace, identity=identity),

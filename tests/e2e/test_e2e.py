@@ -155,7 +155,7 @@ def namespace() -> Iterator[str]:
     kubectl("delete", "namespace", name, "--wait=false")
 
 
-@pytest.fixture()
+@pytest.fixture
 def cluster_policy(namespace: str) -> Iterator[Callable[[dict[str, Any]], str]]:
     """Create ClusterAdmissionPolicies confined to the test namespace; delete them afterwards."""
     created: list[str] = []

@@ -21,5 +21,5 @@ def decode_patch(patch_b64: str) -> list[dict[str, Any]]:
     """Inverse of :func:`encode_patch` (tests, ``tollgate test``)."""
     result = orjson.loads(base64.b64decode(patch_b64))
     if not isinstance(result, list):
-        raise ValueError("a JSONPatch must be a JSON array")  # noqa: TRY004 - bad decoded value, not a bad argument
+        raise ValueError("a JSONPatch must be a JSON array")
     return result

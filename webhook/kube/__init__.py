@@ -1,2 +1,4 @@
-"""The only package that talks to the API server (kubernetes_asyncio): ListerWatcher, status writer,
-leader election, ApiClient construction."""
+"""The only package that talks to the API server (kubernetes_asyncio).
+
+ListerWatcher, status writer, leader election and ApiClient construction.
+"""

@@ -203,21 +203,21 @@ def compile_spec(spec: PolicySpec) -> CompiledPolicy:
         for i, c in enumerate(spec.match_conditions)
     )
     validations = []
-    for i, v in enumerate(spec.validations):
+    for i, val in enumerate(spec.validations):
         vp = f"{p}.validations[{i}]"
         validations.append(
             CompiledValidation(
-                expression=compile_expression(v.expression, f"{vp}.expression", expect=(T.BOOL,),
+                expression=compile_expression(val.expression, f"{vp}.expression", expect=(T.BOOL,),
                                               known_variables=known, inlined=inlined),
-                message=v.message,
+                message=val.message,
                 message_expression=(
-                    compile_expression(v.message_expression, f"{vp}.messageExpression", expect=(T.STRING,),
+                    compile_expression(val.message_expression, f"{vp}.messageExpression", expect=(T.STRING,),
                                        known_variables=known, inlined=inlined)
-                    if v.message_expression
+                    if val.message_expression
                     else None
                 ),
-                reason=v.reason,
-                code=REASON_CODES[v.reason],
+                reason=val.reason,
+                code=REASON_CODES[val.reason],
             )
         )
     audits = tuple(
@@ -242,7 +242,8 @@ def _broken(obj: dict[str, Any], message: str) -> CompiledPolicy | None:
         spec = parse_policy_match(obj)
     except PolicySpecError:
         return None
-    raw = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    raw_spec = obj.get("spec")
+    raw: dict[str, Any] = raw_spec if isinstance(raw_spec, dict) else {}
     return CompiledPolicy(spec, (), {}, (), (), (), error=message,
                           validating=bool(raw.get("validations") or raw.get("auditAnnotations")),
                           mutating=bool(raw.get("mutations")))

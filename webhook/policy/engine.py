@@ -48,7 +48,7 @@ import orjson
 
 from webhook.policy import lookups as caches
 from webhook.policy.celenv import ENV, T, VariableScope, reset_scope, set_current_scope
-from webhook.policy.compiler import CompiledPolicy, Program
+from webhook.policy.compiler import CompiledPolicy, CompiledValidation, Program
 from webhook.policy.lookups import Lookups
 from webhook.policy.matching import View, select
 from webhook.policy.model import NAMESPACED_KIND
@@ -380,7 +380,7 @@ def _prepare(policy: CompiledPolicy, ctx: RequestContext) -> _Run | PolicyResult
     return run
 
 
-def _message(validation: Any, run: _Run, warnings: list[str]) -> str:
+def _message(validation: CompiledValidation, run: _Run, warnings: list[str]) -> str:
     """The failure message of a false validation, with the validator's fallbacks."""
     program = validation.message_expression
     if program is not None:
@@ -401,7 +401,7 @@ def _message(validation: Any, run: _Run, warnings: list[str]) -> str:
         if problem is not None:
             warnings.append(f"{label(run.policy)}: {problem}; used the fallback message")
     if validation.message and validation.message.strip():
-        return str(validation.message.strip())
+        return validation.message.strip()
     return "failed expression: " + validation.expression.source.strip()
 
 
@@ -517,7 +517,8 @@ def _json_value(value: Any, path: str) -> Any:
 
 
 def _identity(obj: dict[str, Any], fields: tuple[str, ...]) -> tuple[Any, ...]:
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    raw = obj.get("metadata")
+    meta: dict[str, Any] = raw if isinstance(raw, dict) else {}
     return (obj.get("apiVersion"), obj.get("kind"), *(meta.get(f) for f in fields))
 
 

@@ -26,8 +26,13 @@ StatusSink = Callable[[dict[str, Any], dict[str, Any]], object]
 class Tombstone(Protocol):
     """A deletion whose final state is unknown (client-go ``DeletedFinalStateUnknown``)."""
 
-    key: str
-    obj: Any
+    @property
+    def key(self) -> str:
+        """The store key of the deleted object."""
+
+    @property
+    def obj(self) -> Any:
+        """Its last known state."""
 
 
 class PolicyEventHandler:

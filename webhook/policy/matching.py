@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from enum import StrEnum
 from typing import Any
 
-from webhook.policy.model import POD_CONTROLLERS, NAMESPACED_KIND, PolicySpec, ResourceRule
+from webhook.policy.model import NAMESPACED_KIND, POD_CONTROLLERS, PolicySpec, ResourceRule
 from webhook.policy.request import RequestCoordinates
 
 
@@ -109,11 +109,10 @@ def select(spec: PolicySpec, coords: RequestCoordinates, request: Mapping[str, A
             # A Namespace not (yet) in the cache is matched as one without labels.
             if not sel.matches(_labels(namespace_object())):
                 return None
-        elif coords.is_namespace_object:
+        elif coords.is_namespace_object and not sel.matches_object(request.get("object") or request.get("oldObject")):
             # VAP: a Namespace request is matched on its own labels; other
             # cluster-scoped objects are never excluded by namespaceSelector.
-            if not sel.matches_object(request.get("object") or request.get("oldObject")):
-                return None
+            return None
     sel = spec.object_selector
     if not sel.empty and not (sel.matches_object(request.get("object"))
                               or sel.matches_object(request.get("oldObject"))):

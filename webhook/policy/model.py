@@ -15,8 +15,6 @@ from typing import Any
 
 from webhook.policy.selectors import LabelSelector, SelectorError, parse_label_selector
 
-from webhook.resources import GROUP, VERSION
-
 CLUSTER_KIND = "ClusterAdmissionPolicy"
 NAMESPACED_KIND = "AdmissionPolicy"
 KINDS = frozenset({CLUSTER_KIND, NAMESPACED_KIND})
@@ -269,7 +267,8 @@ def _match_part(obj: dict[str, Any], *, lenient: bool) -> tuple[_MatchPart, dict
     match = spec.get("match") or {}
     if not isinstance(match, dict):
         raise PolicySpecError(f"{p}.match", "must be an object")
-    rules = tuple(_rule(r, f"{p}.match.resourceRules[{i}]") for i, r in enumerate(_list(match, "resourceRules", f"{p}.match")))
+    rules = tuple(_rule(r, f"{p}.match.resourceRules[{i}]")
+                  for i, r in enumerate(_list(match, "resourceRules", f"{p}.match")))
     if not rules:
         raise PolicySpecError(f"{p}.match.resourceRules", "at least one rule is required")
     excludes = tuple(
@@ -336,10 +335,12 @@ def parse_policy(obj: dict[str, Any]) -> PolicySpec:
     namespace = head.namespace
     p = "spec"
 
-    conditions = tuple(_named(c, f"{p}.matchConditions[{i}]", identifier=False) for i, c in enumerate(_list(spec, "matchConditions", p)))
+    conditions = tuple(_named(c, f"{p}.matchConditions[{i}]", identifier=False)
+                       for i, c in enumerate(_list(spec, "matchConditions", p)))
     if len(conditions) > MAX_MATCH_CONDITIONS:
         raise PolicySpecError(f"{p}.matchConditions", f"at most {MAX_MATCH_CONDITIONS} entries")
-    variables = tuple(_named(v, f"{p}.variables[{i}]", identifier=True) for i, v in enumerate(_list(spec, "variables", p)))
+    variables = tuple(_named(v, f"{p}.variables[{i}]", identifier=True)
+                      for i, v in enumerate(_list(spec, "variables", p)))
     for kind_name, entries in (("matchConditions", conditions), ("variables", variables)):
         seen: set[str] = set()
         for i, e in enumerate(entries):
@@ -410,6 +411,7 @@ def parse_policy(obj: dict[str, Any]) -> PolicySpec:
         kind=head.kind, name=head.name, namespace=namespace, generation=head.generation,
         failure_policy=head.failure_policy, validation_actions=head.validation_actions, on_unsynced=head.on_unsynced,
         resource_rules=head.rules, exclude_resource_rules=head.excludes, namespace_selector=head.namespace_selector,
-        object_selector=head.object_selector, pod_controllers=head.pod_controllers, match_conditions=conditions, param_ref=param_ref, variables=variables,
+        object_selector=head.object_selector, pod_controllers=head.pod_controllers, match_conditions=conditions,
+        param_ref=param_ref, variables=variables,
         validations=tuple(validations), audit_annotations=tuple(audits), mutations=tuple(mutations),
     )

@@ -64,21 +64,6 @@ class LabelSelector:
             return self.empty
         return self.matches((obj.get("metadata") or {}).get("labels"))
 
-    def to_query(self) -> str:
-        """The selector as a ``labelSelector`` query string (for logs and LIST)."""
-        parts = []
-        for r in self.requirements:
-            vals = ",".join(sorted(r.values))
-            if r.operator == "In" and len(r.values) == 1:
-                parts.append(f"{r.key}={vals}")
-            elif r.operator in ("In", "NotIn"):
-                parts.append(f"{r.key} {r.operator.lower()} ({vals})")
-            elif r.operator == "Exists":
-                parts.append(r.key)
-            else:
-                parts.append(f"!{r.key}")
-        return ",".join(parts)
-
 
 def parse_label_selector(raw: Any, path: str) -> LabelSelector:
     """Compile a LabelSelector dict.

@@ -70,7 +70,8 @@ def test_fixtures_are_present_and_every_folder_has_a_policy() -> None:
     folders = {(p.parent.name, p.name) for p in FIXTURES.glob("*/*") if p.is_dir()}
     assert len(folders) == 17
     assert len(CASES) == 925, "the vendored corpus names 925 resources"
-    missing = [f"{level}/{name}" for level, name in sorted(folders) if not (POLICIES / level / f"{name}.yaml").is_file()]
+    missing = [f"{level}/{name}" for level, name in sorted(folders)
+               if not (POLICIES / level / f"{name}.yaml").is_file()]
     assert missing == []
 
 

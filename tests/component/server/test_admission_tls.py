@@ -36,7 +36,8 @@ PRIVILEGED_POLICY = {
                                                     " + object.spec.?ephemeralContainers.orValue([])"}],
         "validations": [{"expression": "variables.all.all(c, !c.?securityContext.?privileged.orValue(false))",
                          "messageExpression": "'privileged: ' + variables.all.filter(c, "
-                                              "c.?securityContext.?privileged.orValue(false)).map(c, c.name).join(',')"}],
+                                              "c.?securityContext.?privileged.orValue(false))"
+                                              ".map(c, c.name).join(',')"}],
     },
 }
 LABEL_POLICY = {
@@ -72,7 +73,8 @@ def pod_create(name: str = "web", privileged: bool = False) -> dict[str, Any]:
         "userInfo": {"username": "alice", "uid": "u-1", "groups": ["dev", "system:authenticated"],
                      "extra": {"scopes": ["x"]}},
         "object": obj, "oldObject": None, "dryRun": False,
-        "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions", "fieldManager": "kubectl-client-side-apply"},
+        "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions",
+                    "fieldManager": "kubectl-client-side-apply"},
     }
 
 

@@ -151,7 +151,8 @@ def test_object_selector_uses_old_object_on_delete() -> None:
 
 
 def test_match_conditions_all_must_hold() -> None:
-    p = policy(matchConditions=[{"name": "not-system", "expression": "!request.userInfo.username.startsWith('system:')"}],
+    p = policy(matchConditions=[{"name": "not-system",
+                                 "expression": "!request.userInfo.username.startsWith('system:')"}],
                validations=[{"expression": "false", "message": "hit"}])
     assert not validate([p], request(pod())).allowed
     out = validate([p], request(pod(), username="system:admin"))
@@ -341,7 +342,10 @@ def test_index_lookup_only_touches_matching_buckets() -> None:
     index.upsert(policy("cm-only", resources=("configmaps",)))
     index.upsert(policy("everything", resources=("*",), operations=("*",), groups=("*",)))
     index.upsert(policy("autogen", autogen={"podControllers": True}))
-    names = lambda cands: [p.name for p in cands]
+
+    def names(cands: list[CompiledPolicy]) -> list[str]:
+        return [p.name for p in cands]
+
     assert names(index.candidates(coords("", "pods", "CREATE"))) == ["autogen", "everything", "pods-only"]
     assert names(index.candidates(coords("apps", "deployments", "CREATE"))) == ["autogen", "everything"]
     assert names(index.candidates(coords("", "configmaps", "DELETE"))) == ["everything"]
@@ -362,7 +366,8 @@ def test_index_lookup_only_touches_matching_buckets() -> None:
 
 def test_each_mutation_in_a_policy_sees_the_previous_one() -> None:
     p = policy(mutations=[
-        {"patchType": "ApplyConfiguration", "applyConfiguration": {"expression": "{'metadata': {'labels': {'a': '1'}}}"}},
+        {"patchType": "ApplyConfiguration",
+         "applyConfiguration": {"expression": "{'metadata': {'labels': {'a': '1'}}}"}},
         {"patchType": "JSONPatch", "jsonPatch": {
             "expression": "[{'op': 'add', 'path': '/metadata/labels/b', 'value': object.metadata.labels.a + '2'}]"}},
     ])
