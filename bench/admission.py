@@ -4,7 +4,7 @@
 
 Servers (each pinned to CPU 0 with taskset; the load generator on CPU 1), all with ECDSA P-256
 certificates, all on 127.0.0.1:
-  bare     the reference bare aiohttp TLS server (orjson + uvloop), from ../shared/bench-reference;
+  bare     the reference bare aiohttp TLS server (orjson + uvloop), from bench/reference/;
            ``/validate`` answers allowed, ``--patch`` variant answers with a fixed-shape JSONPatch
   tollgate ``tollgate serve --local`` with every policy under policies/ (Pod Security baseline and
            restricted, and the examples)
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-REF = Path(os.environ.get("TOLLGATE_SHARED", ROOT.parent / "shared")) / "bench-reference"
+REF = Path(__file__).resolve().parent / "reference"
 PY = sys.executable
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -137,7 +137,7 @@ def main() -> int:
         if shutil.which(tool) is None:
             sys.exit(f"{tool} is required: apt-get install wrk apache2-utils util-linux")
     if not REF.is_dir():
-        sys.exit(f"reference harness not found at {REF} (set TOLLGATE_SHARED)")
+        sys.exit(f"reference harness not found at {REF}")
 
     work = Path(tempfile.mkdtemp(prefix="tollgate-bench-"))
     subprocess.run([PY, str(REF / "make_certs.py"), "ec", str(work / "certs")], check=True, cwd=work,
