@@ -86,8 +86,8 @@ def corpus_stream() -> list[dict[str, Any]]:
     """Every Pod of the Kyverno corpus, renamed and labelled so each request is different (mostly denied)."""
     pods = [d for d in documents(CORPUS) if d.get("kind") == "Pod"]
     out = []
-    for i, pod in enumerate(pods):
-        pod = copy.deepcopy(pod)
+    for i, original in enumerate(pods):
+        pod = copy.deepcopy(original)
         pod["metadata"]["name"] = f"bench-{i:04d}"
         pod["metadata"].setdefault("labels", {})["team"] = "payments"
         out.append(request_for(pod, f"uid-{i}"))
@@ -188,7 +188,8 @@ def main() -> int:
     figures = run(args.seconds)
     print(f"{'stream/policies':<28} {'policies':>8} {'requests':>8} {'allowed':>8} {'µs/review':>10}")
     for name, f in figures.items():
-        print(f"{name:<28} {f['policies']:>8} {f['requests']:>8} {f['allowed_share']:>8.2f} {f['us_per_review']:>10.1f}")
+        print(f"{name:<28} {f['policies']:>8} {f['requests']:>8} {f['allowed_share']:>8.2f} "
+              f"{f['us_per_review']:>10.1f}")
     sweep = [figures[f"distinct/pod-security-x{n}"]["us_per_review"] for n in (22, 100, 200)]
     print(f"\npolicy-count sweep (22 → 100 → 200 Pod policies): {sweep[0]:.0f} → {sweep[1]:.0f} → {sweep[2]:.0f} µs"
           f" ({sweep[2] / sweep[0]:.1f}x for 9.1x the policies)")
