@@ -52,6 +52,7 @@ class Components:
         certs: the serving certificate, when configured.
         elector: the Lease elector, when status writing is on in a cluster.
         status_writer: the Ready-condition writer, when status writing is on in a cluster.
+        plans_pending: set when the index has fused programs to compile (see :func:`compile_plans`).
     """
 
     settings: Settings
@@ -65,6 +66,7 @@ class Components:
     certs: CertReloader | None
     elector: Any | None
     status_writer: Any | None
+    plans_pending: asyncio.Event
 
     def informer(self, resource: Resource) -> SharedInformer:
         """The informer of one of the cached resources."""
@@ -133,7 +135,8 @@ def build_components(settings: Settings, *, api_client: Any = None,
         ValueError: cluster mode without an ``api_client``.
     """
     metrics = Metrics()
-    index = PolicyIndex()
+    plans_pending = asyncio.Event()
+    index = PolicyIndex(on_pending=plans_pending.set)
     certs = None
     if settings.cert_file is not None and settings.key_file is not None:
         certs = CertReloader(settings.cert_file, settings.key_file, client_ca=settings.client_ca,
@@ -158,7 +161,21 @@ def build_components(settings: Settings, *, api_client: Any = None,
     server = AdmissionServer(handler, metrics, max_request_bytes=settings.max_request_bytes,
                              default_timeout=settings.default_timeout)
     return Components(settings, metrics, index, factory, namespaces, configmaps, policy_informers, server, certs,
-                      elector, writer)
+                      elector, writer, plans_pending)
+
+
+async def compile_plans(c: Components) -> None:
+    """Compile the index's queued fused programs off the request path, one chunk per loop turn.
+
+    Runs for the app's lifetime; each chunk takes a few milliseconds, and the
+    loop serves requests between chunks (they take the per-policy path until
+    their plan is compiled).
+    """
+    while True:
+        await c.plans_pending.wait()
+        c.plans_pending.clear()
+        while c.index.compile_pending():
+            await asyncio.sleep(0)
 
 
 def _refresh_gauges(c: Components) -> None:
@@ -255,8 +272,16 @@ def create_app(settings: Settings, *, api_client: Any = None,
         finally:
             await cancel_and_wait(task)
 
+    async def plans_ctx(app: web.Application) -> AsyncIterator[None]:
+        task = asyncio.get_running_loop().create_task(compile_plans(c))
+        try:
+            yield
+        finally:
+            await cancel_and_wait(task)
+
     app.cleanup_ctx.append(informers_ctx)
     app.cleanup_ctx.append(certs_ctx)
+    app.cleanup_ctx.append(plans_ctx)
     app.add_routes(c.server.routes())
     app.add_routes([web.get("/healthz", healthz), web.get("/readyz", readyz), web.get("/metrics", metrics_view)])
     return app

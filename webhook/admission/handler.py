@@ -36,6 +36,7 @@ from webhook.policy import (
 from webhook.policy.compiler import CompiledPolicy
 from webhook.policy.engine import label
 from webhook.policy.lookups import POLICIES, Lookups
+from webhook.policy.plan import Plan
 
 log = logging.getLogger("tollgate.admission")
 
@@ -61,10 +62,10 @@ class AdmissionHandler:
         self.index = index
         self.lookups = lookups
 
-    def _candidates(self, request: AdmissionRequest) -> list[CompiledPolicy]:
+    def _plan(self, request: AdmissionRequest) -> Plan:
         if not self.lookups.is_synced(POLICIES):
             raise ReviewError(503, "tollgate: the policy caches have not synced yet")
-        return self.index.candidates(RequestCoordinates.of(request))
+        return self.index.plan(RequestCoordinates.of(request))
 
     @staticmethod
     def engine_failed(uid: str, candidates: list[CompiledPolicy], exc: Exception) -> AdmissionDecision:
@@ -101,8 +102,9 @@ class AdmissionHandler:
         uid = request["uid"]
         candidates: list[CompiledPolicy] = []
         try:
-            candidates = self._candidates(request)
-            outcome = evaluate_validating(dict(request), candidates, self.lookups, deadline=deadline)
+            plan = self._plan(request)
+            candidates = [policy for policy, _ in plan.entries]
+            outcome = evaluate_validating(dict(request), plan, self.lookups, deadline=deadline)
         except ReviewError:
             raise
         except Exception as e:
@@ -127,8 +129,9 @@ class AdmissionHandler:
         uid = request["uid"]
         candidates: list[CompiledPolicy] = []
         try:
-            candidates = self._candidates(request)
-            outcome = evaluate_mutating(dict(request), candidates, self.lookups, deadline=deadline)
+            plan = self._plan(request)
+            candidates = [policy for policy, _ in plan.entries]
+            outcome = evaluate_mutating(dict(request), plan, self.lookups, deadline=deadline)
         except ReviewError:
             raise
         except Exception as e:

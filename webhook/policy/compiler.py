@@ -55,6 +55,9 @@ class Program:
     path: str
     source: str
     program: Any
+    #: The runtime text when it is self-contained (variables inlined, no params, no per-policy scope), so it
+    #: can be fused with other policies' expressions into one program; else None.
+    fusable_source: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +172,8 @@ def compile_expression(source: str, path: str, *, expect: tuple[Any, ...], known
     text = inline_variables(source, inlined) if inlined is not None else None
     if text is not None:
         try:
-            return Program(path, source, ENV.compile(text, disable_check=True))
+            fusable = text if "__tg_" not in text else None
+            return Program(path, source, ENV.compile(text, disable_check=True), fusable)
         except RuntimeError:
             pass  # e.g. the parser's nesting limit: fall back to the lazy per-policy scope
     try:

@@ -50,10 +50,11 @@ from webhook.policy import lookups as caches
 from webhook.policy.celenv import ENV, T, VariableScope, reset_scope, set_current_scope
 from webhook.policy.compiler import CompiledPolicy, CompiledValidation, Program
 from webhook.policy.lookups import Lookups
-from webhook.policy.matching import View, select
+from webhook.policy.matching import View, has_selectors, selectors_match
 from webhook.policy.model import NAMESPACED_KIND
+from webhook.policy.plan import Plan, build_plan
 from webhook.policy.request import RequestCoordinates
-from webhook.policy.vocabulary import Action, FailurePolicy, Result
+from webhook.policy.vocabulary import Action, FailurePolicy, PolicyResult, Result
 
 #: Longest messageExpression result used as a message (the API server's
 #: ``MaxEvaluatedMessageExpressionSizeBytes``, 5 KiB); longer ones fall back.
@@ -62,35 +63,6 @@ MAX_MESSAGE_BYTES = 5 * 1024
 IDENTITY_FIELDS = ("name", "namespace", "uid")
 #: Fields of ``metadata`` an AdmissionPolicy's mutation may not change either.
 TENANT_PROTECTED_FIELDS = (*IDENTITY_FIELDS, "ownerReferences")
-
-
-@dataclass(frozen=True, slots=True)
-class PolicyResult:
-    """One policy's verdict on one request (for the response, metrics, logs and ``tollgate test``).
-
-    Attributes:
-        policy: the policy's label: ``name`` for a ClusterAdmissionPolicy,
-            ``namespace/name`` for an AdmissionPolicy (never equal, as names
-            contain no ``/``).
-        result: see :class:`~webhook.policy.vocabulary.Result`.
-        message: why it failed, errored or was skipped.
-        actions: how the result is enforced (``validationActions``, or
-            ``Warn``+``Ignored`` for an error under ``failurePolicy: Ignore``).
-        code: HTTP status of a denial (from the failing validation's ``reason``).
-        reason: ``metav1.StatusReason`` of a denial.
-    """
-
-    policy: str
-    result: Result
-    message: str = ""
-    actions: frozenset[str] = frozenset()
-    code: int = 403
-    reason: str = "Forbidden"
-
-    @property
-    def denies(self) -> bool:
-        """Whether this result denies the request."""
-        return self.result in (Result.FAIL, Result.ERROR) and Action.DENY in self.actions
 
 
 @dataclass(slots=True)
@@ -327,14 +299,19 @@ class _Run:
                              self.params)
 
 
-def _prepare(policy: CompiledPolicy, ctx: RequestContext) -> _Run | PolicyResult | None:
-    """Select, then the steps before validation: broken policy, deadline, sync, params, matchConditions.
+def _prepare(policy: CompiledPolicy, view: View, ctx: RequestContext) -> _Run | PolicyResult | None:
+    """Selectors, then the steps before validation: broken policy, deadline, sync, params, matchConditions.
+
+    Args:
+        policy: a candidate whose resource rules select the request (see :class:`Plan`).
+        view: the view those rules chose.
+        ctx: the request.
 
     Returns:
         A run to evaluate, a final result, or None when the policy does not apply.
     """
-    view = select(policy.spec, ctx.coords, ctx.request, ctx.namespace_object)
-    if view is None:
+    if has_selectors(policy.spec) and not selectors_match(policy.spec, ctx.coords, ctx.request,
+                                                          ctx.namespace_object):
         return None
     name = label(policy)
     if policy.error is not None:
@@ -447,7 +424,28 @@ def _record(result: PolicyResult, warnings: list[str], annotations: dict[str, st
             {"result": str(result.result), "message": result.message}, sort_keys=True)
 
 
-def evaluate_validating(request: dict[str, Any], policies: Sequence[CompiledPolicy], lookups: Lookups, *,
+def _plan(policies: Sequence[CompiledPolicy] | Plan, ctx: RequestContext) -> Plan:
+    return policies if isinstance(policies, Plan) else build_plan(ctx.coords, list(policies))
+
+
+def _fused_passes(plan: Plan, ctx: RequestContext) -> dict[int, PolicyResult]:
+    """Pass results of every compiled fused group whose program is ``true`` (see :mod:`webhook.policy.plan`)."""
+    passes: dict[int, PolicyResult] = {}
+    if not plan.groups or not ctx.is_synced(caches.POLICIES) or ctx.past_deadline():
+        return passes
+    for group in plan.groups:
+        if group.program is None:
+            continue
+        try:
+            value = group.program.eval(ctx.activation(group.view)).plain_value()
+        except RuntimeError:  # the iteration budget: decide per policy
+            continue
+        if value is True:
+            passes.update(zip(group.positions, group.passes, strict=True))
+    return passes
+
+
+def evaluate_validating(request: dict[str, Any], policies: Sequence[CompiledPolicy] | Plan, lookups: Lookups, *,
                         deadline: float | None = None) -> ValidationOutcome:
     """Decide an AdmissionRequest on the validating endpoint.
 
@@ -455,8 +453,9 @@ def evaluate_validating(request: dict[str, Any], policies: Sequence[CompiledPoli
         request: the ``AdmissionRequest`` as on the wire (camelCase: ``uid``,
             ``kind``, ``resource``, ``subResource``, ``namespace``,
             ``operation``, ``userInfo``, ``object``, ``oldObject``, ...). Never mutated.
-        policies: candidate policies (from :meth:`PolicyIndex.candidates`), in
-            evaluation order (name order); broken ones included.
+        policies: the index's plan for the request's coordinates
+            (:meth:`PolicyIndex.plan`), or candidate policies in evaluation
+            order (name order; broken ones included), evaluated one by one.
         lookups: the caches.
         deadline: ``time.monotonic()`` after which remaining policies are errors.
 
@@ -465,16 +464,20 @@ def evaluate_validating(request: dict[str, Any], policies: Sequence[CompiledPoli
         as ``"<policy>: <message>"``.
     """
     ctx = RequestContext(request, lookups, deadline=deadline)
+    plan = _plan(policies, ctx)
     out = ValidationOutcome()
     denials: list[PolicyResult] = []
-    for policy in policies:
-        if not policy.validating:
-            continue
-        prepared = _prepare(policy, ctx)
-        if prepared is None:
-            continue
-        result = prepared if isinstance(prepared, PolicyResult) else _validate(prepared, out.warnings,
-                                                                               out.audit_annotations)
+    passes = _fused_passes(plan, ctx)
+    for position, (policy, view) in enumerate(plan.entries):
+        result: PolicyResult | None = passes.get(position)
+        if result is None:
+            if not policy.validating:
+                continue
+            prepared = _prepare(policy, view, ctx)
+            if prepared is None:
+                continue
+            result = prepared if isinstance(prepared, PolicyResult) else _validate(prepared, out.warnings,
+                                                                                   out.audit_annotations)
         out.results.append(result)
         _record(result, out.warnings, out.audit_annotations)
         if result.denies:
@@ -552,15 +555,15 @@ def _mutate(run: _Run, current: dict[str, Any], original: dict[str, Any], ctx: R
     return dict(mutated)
 
 
-def mutation_order(policies: Sequence[CompiledPolicy]) -> list[CompiledPolicy]:
+def mutation_order(entries: Sequence[tuple[CompiledPolicy, View]]) -> list[tuple[CompiledPolicy, View]]:
     """Tenants' AdmissionPolicies first, then ClusterAdmissionPolicies (each in the given order).
 
     Cluster policies run last so they have the last word on the object.
     """
-    return sorted(policies, key=lambda p: p.spec.kind != NAMESPACED_KIND)
+    return sorted(entries, key=lambda e: e[0].spec.kind != NAMESPACED_KIND)
 
 
-def evaluate_mutating(request: dict[str, Any], policies: Sequence[CompiledPolicy], lookups: Lookups, *,
+def evaluate_mutating(request: dict[str, Any], policies: Sequence[CompiledPolicy] | Plan, lookups: Lookups, *,
                       deadline: float | None = None) -> MutationOutcome:
     """Apply every selected policy's mutations, tenants first (see :func:`mutation_order`).
 
@@ -575,10 +578,10 @@ def evaluate_mutating(request: dict[str, Any], policies: Sequence[CompiledPolicy
         return out
     current = original
     ctx = RequestContext(request, lookups, deadline=deadline)
-    for policy in mutation_order(policies):
+    for policy, view in mutation_order(_plan(policies, ctx).entries):
         if not policy.mutating:
             continue
-        prepared = _prepare(policy, ctx)
+        prepared = _prepare(policy, view, ctx)
         if prepared is None:
             continue
         if isinstance(prepared, _Run) and prepared.view is not View.OBJECT:

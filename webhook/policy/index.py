@@ -16,14 +16,19 @@ by :meth:`PolicyIndex.unmatchable`.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from webhook.policy.compiler import CompiledPolicy, CompileResult, compile_policy
 from webhook.policy.matching import resource_names
 from webhook.policy.model import NAMESPACED_KIND, POD_CONTROLLERS
+from webhook.policy.plan import Plan, build_plan
 from webhook.policy.request import RequestCoordinates
+
+#: Plans kept (least recently used dropped first): one per distinct request coordinates.
+MAX_PLANS = 4096
 
 _Bucket = tuple[str, str, str]
 
@@ -73,12 +78,20 @@ class PolicyIndex:
 
     Single writer (the informer's handler task); readers on the same event
     loop see a consistent state because no method awaits.
+
+    Args:
+        on_pending: called (with no arguments) when a new plan has fused
+            programs to compile, so the app can run :meth:`compile_pending`
+            off the request path.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, on_pending: Callable[[], object] | None = None) -> None:
         self._states: dict[str, PolicyState] = {}
         self._buckets: dict[_Bucket, dict[str, CompiledPolicy]] = defaultdict(dict)
         self._filed: dict[str, set[_Bucket]] = {}
+        self._plans: OrderedDict[RequestCoordinates, Plan] = OrderedDict()
+        self._pending: list[Plan] = []
+        self.on_pending = on_pending
 
     def upsert(self, obj: dict[str, Any]) -> PolicyState:
         """Compile ``obj`` and (re)file it; a broken policy is filed with its error if its rules parse.
@@ -89,6 +102,7 @@ class PolicyIndex:
         """
         key = policy_key(obj)
         result = compile_policy(obj)
+        self._forget_plans()
         self._unfile(key)
         state = PolicyState(key, obj, result)
         self._states[key] = state
@@ -102,6 +116,7 @@ class PolicyIndex:
     def remove(self, key_or_obj: str | dict[str, Any]) -> None:
         """Forget a policy (by key or object); unknown keys are ignored."""
         key = key_or_obj if isinstance(key_or_obj, str) else policy_key(key_or_obj)
+        self._forget_plans()
         self._unfile(key)
         self._states.pop(key, None)
 
@@ -123,6 +138,40 @@ class PolicyIndex:
 
     def __len__(self) -> int:
         return len(self._states)
+
+    def _forget_plans(self) -> None:
+        self._plans.clear()
+        self._pending.clear()
+
+    def plan(self, coords: RequestCoordinates) -> Plan:
+        """The evaluation plan for ``coords``, cached until any policy changes (see :mod:`webhook.policy.plan`).
+
+        A new plan's fused programs are not compiled here: they are queued for
+        :meth:`compile_pending`, and the per-policy path answers until then.
+        """
+        plan = self._plans.get(coords)
+        if plan is not None:
+            self._plans.move_to_end(coords)
+            return plan
+        plan = build_plan(coords, self.candidates(coords))
+        self._plans[coords] = plan
+        if len(self._plans) > MAX_PLANS:
+            self._plans.popitem(last=False)
+        if plan.pending:
+            self._pending.append(plan)
+            if self.on_pending is not None:
+                self.on_pending()
+        return plan
+
+    def compile_pending(self) -> bool:
+        """Compile one queued fused program (a few milliseconds at most); returns whether more remain."""
+        while self._pending:
+            if self._pending[0].compile_next():
+                break
+            self._pending.pop(0)
+        while self._pending and not self._pending[0].pending:
+            self._pending.pop(0)
+        return bool(self._pending)
 
     def unmatchable(self) -> list[str]:
         """Keys of policies whose match rules cannot be read, so they select nothing (report loudly)."""

@@ -76,9 +76,59 @@ def _labels(obj: Any) -> Mapping[str, str] | None:
     return meta.get("labels") if isinstance(meta, dict) else None
 
 
+def rules_view(spec: PolicySpec, coords: RequestCoordinates) -> View | None:
+    """The static part of matching: isolation, resource rules and excludes, autogen.
+
+    Depends only on the coordinates, so a plan computes it once per
+    coordinates (see :mod:`webhook.policy.plan`).
+
+    Returns:
+        The view the policy would see, or None when its rules do not select the request.
+    """
+    if spec.kind == NAMESPACED_KIND and coords.namespace != spec.namespace:
+        # An AdmissionPolicy sees only requests in its own namespace: never a
+        # cluster-scoped object, its own Namespace included.
+        return None
+    if _rules_select(spec, coords):
+        return View.OBJECT
+    if spec.pod_controllers and coords.template is not None and _rules_select(
+            spec, coords, group="", version="v1", resource="pods"):
+        return View.POD_TEMPLATE
+    return None
+
+
+def has_selectors(spec: PolicySpec) -> bool:
+    """Whether matching also depends on labels (namespaceSelector or objectSelector)."""
+    return not (spec.namespace_selector.empty and spec.object_selector.empty)
+
+
+def selectors_match(spec: PolicySpec, coords: RequestCoordinates, request: Mapping[str, Any],
+                    namespace_object: Callable[[], dict[str, Any] | None]) -> bool:
+    """The label part of matching: ``namespaceSelector`` and ``objectSelector``.
+
+    Args:
+        spec: the policy's spec.
+        coords: the request's coordinates.
+        request: the AdmissionRequest (``object``/``oldObject``).
+        namespace_object: returns the cached Namespace (called only when needed).
+    """
+    sel = spec.namespace_selector
+    if not sel.empty:
+        if coords.namespaced:
+            # A Namespace not (yet) in the cache is matched as one without labels.
+            if not sel.matches(_labels(namespace_object())):
+                return False
+        elif coords.is_namespace_object and not sel.matches_object(request.get("object") or request.get("oldObject")):
+            # VAP: a Namespace request is matched on its own labels; other
+            # cluster-scoped objects are never excluded by namespaceSelector.
+            return False
+    sel = spec.object_selector
+    return sel.empty or sel.matches_object(request.get("object")) or sel.matches_object(request.get("oldObject"))
+
+
 def select(spec: PolicySpec, coords: RequestCoordinates, request: Mapping[str, Any],
            namespace_object: Callable[[], dict[str, Any] | None]) -> View | None:
-    """Whether ``spec`` selects the request, and through which view.
+    """Whether ``spec`` selects the request, and through which view (rules, then selectors).
 
     Args:
         spec: the policy's parsed spec (a broken policy's match part is enough).
@@ -92,32 +142,11 @@ def select(spec: PolicySpec, coords: RequestCoordinates, request: Mapping[str, A
         ``View.OBJECT``, ``View.POD_TEMPLATE`` (autogen on a pod controller), or
         None when the policy does not apply.
     """
-    if spec.kind == NAMESPACED_KIND and coords.namespace != spec.namespace:
-        # An AdmissionPolicy sees only requests in its own namespace: never a
-        # cluster-scoped object, its own Namespace included.
-        return None
-    if _rules_select(spec, coords):
-        view = View.OBJECT
-    elif spec.pod_controllers and coords.template is not None and _rules_select(
-            spec, coords, group="", version="v1", resource="pods"):
-        view = View.POD_TEMPLATE
-    else:
-        return None
-    sel = spec.namespace_selector
-    if not sel.empty:
-        if coords.namespaced:
-            # A Namespace not (yet) in the cache is matched as one without labels.
-            if not sel.matches(_labels(namespace_object())):
-                return None
-        elif coords.is_namespace_object and not sel.matches_object(request.get("object") or request.get("oldObject")):
-            # VAP: a Namespace request is matched on its own labels; other
-            # cluster-scoped objects are never excluded by namespaceSelector.
-            return None
-    sel = spec.object_selector
-    if not sel.empty and not (sel.matches_object(request.get("object"))
-                              or sel.matches_object(request.get("oldObject"))):
+    view = rules_view(spec, coords)
+    if view is None or not selectors_match(spec, coords, request, namespace_object):
         return None
     return view
 
 
-__all__ = ["POD_CONTROLLERS", "View", "resource_names", "rule_matches", "select"]
+__all__ = ["POD_CONTROLLERS", "View", "has_selectors", "resource_names", "rule_matches", "rules_view", "select",
+           "selectors_match"]

@@ -9,6 +9,7 @@ wg-policy PolicyReport (pass, fail, warn, skip, error).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 
@@ -57,4 +58,33 @@ class Decision(StrEnum):
     ERROR = "error"
 
 
-__all__ = ["Action", "Decision", "FailurePolicy", "Result"]
+@dataclass(frozen=True, slots=True)
+class PolicyResult:
+    """One policy's verdict on one request (for the response, metrics, logs and ``tollgate test``).
+
+    Attributes:
+        policy: the policy's label: ``name`` for a ClusterAdmissionPolicy,
+            ``namespace/name`` for an AdmissionPolicy (never equal, as names
+            contain no ``/``).
+        result: see :class:`~webhook.policy.vocabulary.Result`.
+        message: why it failed, errored or was skipped.
+        actions: how the result is enforced (``validationActions``, or
+            ``Warn``+``Ignored`` for an error under ``failurePolicy: Ignore``).
+        code: HTTP status of a denial (from the failing validation's ``reason``).
+        reason: ``metav1.StatusReason`` of a denial.
+    """
+
+    policy: str
+    result: Result
+    message: str = ""
+    actions: frozenset[str] = frozenset()
+    code: int = 403
+    reason: str = "Forbidden"
+
+    @property
+    def denies(self) -> bool:
+        """Whether this result denies the request."""
+        return self.result in (Result.FAIL, Result.ERROR) and Action.DENY in self.actions
+
+
+__all__ = ["Action", "Decision", "FailurePolicy", "PolicyResult", "Result"]

@@ -1,0 +1,210 @@
+"""Evaluation plans decide exactly as the per-policy path does (property test), and fuse what they should."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.fixtures import ROOT, fixture_dir
+from tests.unit.policy.helpers import pod, policy, request
+from webhook.policy import InMemoryLookups, PolicyIndex, RequestCoordinates, evaluate_validating
+from webhook.policy.engine import RequestContext, ValidationOutcome, _fused_passes
+from webhook.policy.plan import build_plan
+
+KINDS = {"Pod": ("", "pods"), "Deployment": ("apps", "deployments"), "StatefulSet": ("apps", "statefulsets"),
+         "DaemonSet": ("apps", "daemonsets"), "ReplicaSet": ("apps", "replicasets"), "Job": ("batch", "jobs"),
+         "CronJob": ("batch", "cronjobs"), "ReplicationController": ("", "replicationcontrollers")}
+
+
+def _docs(root: Path) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for path in sorted(root.rglob("*.yaml")):
+        out.extend(d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict))
+    return out
+
+
+SHIPPED = _docs(ROOT / "policies")
+POLICIES = [d for d in SHIPPED if d.get("kind") in ("ClusterAdmissionPolicy", "AdmissionPolicy")]
+LOOKUPS = InMemoryLookups(namespaces=[d for d in SHIPPED if d.get("kind") == "Namespace"],
+                          configmaps=[d for d in SHIPPED if d.get("kind") == "ConfigMap"])
+#: Policies that exercise the fallback: runtime errors, Warn/Audit actions, non-bool results, selectors.
+EXTRA = [
+    policy("zz-errors", validations=[{"expression": "object.spec.containers[0].nope == 1"}]),
+    policy("zz-warn", validationActions=["Warn"], validations=[{"expression": "object.metadata.name != 'web-3'"}]),
+    policy("zz-audit", validationActions=["Audit"], failurePolicy="Ignore",
+           validations=[{"expression": "size(object.spec.containers) < 3"}]),
+    policy("zz-nonbool", failurePolicy="Ignore", validations=[{"expression": "dyn(object.metadata.name)"}]),
+    policy("zz-labels", objectSelector={"matchLabels": {"tier": "db"}},
+           validations=[{"expression": "has(object.metadata.annotations)", "message": "db pods need annotations"}]),
+]
+
+
+def _request_for(obj: dict[str, Any], uid: str) -> dict[str, Any]:
+    group, resource = KINDS[obj["kind"]]
+    version = obj.get("apiVersion", "v1").rpartition("/")[2]
+    ns = (obj.get("metadata") or {}).get("namespace") or "default"
+    return request(obj, resource=resource, group=group, version=version, kind=obj["kind"], namespace=ns) | {
+        "uid": uid}
+
+
+def _corpus() -> list[dict[str, Any]]:
+    objs = [d for d in _docs(fixture_dir("kyverno-pod-security-cel")) if d.get("kind") in KINDS]
+    objs += [d for d in _docs(ROOT / "policies" / "examples") if d.get("kind") in KINDS]
+    reqs = [_request_for(o, f"corpus-{i}") for i, o in enumerate(objs)]
+    for path in sorted(fixture_dir("kubewarden-admission-requests").glob("*.json")):
+        reqs.append(json.loads(path.read_text()))
+    return reqs
+
+
+def _index(extra: list[dict[str, Any]]) -> PolicyIndex:
+    index = PolicyIndex()
+    for p in [*POLICIES, *extra]:
+        index.upsert(p)
+    return index
+
+
+@functools.cache
+def _index_with_fallbacks() -> PolicyIndex:
+    return _index(EXTRA)
+
+
+def _outcome(out: ValidationOutcome) -> tuple[Any, ...]:
+    return (out.allowed, out.code, out.reason, out.message, out.warnings, out.audit_annotations,
+            [(r.policy, r.result, r.message, sorted(r.actions), r.code, r.reason) for r in out.results])
+
+
+def _both(index: PolicyIndex, req: dict[str, Any]) -> tuple[tuple[Any, ...], tuple[Any, ...], int]:
+    """Both paths' outcomes, and how many policies a fused program proved passing."""
+    coords = RequestCoordinates.of(req)
+    plan = index.plan(coords).compile_all()
+    planned = evaluate_validating(req, plan, LOOKUPS)
+    per_policy = evaluate_validating(req, index.candidates(coords), LOOKUPS)
+    return _outcome(planned), _outcome(per_policy), len(_fused_passes(plan, RequestContext(req, LOOKUPS)))
+
+
+@pytest.mark.parametrize("extra", [[], EXTRA], ids=["shipped", "shipped+fallbacks"])
+def test_plans_decide_like_the_per_policy_path_on_every_fixture_request(extra: list[dict[str, Any]]) -> None:
+    index = _index(extra)
+    reqs = _corpus()
+    assert len(reqs) > 300
+    proved = 0
+    for req in reqs:
+        planned, per_policy, fused = _both(index, req)
+        assert planned == per_policy, req.get("name") or req["object"]["metadata"].get("name")
+        proved += fused > 0
+    # The corpus is mostly non-compliant (each violation sends its chunk down the per-policy path), yet the fast
+    # path is taken for some requests too, so both paths are compared.
+    assert proved > 0
+
+
+_container = st.fixed_dictionaries(
+    {"name": st.sampled_from(["app", "side", "init"]),
+     "image": st.sampled_from(["registry.example.com/app:1", "docker.io/library/nginx:latest",
+                               "ghcr.io/example/tool:2", "registry.example.com/db"])},
+    optional={"securityContext": st.fixed_dictionaries({}, optional={
+        "privileged": st.booleans(), "allowPrivilegeEscalation": st.booleans(), "runAsNonRoot": st.booleans(),
+        "runAsUser": st.sampled_from([0, 1000]), "capabilities": st.fixed_dictionaries({}, optional={
+            "drop": st.sampled_from([["ALL"], ["NET_RAW"]]), "add": st.sampled_from([["NET_BIND_SERVICE"],
+                                                                                     ["SYS_ADMIN"]])}),
+        "seccompProfile": st.sampled_from([{"type": "RuntimeDefault"}, {"type": "Unconfined"}])}),
+        "ports": st.lists(st.fixed_dictionaries({"containerPort": st.integers(1, 9000)},
+                                                optional={"hostPort": st.sampled_from([0, 80, 5500])}), max_size=2),
+        "resources": st.sampled_from([{}, {"limits": {"cpu": "1", "memory": "1Gi"}}])})
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(containers=st.lists(_container, min_size=1, max_size=4),
+       labels=st.dictionaries(st.sampled_from(["team", "tier", "app"]), st.sampled_from(["db", "payments", "x"]),
+                              max_size=3),
+       host_network=st.booleans(), kind=st.sampled_from(["Pod", "Deployment", "CronJob"]),
+       namespace=st.sampled_from(["default", "team-a"]))
+def test_plans_decide_like_the_per_policy_path_on_generated_pods(
+        containers: list[dict[str, Any]], labels: dict[str, str], host_network: bool, kind: str,
+        namespace: str) -> None:
+    spec: dict[str, Any] = {"containers": containers, "hostNetwork": host_network}
+    obj: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod",
+                           "metadata": {"name": "gen", "namespace": namespace, "labels": labels}, "spec": spec}
+    if kind == "Deployment":
+        obj = {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": "gen", "namespace": namespace},
+               "spec": {"template": {"metadata": {"labels": labels}, "spec": spec}}}
+    elif kind == "CronJob":
+        obj = {"apiVersion": "batch/v1", "kind": kind, "metadata": {"name": "gen", "namespace": namespace},
+               "spec": {"jobTemplate": {"spec": {"template": {"metadata": {"labels": labels}, "spec": spec}}}}}
+    planned, per_policy, _ = _both(_index_with_fallbacks(), _request_for(obj, "gen"))
+    assert planned == per_policy
+
+
+def test_a_compliant_pod_is_decided_by_fused_programs_alone() -> None:
+    compliant = {"apiVersion": "v1", "kind": "Pod",
+                 "metadata": {"name": "ok", "namespace": "default", "labels": {"team": "payments"}},
+                 "spec": {"securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+                          "containers": [{"name": "app", "image": "registry.example.com/app:1.2",
+                                          "resources": {"limits": {"cpu": "1", "memory": "1Gi"}},
+                                          "securityContext": {"allowPrivilegeEscalation": False,
+                                                              "capabilities": {"drop": ["ALL"]}}}]}}
+    index = _index([])
+    req = _request_for(compliant, "ok")
+    planned, per_policy, fused = _both(index, req)
+    assert planned == per_policy and planned[0] is True
+    plan = index.plan(RequestCoordinates.of(req))
+    assert fused == len(plan.fused) > 15  # every fusable policy proved passing by the fused programs
+
+
+def test_an_iteration_budget_overflow_in_a_fused_program_falls_back_per_policy() -> None:
+    big = pod(images=tuple(f"registry.example.com/c{i}:1" for i in range(400)))
+    index = _index([])
+    req = request(big)
+    req["object"]["metadata"]["labels"] = {"team": "payments"}
+    planned, per_policy, fused = _both(index, req)
+    assert planned == per_policy
+    # 400 containers overflow the iteration budget of the larger fused programs: their policies are decided one
+    # by one, so fewer policies are proved by fused programs, and the decision is still the per-policy one.
+    assert fused < len(index.plan(RequestCoordinates.of(req)).fused)
+
+
+def test_what_is_fused_and_what_is_not() -> None:
+    index = _index(EXTRA)
+    plan = build_plan(RequestCoordinates.of(request(pod())), index.candidates(RequestCoordinates.of(request(pod()))))
+    fused = {plan.entries[i][0].name for i in plan.fused}
+    # paramRef, auditAnnotations, selectors and broken/unready policies are never fused; mutations never are.
+    assert "allowed-registries" not in fused and "zz-labels" not in fused and "add-default-labels" not in fused
+    assert {"disallow-privileged-containers", "zz-errors", "zz-warn"} <= fused
+    assert all(len(g.positions) > 1 for g in plan.groups)
+
+
+def test_identical_expressions_are_evaluated_once_in_a_group() -> None:
+    copies = []
+    for i in range(5):
+        doc = copy.deepcopy(next(p for p in POLICIES if p["metadata"]["name"] == "disallow-host-path"))
+        doc["metadata"]["name"] = f"copy-{i}"
+        copies.append(doc)
+    index = PolicyIndex()
+    for doc in copies:
+        index.upsert(doc)
+    plan = index.plan(RequestCoordinates.of(request(pod())))
+    assert len(plan.groups) == 1 and len(plan.groups[0].positions) == 5
+    assert plan.groups[0].source.count("&&") == 0  # five policies, one distinct conjunct
+
+
+def test_plans_are_compiled_off_the_request_path_and_forgotten_on_any_policy_change() -> None:
+    pending: list[int] = []
+    index = PolicyIndex(on_pending=lambda: pending.append(1))
+    for p in POLICIES:
+        index.upsert(p)
+    coords = RequestCoordinates.of(request(pod()))
+    plan = index.plan(coords)
+    assert plan.pending and pending == [1]  # queued, not compiled on the request path
+    assert index.plan(coords) is plan
+    while index.compile_pending():
+        pass
+    assert not plan.pending and all(g.program is not None for g in plan.groups)
+    index.upsert(policy("new"))
+    assert index.plan(coords) is not plan
