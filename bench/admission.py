@@ -9,8 +9,13 @@ certificates, all on 127.0.0.1:
   tollgate ``tollgate serve --local`` with every policy under policies/ (Pod Security baseline and
            restricted, and the examples)
   kopf     the reference kopf webhook harness (label check / add-annotation handlers)
+  tollgate-ps22 / tollgate-ps200   ``tollgate serve --local`` with 22 / 200 Pod policies (renamed copies of the
+           Pod Security set), for the policy-count sweep
 Load: wrk (keep-alive, c=1/8/64, body POSTed by the reference admission.lua) and ab (a new TLS
-connection per request, c=8); both from Debian (``apt-get install wrk apache2-utils``).
+connection per request, c=8); both from Debian (``apt-get install wrk apache2-utils``). Streams: the
+reference Pod repeated (``keep-alive``: a memo could serve it), 128 distinct compliant Pods rotated by
+bench/distinct.lua (``distinct``: the headline), a ~100 KB Pod (``large``). The engine's CPU per review on the
+distinct stream is measured in process (bench/engine.py) and compared with the bare server's CPU per request.
 Each point is repeated (3x, interleaved across servers; 1x with --quick) and the median reported:
 RPS, p50/p99 latency, server CPU microseconds per request (utime+stime of the server process from
 /proc), and ratios to the bare server measured in the same run.
@@ -35,8 +40,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
-REF = Path(__file__).resolve().parent / "reference"
+BENCH = Path(__file__).resolve().parent
+REF = BENCH / "reference"
 PY = sys.executable
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -87,9 +95,14 @@ class Server:
 
 
 def run_wrk(url: str, body_file: Path, conc: int, duration: int) -> dict[str, Any]:
+    """wrk over kept-alive connections; ``body_file`` ending in ``.jsonl`` rotates through its lines."""
+    if body_file.suffix == ".jsonl":
+        script, env = BENCH / "distinct.lua", {"BODIES_FILE": str(body_file)}
+    else:
+        script, env = REF / "admission.lua", {"BODY_FILE": str(body_file)}
     out = subprocess.run(["taskset", "-c", "1", "wrk", "-t1", f"-c{conc}", f"-d{duration}s", "--latency",
-                          "-s", str(REF / "admission.lua"), url], capture_output=True, text=True,
-                         env={**os.environ, "BODY_FILE": str(body_file)}, timeout=duration + 30)
+                          "-s", str(script), url], capture_output=True, text=True,
+                         env={**os.environ, **env}, timeout=duration + 30)
     line = next((ln for ln in out.stdout.splitlines() if ln.startswith("WRKJSON ")), None)
     if line is None:  # wrk exited without its summary (seen once under heavy machine load): say why
         raise RuntimeError(f"wrk gave no summary (rc={out.returncode}): {out.stdout[-300:]} {out.stderr[-300:]}")
@@ -155,8 +168,32 @@ def main() -> int:
     body = body_file.read_bytes()
     tollgate = str(Path(PY).parent / "tollgate")
 
+    # The distinct stream (128 different compliant Pods), the 100 KB Pod, and the policy-count sweep.
+    sys.path.insert(0, str(BENCH))
+    import engine  # bench/engine.py: the same streams, measured in process
+
+    def review_line(req: dict[str, Any]) -> str:
+        return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": req},
+                          separators=(",", ":"))
+
+    distinct_file = work / "distinct.jsonl"
+    distinct_file.write_text("\n".join(review_line(r) for r in engine.distinct_stream()) + "\n")
+    large_file = work / "large.json"
+    large_file.write_text(review_line(engine.large_stream()[0]))
+    sweep_dirs = {}
+    for n in (22, 200):
+        d = work / f"policies-{n}"
+        d.mkdir()
+        (d / "policies.yaml").write_text(yaml.safe_dump_all(engine.pod_security_variants(n)))
+        sweep_dirs[n] = d
+    print("engine in process (distinct stream, shipped policies)...", flush=True)
+    policies, lookups = engine.shipped()
+    engine_figures = engine.measure(policies, lookups, engine.distinct_stream(), 3.0 if args.quick else 9.0)
+    print(f"  {engine_figures}", flush=True)
+    bodies = {"keep-alive": body_file, "distinct": distinct_file, "large": large_file, "new-conn": body_file}
+
     def servers() -> list[Server]:
-        p = [free_port() for _ in range(5)]
+        p = [free_port() for _ in range(7)]
         ref_certs = ["--certdir", str(work / "certs")]
         tg = [tollgate, "serve", "--local", str(ROOT / "policies"), "--cert-dir", str(work / "tg-certs"),
               "--log-level", "WARNING"]
@@ -169,29 +206,39 @@ def main() -> int:
             Server("tollgate-mutate", [*tg, "--port", str(p[3])], p[3], "/mutate", work),
             Server("kopf-label", [PY, str(REF / "server_kopf.py"), "--port", str(p[4]), *ref_certs], p[4],
                    "/check_label", work),
+            Server("tollgate-ps22", [tollgate, "serve", "--local", str(sweep_dirs[22]), "--cert-dir",
+                                     str(work / "tg-certs"), "--log-level", "WARNING", "--port", str(p[5])],
+                   p[5], "/validate", work),
+            Server("tollgate-ps200", [tollgate, "serve", "--local", str(sweep_dirs[200]), "--cert-dir",
+                                      str(work / "tg-certs"), "--log-level", "WARNING", "--port", str(p[6])],
+                   p[6], "/validate", work),
         ]
 
-    points = [("keep-alive", 1), ("keep-alive", 8), ("keep-alive", 64), ("new-conn", 8)]
+    points = [("keep-alive", 1), ("keep-alive", 8), ("keep-alive", 64), ("new-conn", 8), ("distinct", 8),
+              ("large", 8)]
     if args.quick:
-        points = [("keep-alive", 1), ("keep-alive", 8), ("new-conn", 8)]
+        points = [("keep-alive", 1), ("keep-alive", 8), ("new-conn", 8), ("distinct", 8)]
+    #: Which points each server runs (the others run every point).
+    only = {"bare-patch": {("keep-alive", 8)}, "tollgate-mutate": {("keep-alive", 8)},
+            "tollgate-ps22": {("distinct", 8)}, "tollgate-ps200": {("distinct", 8)},
+            "kopf-label": {("keep-alive", 1), ("keep-alive", 8), ("keep-alive", 64), ("new-conn", 8)}}
     results: list[dict[str, Any]] = []
     for rep in range(reps):
         for server in servers():
-            if server.name.endswith(("patch", "mutate")) and not any(p == ("keep-alive", 8) for p in points):
+            server_points = [pt for pt in points if pt in only.get(server.name, set(points))]
+            if not server_points:
                 continue
             server.start()
             try:
                 answer = sanity(server, body, work / "certs" / "ca.crt")
                 assert answer["uid"] == review["request"]["uid"] and answer["allowed"], answer
-                for mode, conc in points:
-                    if server.name.endswith(("patch", "mutate")) and (mode, conc) != ("keep-alive", 8):
-                        continue
+                for mode, conc in server_points:
                     assert server.proc is not None
                     cpu0 = cpu_seconds(server.proc.pid)
                     for attempt in range(2):  # one retry: a shared machine occasionally starves wrk
                         try:
-                            run = (run_wrk if mode == "keep-alive" else run_ab)(server.url, body_file, conc,
-                                                                                  duration)
+                            run = (run_ab if mode == "new-conn" else run_wrk)(server.url, bodies[mode], conc,
+                                                                                duration)
                             break
                         except (RuntimeError, AttributeError, subprocess.TimeoutExpired) as e:
                             alive = server.proc.poll() is None
@@ -225,17 +272,29 @@ def main() -> int:
         row = table.get((server, mode, conc))
         return row[field] if row else None
 
+    def rps(server: str, mode: str, conc: int) -> float | None:
+        row = table.get((server, mode, conc))
+        return row["rps"] if row else None
+
+    ps22, ps200 = rps("tollgate-ps22", "distinct", 8), rps("tollgate-ps200", "distinct", 8)
+    bare_cpu = (table.get(("bare", "keep-alive", 8)) or {}).get("cpu_us_per_req")
     goals = {
+        "keepalive_c8_distinct_ge_0.5x_bare": ratio("tollgate", "distinct", 8),
         "keepalive_c8_ge_0.5x_bare": ratio("tollgate", "keep-alive", 8),
         "keepalive_c64_ge_0.5x_bare": ratio("tollgate", "keep-alive", 64),
         "keepalive_c8_ge_3x_kopf": ratio("tollgate", "keep-alive", 8, "ratio_to_kopf"),
         "p99_c1_le_1ms": (table.get(("tollgate", "keep-alive", 1)) or {}).get("p99_ms"),
         "mutating_ge_0.5x_bare": ratio("tollgate-mutate", "keep-alive", 8),
+        "policies_200_ge_0.5x_policies_22": round(ps200 / ps22, 3) if ps22 and ps200 else None,
+        "engine_le_bare_cpu": (round(engine_figures["us_per_review"] / bare_cpu, 3) if bare_cpu else None),
         "newconn_ge_0.9x_bare": ratio("tollgate", "new-conn", 8),
     }
-    thresholds = {"keepalive_c8_ge_0.5x_bare": (0.5, ">="), "keepalive_c64_ge_0.5x_bare": (0.5, ">="),
-                  "keepalive_c8_ge_3x_kopf": (3.0, ">="), "p99_c1_le_1ms": (1.0, "<="),
-                  "mutating_ge_0.5x_bare": (0.5, ">="), "newconn_ge_0.9x_bare": (0.9, ">=")}
+    thresholds = {"keepalive_c8_distinct_ge_0.5x_bare": (0.5, ">="), "keepalive_c8_ge_0.5x_bare": (0.5, ">="),
+                  "keepalive_c64_ge_0.5x_bare": (0.5, ">="), "keepalive_c8_ge_3x_kopf": (3.0, ">="),
+                  "p99_c1_le_1ms": (1.0, "<="), "mutating_ge_0.5x_bare": (0.5, ">="),
+                  "policies_200_ge_0.5x_policies_22": (0.5, ">="),
+                  "engine_le_bare_cpu": (1.0, "<="),  # engine µs per review / bare server CPU µs per request
+                  "newconn_ge_0.9x_bare": (0.9, ">=")}
     goal_rows = {k: {"value": v, "target": thresholds[k][0], "met": None if v is None else
                      (v >= thresholds[k][0] if thresholds[k][1] == ">=" else v <= thresholds[k][0])}
                  for k, v in goals.items()}
@@ -257,7 +316,7 @@ def main() -> int:
         print(f"  {name:<28} {g['value']!s:<8} target {g['target']:<5} {'met' if g['met'] else 'MISSED'}")
     if args.json:
         args.json.write_text(json.dumps({"machine": machine, "points": list(table.values()), "runs": results,
-                                         "goals": goal_rows}, indent=2))
+                                         "engine_in_process": engine_figures, "goals": goal_rows}, indent=2))
     shutil.rmtree(work, ignore_errors=True)
     return 0
 
