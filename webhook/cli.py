@@ -303,6 +303,8 @@ def main(argv: list[str] | None = None) -> int:
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
+    except SystemExit as e:  # argparse: --help/--version (0) and usage errors (2, already printed)
+        return e.code if isinstance(e.code, int) else EXIT_USAGE
     except KeyboardInterrupt:
         return 130
     except Exception as e:

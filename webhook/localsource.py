@@ -221,7 +221,7 @@ class LocalDirectoryListerWatcher:
         items = [o for o in self._objects.values() if selector.matches_object(o)]
         return ListResult(items=items, resource_version=str(self._rv))
 
-    async def watch(self, options: ListOptions) -> AsyncIterator[WatchEvent]:  # type: ignore[override]
+    async def watch(self, options: ListOptions) -> AsyncIterator[WatchEvent]:
         """Poll the files; yield events with RV above the requested one; end at ``timeoutSeconds``."""
         selector = parse_label_selector_text(options.label_selector)
         since = int(options.resource_version or 0)

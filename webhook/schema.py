@@ -55,8 +55,9 @@ def _package_yaml(name: str) -> Any:
 
 
 def policy_openapi_schema() -> dict[str, Any]:
-    """The policy CRDs' ``openAPIV3Schema`` as shipped in the package (a deep copy)."""
-    return copy.deepcopy(_raw_schema("ClusterAdmissionPolicy"))
+    """The policy CRDs' ``openAPIV3Schema`` exactly as shipped in the package (a fresh copy)."""
+    schema: dict[str, Any] = _package_yaml(_SCHEMA_FILE["ClusterAdmissionPolicy"])
+    return schema
 
 
 @functools.cache

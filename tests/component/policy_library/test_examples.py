@@ -50,8 +50,8 @@ def test_a_wrong_expectation_exits_1(tmp_path: Path, capsys: pytest.CaptureFixtu
 
 @pytest.mark.parametrize(("content", "fragment"), [
     ("a: [unclosed", "policy.yaml:2:1: invalid YAML: did not find expected ',' or ']'"),
-    ("apiVersion: tollgate.dev/v1alpha1\nkind: ClusterAdmissionPolicy\nmetadata: {name: x}\nspec:\n"
-     "  match: {resourceRules: [{resources: [pods]}]}\n  validations: [{expression: 'objekt'}]\n",
+    (("apiVersion: tollgate.dev/v1alpha1\nkind: ClusterAdmissionPolicy\nmetadata: {name: x}\nspec:\n"
+      "  match: {resourceRules: [{resources: [pods]}]}\n  validations: [{expression: 'objekt'}]\n"),
      "policy.yaml:6: document 1: ClusterAdmissionPolicy x: spec.validations[0].expression: ERROR: <input>:1:1"),
 ])
 def test_bad_input_is_a_clear_error_not_a_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str],
