@@ -186,6 +186,23 @@ def _private_tempdir(enabled: bool) -> Iterator[None]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def _check_kube_config(args: argparse.Namespace) -> None:
+    """Fail early, in one line, when no cluster configuration can exist (the loader would log and raise)."""
+    if args.local is not None:
+        return
+    if args.kubeconfig:
+        if not Path(args.kubeconfig).expanduser().is_file():
+            raise UsageError(f"--kubeconfig {args.kubeconfig}: no such file")
+        return
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return  # in-cluster configuration
+    candidates = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    candidates = candidates or [str(Path("~/.kube/config").expanduser())]
+    if not any(Path(p).expanduser().is_file() for p in candidates):
+        raise UsageError(f"no Kubernetes configuration: not in a cluster (KUBERNETES_SERVICE_HOST unset) and no "
+                         f"kubeconfig ({', '.join(candidates)} not found); give --kubeconfig, or use --local DIR")
+
+
 def _is_kube_config_error(e: BaseException) -> bool:
     # kubernetes_asyncio.config.ConfigException, matched by name: only webhook.kube imports kubernetes_asyncio.
     return any(t.__name__ == "ConfigException" for t in type(e).__mro__)
@@ -240,6 +257,7 @@ def run_serve(args: argparse.Namespace) -> int:
 def _run_serve(args: argparse.Namespace) -> int:
     cert, key, ca = _resolve_certs(args)
     _check_certs(cert, key, args.client_ca)
+    _check_kube_config(args)
     settings = Settings(
         local_dir=args.local, kubeconfig=args.kubeconfig, context=args.context, cert_file=cert, key_file=key,
         client_ca=args.client_ca, host=args.host or ("127.0.0.1" if args.local else "0.0.0.0"), port=args.port,

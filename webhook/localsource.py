@@ -93,11 +93,15 @@ class _FileState:
 _files: dict[Path, _FileState] = {}
 
 
+#: The kinds ``serve --local`` reads (TestSuites and resources under the directory are not checked).
+_SERVED_KINDS = frozenset({*schema.POLICY_KINDS, "ConfigMap", "Namespace"})
+
+
 def _check(path: Path) -> list[dict[str, Any]]:
     """The file's documents; raises InputError for bad YAML or a schema violation (first one)."""
     docs = load_file(path)
     for doc in docs:
-        if schema.has_schema(doc.obj):
+        if doc.kind in _SERVED_KINDS:
             problems = schema.validate(doc.obj)
             if problems:
                 raise InputError(doc.problem(problems[0].path, problems[0].message))

@@ -71,6 +71,16 @@ def one_line_failure(result: subprocess.CompletedProcess[str], message: str) -> 
 def test_serve_without_kubeconfig(tmp_path: Path, cert_dir: Path) -> None:
     env = {"HOME": str(tmp_path), "KUBECONFIG": "", "KUBERNETES_SERVICE_HOST": ""}
     result = run("serve", "--cert-dir", str(cert_dir), "--port", str(free_port()), env=env)
+    one_line_failure(result, "tollgate serve: no Kubernetes configuration: not in a cluster")
+    assert result.stderr.count("\n") == 1
+    result = run("serve", "--cert-dir", str(cert_dir), "--kubeconfig", str(tmp_path / "nope"), env=env)
+    one_line_failure(result, f"tollgate serve: --kubeconfig {tmp_path / 'nope'}: no such file")
+
+
+def test_serve_with_an_unusable_kubeconfig(tmp_path: Path, cert_dir: Path) -> None:
+    (tmp_path / "config").write_text("apiVersion: v1\nkind: Config\nclusters: []\n")
+    result = run("serve", "--cert-dir", str(cert_dir), "--kubeconfig", str(tmp_path / "config"), "--port",
+                 str(free_port()), env={"KUBERNETES_SERVICE_HOST": ""})
     one_line_failure(result, "tollgate serve: no Kubernetes configuration: ")
 
 
