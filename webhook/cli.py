@@ -68,6 +68,17 @@ SAMPLE_REVIEW = {
 }
 
 
+def _port(text: str) -> int:
+    """An argparse type: a TCP port, 1-65535."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid port {text!r}: not a number") from None
+    if not 0 < port < 65536:
+        raise argparse.ArgumentTypeError(f"invalid port {port}: must be 1-65535")
+    return port
+
+
 def _serve_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("serve", help="run the admission webhook over TLS",
                        description="Serve /validate and /mutate from informer caches. With --local DIR, read "
@@ -81,7 +92,7 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument("--tls-key-file", type=Path, help="serving key (overrides --cert-dir)")
     p.add_argument("--client-ca", type=Path, help="require API server client certificates signed by this CA")
     p.add_argument("--host", help="listen address (default 127.0.0.1 with --local, else 0.0.0.0)")
-    p.add_argument("--port", type=int, default=8443, help="listen port (default 8443)")
+    p.add_argument("--port", type=_port, default=8443, help="listen port (default 8443)")
     p.add_argument("--params-selector", default="tollgate.dev/params=true",
                    help="label selector of the ConfigMaps cached for paramRef (default tollgate.dev/params=true)")
     p.add_argument("--max-request-bytes", type=int, default=MAX_REQUEST_BYTES, help="request body cap in bytes")

@@ -204,7 +204,11 @@ def validate(obj: Any) -> list[SchemaProblem]:
         return [SchemaProblem(("apiVersion",), f"required field is missing (want {want})")]
     if got != want:
         return [SchemaProblem(("apiVersion",), f"{kind} is served as {want}, not {got}")]
-    problems = [p for e in _validator(kind).iter_errors(obj) for p in _describe(e)]
+    errors = list(_validator(kind).iter_errors(obj))
+    # A wrong type explains every other violation at that path (enum, length, pattern): report it alone.
+    wrong_type = {tuple(e.absolute_path) for e in errors if e.validator == "type"}
+    problems = [p for e in errors if e.validator == "type" or tuple(e.absolute_path) not in wrong_type
+                for p in _describe(e)]
     if not problems:
         problems = _rule_problems(_raw_schema(kind), obj, ())
     return sorted(problems, key=lambda p: [str(x) for x in p.path])

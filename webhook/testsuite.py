@@ -437,7 +437,13 @@ def _base_dir(suite: Document) -> Path:
 
 def _files(suite: Document, field_name: str) -> list[Path]:
     base = _base_dir(suite)
-    return [base / p for p in suite.obj.get(field_name) or []]
+    out = []
+    for i, name in enumerate(suite.obj.get(field_name) or []):
+        path = base / name
+        if not path.exists():
+            raise InputError(suite.problem((field_name, i), f"{path}: no such file or directory"))
+        out.append(path)
+    return out
 
 
 @dataclass(slots=True)

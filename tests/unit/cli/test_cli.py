@@ -52,7 +52,8 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.parametrize(("argv", "message"), [
     ([], "tollgate: error: the following arguments are required: command"),
     (["bogus"], "tollgate: error: argument command: invalid choice: 'bogus'"),
-    (["serve", "--port", "x"], "tollgate serve: error: argument --port: invalid int value: 'x'"),
+    (["serve", "--port", "x"], "tollgate serve: error: argument --port: invalid port 'x': not a number"),
+    (["serve", "--port", "99999"], "tollgate serve: error: argument --port: invalid port 99999: must be 1-65535"),
     (["certs", "--out-dir", "/proc/tollgate-no"], "tollgate certs: --out-dir /proc/tollgate-no:"),
 ])
 def test_usage_errors_are_one_line_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
@@ -99,6 +100,7 @@ def test_serve_on_a_port_in_use() -> None:
     (["--cert-dir", "EMPTY"], "tollgate serve: certificate EMPTY/tls.crt: no such file"),
     (["--cert-dir", "GARBAGE"], "tollgate serve: cannot use certificate GARBAGE/tls.crt and key GARBAGE/tls.key"),
     ([], "tollgate serve: --cert-dir (or --tls-cert-file/--tls-key-file) is required without --local"),
+    (["--local", str(EXAMPLES), "--log-level", "bogus"], "tollgate serve: --log-level bogus: Unknown level"),
 ])
 def test_serve_cannot_start(tmp_path: Path, args: list[str], message: str) -> None:
     (tmp_path / "empty").mkdir()

@@ -90,3 +90,8 @@ def test_kinds_without_a_schema() -> None:
     assert not schema.has_schema({"apiVersion": "v1", "kind": "Pod"})
     with pytest.raises(ValueError, match="no schema for kind 'Pod'"):
         schema.validate({"apiVersion": "v1", "kind": "Pod"})
+
+
+def test_a_wrong_type_is_reported_alone_at_its_path() -> None:
+    doc = with_spec(validations=[{"expression": "true", "reason": 3}])
+    assert messages(doc) == [("spec.validations[0].reason", "must be a string, got an integer")]

@@ -279,3 +279,11 @@ def test_usage_errors_exit_2_with_one_line(tmp_path: Path, capsys: pytest.Captur
     err = capsys.readouterr().err
     assert err.count("\n") == 1, err
     assert message.format(**names) in err
+
+
+def test_a_missing_file_names_the_suite_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    suite = write_suite(tmp_path, SUITE.replace("namespaces: [namespaces.yaml]", "namespaces: [gone.yaml]"))
+    assert main(["test", str(suite)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"tollgate test: {suite}:7: document 1: namespaces[0]: {tmp_path / 'gone.yaml'}: no such file or " \
+                  "directory\n"
