@@ -285,5 +285,5 @@ def test_a_missing_file_names_the_suite_field(tmp_path: Path, capsys: pytest.Cap
     suite = write_suite(tmp_path, SUITE.replace("namespaces: [namespaces.yaml]", "namespaces: [gone.yaml]"))
     assert main(["test", str(suite)]) == 2
     err = capsys.readouterr().err
-    assert err == f"tollgate test: {suite}:7: document 1: namespaces[0]: {tmp_path / 'gone.yaml'}: no such file or " \
-                  "directory\n"
+    gone = tmp_path / "gone.yaml"
+    assert err == f"tollgate test: {suite}:7: document 1: namespaces[0]: {gone}: no such file or directory\n"
