@@ -34,8 +34,8 @@ from typing import Any
 import jsonpatch
 
 from webhook import schema
+from webhook.labelquery import parse_label_selector_text
 from webhook.lint import compile_document, schema_problems
-from webhook.localsource import parse_label_selector_text
 from webhook.policy import CompiledPolicy, InMemoryLookups, evaluate_mutating, evaluate_validating
 from webhook.yamlio import STDIN, Document, InputError, load_file, load_paths, yaml_files
 

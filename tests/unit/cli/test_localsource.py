@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from webhook.informer.types import ListOptions, WatchEvent
-from webhook.localsource import LocalDirectoryListerWatcher, parse_label_selector_text
+from webhook.labelquery import parse_label_selector_text
+from webhook.localsource import LocalDirectoryListerWatcher
 
 SELECTOR = "tollgate.dev/params=true"
 
