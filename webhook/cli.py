@@ -1,21 +1,43 @@
-"""Command line: ``tollgate serve | certs | test``. Argument parsing and process lifecycle only."""
+"""Command line: ``tollgate serve | certs | test | lint``. Argument parsing and process lifecycle only.
+
+Exit status (every failure is one line on stderr, never a traceback):
+
+- 0: success.
+- 1: ``tollgate test``: an expectation does not hold (ad-hoc: a ``fail`` or
+  ``error`` row); ``tollgate lint``: a problem was found.
+- 2: usage error or unusable input: bad arguments, unreadable or invalid
+  files, no Kubernetes configuration for ``serve``, a missing or invalid
+  certificate, the port already in use.
+- 70: an unexpected internal error (one line; ``TOLLGATE_DEBUG=1`` shows the traceback).
+- 141: standard output was closed early (``tollgate test ... | head``), as a
+  program killed by SIGPIPE; nothing is printed.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import errno
 import json
 import logging
 import os
+import shutil
 import signal
+import ssl
 import sys
 import tempfile
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 from webhook import certs, logs
+from webhook.argparsing import EXIT_USAGE, OneLineParser
 from webhook.config import MAX_REQUEST_BYTES, Settings
+
+EXIT_INTERNAL = 70
+EXIT_BROKEN_PIPE = 141
 
 log = logging.getLogger("tollgate")
 
@@ -46,6 +68,17 @@ SAMPLE_REVIEW = {
 }
 
 
+def _port(text: str) -> int:
+    """An argparse type: a TCP port, 1-65535."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid port {text!r}: not a number") from None
+    if not 0 < port < 65536:
+        raise argparse.ArgumentTypeError(f"invalid port {port}: must be 1-65535")
+    return port
+
+
 def _serve_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("serve", help="run the admission webhook over TLS",
                        description="Serve /validate and /mutate from informer caches. With --local DIR, read "
@@ -59,7 +92,7 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument("--tls-key-file", type=Path, help="serving key (overrides --cert-dir)")
     p.add_argument("--client-ca", type=Path, help="require API server client certificates signed by this CA")
     p.add_argument("--host", help="listen address (default 127.0.0.1 with --local, else 0.0.0.0)")
-    p.add_argument("--port", type=int, default=8443, help="listen port (default 8443)")
+    p.add_argument("--port", type=_port, default=8443, help="listen port (default 8443)")
     p.add_argument("--params-selector", default="tollgate.dev/params=true",
                    help="label selector of the ConfigMaps cached for paramRef (default tollgate.dev/params=true)")
     p.add_argument("--max-request-bytes", type=int, default=MAX_REQUEST_BYTES, help="request body cap in bytes")
@@ -82,14 +115,27 @@ def _certs_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument("--algorithm", choices=("ecdsa", "rsa"), default="ecdsa", help="key type (default ecdsa)")
 
 
+def package_version() -> str:
+    """The installed ``tollgate`` distribution's version (``unknown`` when run from a bare checkout)."""
+    try:
+        return version("tollgate")
+    except PackageNotFoundError:  # pragma: no cover - always installed in practice
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``tollgate`` argument parser."""
-    parser = argparse.ArgumentParser(prog="tollgate", description="Kubernetes admission webhook with CEL policies")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = OneLineParser(prog="tollgate", description="Kubernetes admission webhook with CEL policies",
+                           epilog="Exit status: 0 ok, 1 test expectations or lint problems, 2 usage or unusable "
+                                  "input, 70 internal error, 141 output closed early.")
+    parser.add_argument("--version", action="version", version=f"tollgate {package_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     _serve_parser(sub)
     _certs_parser(sub)
     sub.add_parser("test", help="evaluate policies against resource files offline (see `tollgate test --help`)",
                    add_help=False)
+    sub.add_parser("lint", help="check policy files against the CRD schema and compile their CEL "
+                                "(see `tollgate lint --help`)", add_help=False)
     return parser
 
 
@@ -103,16 +149,74 @@ def run_certs(args: argparse.Namespace) -> int:
     return 0
 
 
+class UsageError(Exception):
+    """A one-line reason ``tollgate serve`` cannot start (exit status 2)."""
+
+
 def _resolve_certs(args: argparse.Namespace) -> tuple[Path, Path, Path | None]:
     if args.tls_cert_file and args.tls_key_file:
         return args.tls_cert_file, args.tls_key_file, None
+    if args.tls_cert_file or args.tls_key_file:
+        raise UsageError("--tls-cert-file and --tls-key-file go together")
     if args.cert_dir:
+        if not args.cert_dir.is_dir():
+            raise UsageError(f"--cert-dir {args.cert_dir}: no such directory")
         return args.cert_dir / "tls.crt", args.cert_dir / "tls.key", args.cert_dir / "ca.crt"
     if args.local is None:
-        raise SystemExit("tollgate serve: --cert-dir (or --tls-cert-file/--tls-key-file) is required without --local")
+        raise UsageError("--cert-dir (or --tls-cert-file/--tls-key-file) is required without --local")
     out = Path(tempfile.mkdtemp(prefix="tollgate-certs-"))
     paths = certs.write_certs(out, dns_names=["localhost"], ip_addresses=["127.0.0.1"], days=30)
     return paths.cert, paths.key, paths.ca
+
+
+def _check_certs(cert: Path, key: Path, client_ca: Path | None) -> None:
+    """Load the pair (and client CA) once before starting, so a bad one is a one-line error."""
+    for label, path in (("certificate", cert), ("key", key), ("client CA", client_ca)):
+        if path is not None and not path.is_file():
+            raise UsageError(f"{label} {path}: no such file")
+    from webhook.tls import build_context
+
+    try:
+        build_context(cert, key, client_ca=client_ca)
+    except (ssl.SSLError, OSError, ValueError) as e:
+        raise UsageError(f"cannot use certificate {cert} and key {key}: {getattr(e, 'reason', None) or e}") from None
+
+
+@contextlib.contextmanager
+def _private_tempdir(enabled: bool) -> Iterator[None]:
+    """Route every temporary file of the run (certificates, the sample review) into one directory, removed on exit."""
+    if not enabled:
+        yield
+        return
+    root = tempfile.mkdtemp(prefix="tollgate-local-")
+    previous, tempfile.tempdir = tempfile.tempdir, root
+    try:
+        yield
+    finally:
+        tempfile.tempdir = previous
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _check_kube_config(args: argparse.Namespace) -> None:
+    """Fail early, in one line, when no cluster configuration can exist (the loader would log and raise)."""
+    if args.local is not None:
+        return
+    if args.kubeconfig:
+        if not Path(args.kubeconfig).expanduser().is_file():
+            raise UsageError(f"--kubeconfig {args.kubeconfig}: no such file")
+        return
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return  # in-cluster configuration
+    candidates = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    candidates = candidates or [str(Path("~/.kube/config").expanduser())]
+    if not any(Path(p).expanduser().is_file() for p in candidates):
+        raise UsageError(f"no Kubernetes configuration: not in a cluster (KUBERNETES_SERVICE_HOST unset) and no "
+                         f"kubeconfig ({', '.join(candidates)} not found); give --kubeconfig, or use --local DIR")
+
+
+def _is_kube_config_error(e: BaseException) -> bool:
+    # kubernetes_asyncio.config.ConfigException, matched by name: only webhook.kube imports kubernetes_asyncio.
+    return any(t.__name__ == "ConfigException" for t in type(e).__mro__)
 
 
 async def _serve(settings: Settings, ca_file: Path | None) -> None:
@@ -165,9 +269,21 @@ async def _run_app(app: Any, settings: Settings, ca_file: Path | None) -> None:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    """``tollgate serve``."""
-    logs.setup(args.log_level)
+    """``tollgate serve``; returns the exit status (2 with one line on stderr when it cannot start)."""
+    try:
+        logs.setup(args.log_level)
+    except (ValueError, TypeError) as e:
+        raise UsageError(f"--log-level {args.log_level}: {e}") from None
+    if args.local is not None and not args.local.exists():
+        raise UsageError(f"--local {args.local}: no such file or directory")
+    with _private_tempdir(args.local is not None):
+        return _run_serve(args)
+
+
+def _run_serve(args: argparse.Namespace) -> int:
     cert, key, ca = _resolve_certs(args)
+    _check_certs(cert, key, args.client_ca)
+    _check_kube_config(args)
     settings = Settings(
         local_dir=args.local, kubeconfig=args.kubeconfig, context=args.context, cert_file=cert, key_file=key,
         client_ca=args.client_ca, host=args.host or ("127.0.0.1" if args.local else "0.0.0.0"), port=args.port,
@@ -182,21 +298,65 @@ def run_serve(args: argparse.Namespace) -> int:
         runner = uvloop.run
     except ImportError:  # pragma: no cover - uvloop is a Linux/macOS dependency
         runner = asyncio.run
-    runner(_serve(settings, ca if ca and ca.exists() else None))
+    try:
+        runner(_serve(settings, ca if ca and ca.exists() else None))
+    except OSError as e:
+        if e.errno == errno.EADDRINUSE:
+            raise UsageError(f"cannot listen on {settings.host}:{settings.port}: address already in use") from None
+        if e.errno in (errno.EACCES, errno.EADDRNOTAVAIL):
+            raise UsageError(f"cannot listen on {settings.host}:{settings.port}: {e.strerror}") from None
+        raise
+    except Exception as e:
+        if _is_kube_config_error(e):
+            raise UsageError(f"no Kubernetes configuration: {e} (give --kubeconfig, run in a cluster, "
+                             "or use --local DIR)") from None
+        raise
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``tollgate`` console script."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+def _dispatch(argv: list[str]) -> int:
     if argv and argv[0] == "test":
         from webhook.offline import main as offline_main
 
         return offline_main(argv[1:])
+    if argv and argv[0] == "lint":
+        from webhook.lint import main as lint_main
+
+        return lint_main(argv[1:])
     args = build_parser().parse_args(argv)
     if args.command == "certs":
-        return run_certs(args)
+        try:
+            return run_certs(args)
+        except OSError as e:
+            raise UsageError(f"--out-dir {args.out_dir}: {e.strerror or e}") from None
     return run_serve(args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``tollgate`` console script; returns the exit status (see the module docstring)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = argv[0] if argv and not argv[0].startswith("-") else ""
+    try:
+        return _dispatch(argv)
+    except UsageError as e:
+        print(f"tollgate {command}: {e}" if command else f"tollgate: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except BrokenPipeError:
+        # The reader went away (| head): silence the final flush, as a SIGPIPE'd program would.
+        with contextlib.suppress(OSError, ValueError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+    except SystemExit as e:  # argparse: --help/--version (0) and usage errors (2, already printed)
+        return e.code if isinstance(e.code, int) else EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:
+        if os.environ.get("TOLLGATE_DEBUG"):
+            raise
+        print(f"tollgate {command}: internal error: {type(e).__name__}: {e} (TOLLGATE_DEBUG=1 shows the "
+              "traceback)", file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -15,70 +15,101 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from webhook import schema
 from webhook.informer.store import meta_namespace_key
 from webhook.informer.types import KubeObject, ListOptions, ListResult, WatchEvent
-from webhook.policy.selectors import LabelSelector, Requirement
+from webhook.labelquery import parse_label_selector_text
+from webhook.policy.selectors import LabelSelector
+from webhook.yamlio import InputError, load_file, yaml_files
 
 log = logging.getLogger("tollgate.local")
 
 
-def _parse_label_selector(text: str | None) -> LabelSelector:
-    """The equality subset of the ``labelSelector`` query syntax (``k=v``, ``k!=v``, ``k``, ``!k``)."""
-    reqs = []
-    for part in filter(None, (p.strip() for p in (text or "").split(","))):
-        if "!=" in part:
-            k, v = part.split("!=", 1)
-            reqs.append(Requirement(k.strip(), "NotIn", frozenset({v.strip()})))
-        elif "=" in part:
-            k, v = part.split("=", 1)
-            reqs.append(Requirement(k.strip(), "In", frozenset({v.strip().lstrip("=")})))
-        elif part.startswith("!"):
-            reqs.append(Requirement(part[1:], "DoesNotExist", frozenset()))
-        else:
-            reqs.append(Requirement(part, "Exists", frozenset()))
-    return LabelSelector(tuple(reqs))
+@dataclass(slots=True)
+class _FileState:
+    stamp: tuple[int, int]
+    documents: list[dict[str, Any]]  # the last good parse
+    error: str | None = None
 
 
-#: path → ((mtime_ns, size), documents): a file is parsed again only when it changed, so polling a
-#: directory costs a stat per file, not a YAML parse (which blocked the event loop for tens of ms).
-_parsed: dict[Path, tuple[tuple[int, int], list[dict[str, Any]]]] = {}
+#: path → state: a file is parsed again only when it changed, so polling a directory costs a stat
+#: per file, not a YAML parse (which blocked the event loop for tens of ms). A file that stops
+#: parsing (or whose policy, ConfigMap or Namespace documents violate their schema, which
+#: ``kubectl apply`` would have refused) keeps its last good documents and records the error.
+_files: dict[Path, _FileState] = {}
 
 
-def _documents_of(path: Path) -> list[dict[str, Any]]:
+#: The kinds ``serve --local`` reads (TestSuites and resources under the directory are not checked).
+_SERVED_KINDS = frozenset({*schema.POLICY_KINDS, "ConfigMap", "Namespace"})
+
+
+def _check(path: Path) -> list[dict[str, Any]]:
+    """The file's documents; raises InputError for bad YAML or a schema violation (first one)."""
+    docs = load_file(path)
+    for doc in docs:
+        if doc.kind in _SERVED_KINDS:
+            problems = schema.validate(doc.obj)
+            if problems:
+                raise InputError(doc.problem(problems[0].path, problems[0].message))
+    return [d.obj for d in docs]
+
+
+def _state_of(path: Path) -> _FileState | None:
     try:
         st = path.stat()
-    except OSError as e:
-        log.warning("skipping %s: %s", path, e)
-        return []
+    except OSError:
+        _files.pop(path, None)
+        return None  # removed between listing and stat: its objects go with it
     stamp = (st.st_mtime_ns, st.st_size)
-    cached = _parsed.get(path)
-    if cached is not None and cached[0] == stamp:
-        return cached[1]
+    state = _files.get(path)
+    if state is not None and state.stamp == stamp:
+        return state
     try:
-        docs = [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict)]
-    except (OSError, yaml.YAMLError) as e:
-        log.warning("skipping %s: %s", path, e)
-        docs = []
-    _parsed[path] = (stamp, docs)
-    return docs
+        docs = _check(path)
+    except InputError as e:
+        previous = state.documents if state is not None else []
+        if state is None or state.error != str(e):
+            log.warning("%s (keeping its last good objects: %d document(s))", e, len(previous))
+        state = _FileState(stamp, previous, str(e))
+    else:
+        if state is not None and state.error is not None:
+            log.info("%s: parses again", path)
+        state = _FileState(stamp, docs)
+    _files[path] = state
+    return state
 
 
-def load_documents(root: Path) -> list[tuple[Path, dict[str, Any]]]:
-    """Every YAML mapping document under ``root`` (unreadable files are logged and skipped).
+def load_documents(root: Path) -> tuple[list[tuple[Path, dict[str, Any]]], dict[str, str]]:
+    """Every YAML mapping document under ``root``, and the files in error (path → one-line message).
 
     Documents are shared with a parse cache: callers must not mutate them.
     """
-    files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.suffix in (".yaml", ".yml"))
-    return [(path, doc) for path in files for doc in _documents_of(path)]
+    try:
+        files = yaml_files(root)
+    except InputError as e:
+        return [], {str(root): str(e)}
+    docs: list[tuple[Path, dict[str, Any]]] = []
+    errors: dict[str, str] = {}
+    for path in files:
+        state = _state_of(path)
+        if state is None:
+            continue
+        docs += [(path, d) for d in state.documents]
+        if state.error is not None:
+            errors[str(path)] = state.error
+    return docs, errors
 
 
 class LocalDirectoryListerWatcher:
     """Lists and watches one kind from a directory of YAML files.
+
+    Follows the API server: ``labelSelector`` filters LIST and WATCH, and an
+    object whose labels change across the selector arrives as ADDED (it now
+    matches) or DELETED (it no longer does), as the watch cache sends it.
 
     Args:
         root: the directory (or a single file).
@@ -86,6 +117,13 @@ class LocalDirectoryListerWatcher:
         default_namespace: namespace given to namespaced objects without one
             (None for cluster-scoped kinds).
         poll_interval: seconds between scans while a WATCH is open.
+
+    Attributes:
+        errors: files that do not parse or violate their schema, path → one-line
+            message (file, line, document, YAML path); their last good objects
+            are still served. Empty when every file is sound.
+        error_count: how many times a file entered (or changed) an error state:
+            a monotonic counter for a metric.
     """
 
     def __init__(self, root: Path, *, kinds: set[str], default_namespace: str | None = None,
@@ -94,13 +132,18 @@ class LocalDirectoryListerWatcher:
         self.kinds = kinds
         self.default_namespace = default_namespace
         self.poll_interval = poll_interval
+        self.errors: dict[str, str] = {}
+        self.error_count = 0
         self._rv = 0
         self._objects: dict[str, KubeObject] = {}
-        self._history: list[tuple[int, str, KubeObject]] = []
+        self._history: list[tuple[int, str, KubeObject, KubeObject | None]] = []
 
     def _scan(self) -> None:
+        documents, errors = load_documents(self.root)
+        self.error_count += sum(1 for path, msg in errors.items() if self.errors.get(path) != msg)
+        self.errors = errors
         current: dict[str, KubeObject] = {}
-        for _path, doc in load_documents(self.root):
+        for _path, doc in documents:
             if doc.get("kind") not in self.kinds:
                 continue
             meta = dict(doc.get("metadata") or {})
@@ -117,36 +160,53 @@ class LocalDirectoryListerWatcher:
                 continue
             self._rv += 1
             stamped = _stamp(obj, self._rv, generation=(old or {}).get("metadata", {}).get("generation", 0) + 1)
-            self._history.append((self._rv, "MODIFIED" if old is not None else "ADDED", stamped))
+            self._history.append((self._rv, "MODIFIED" if old is not None else "ADDED", stamped, old))
             self._objects[key] = stamped
         for key in [k for k in self._objects if k not in current]:
             self._rv += 1
             gone = _stamp(_strip_rv(self._objects.pop(key)), self._rv)
-            self._history.append((self._rv, "DELETED", gone))
+            self._history.append((self._rv, "DELETED", gone, None))
         del self._history[:-1000]
 
     async def list(self, options: ListOptions) -> ListResult:
         """All current objects of the kind (selector applied), with the directory's current RV."""
         self._scan()
-        selector = _parse_label_selector(options.label_selector)
+        selector = parse_label_selector_text(options.label_selector)
         items = [o for o in self._objects.values() if selector.matches_object(o)]
         return ListResult(items=items, resource_version=str(self._rv))
 
-    async def watch(self, options: ListOptions) -> AsyncIterator[WatchEvent]:  # type: ignore[override]
+    async def watch(self, options: ListOptions) -> AsyncIterator[WatchEvent]:
         """Poll the files; yield events with RV above the requested one; end at ``timeoutSeconds``."""
-        selector = _parse_label_selector(options.label_selector)
+        selector = parse_label_selector_text(options.label_selector)
         since = int(options.resource_version or 0)
         deadline = time.monotonic() + (options.timeout_seconds or 300)
         while time.monotonic() < deadline:
             self._scan()
-            for rv, etype, obj in self._history:
-                if rv > since:
-                    since = rv
-                    if selector.matches_object(obj):
-                        yield WatchEvent(etype, obj)
+            for rv, etype, obj, old in self._history:
+                if rv <= since:
+                    continue
+                since = rv
+                event = _selected_event(etype, obj, old, selector)
+                if event is not None:
+                    yield event
             if options.allow_watch_bookmarks:
                 yield WatchEvent("BOOKMARK", {"metadata": {"resourceVersion": str(self._rv)}})
             await asyncio.sleep(self.poll_interval)
+
+
+def _selected_event(etype: str, obj: KubeObject, old: KubeObject | None, selector: LabelSelector) -> WatchEvent | None:
+    """The event a selector-filtered watch sees (the watch cache's rule: crossing the selector is ADDED/DELETED)."""
+    now = selector.matches_object(obj)
+    if etype != "MODIFIED":
+        return WatchEvent(etype, obj) if now else None
+    before = old is not None and selector.matches_object(old)
+    if now and before:
+        return WatchEvent("MODIFIED", obj)
+    if now:
+        return WatchEvent("ADDED", obj)
+    if before:
+        return WatchEvent("DELETED", obj)
+    return None
 
 
 def _strip_rv(obj: KubeObject) -> KubeObject:

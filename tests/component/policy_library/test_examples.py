@@ -21,7 +21,20 @@ def test_there_are_example_suites() -> None:
 def test_example_suite_passes(suite: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["test", str(suite), "--output", "json"]) == 0, capsys.readouterr().err
     rows = json.loads(capsys.readouterr().out)
-    assert rows and all(set(r) == {"policy", "kind", "namespace", "name", "result", "message"} for r in rows)
+    assert rows and all(set(r) == {"policy", "kind", "namespace", "name", "result", "message", "suite", "operation",
+                                   "expected", "ok", "mismatch"} for r in rows)
+    assert all(r["ok"] and r["result"] == r["expected"] and r["mismatch"] == "" for r in rows)
+
+
+def test_the_examples_directory_runs_every_suite(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["test", str(ROOT / "policies" / "examples"), "--output", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["suite"] for r in rows} == {str(s) for s in SUITES}
+
+
+def test_lint_accepts_every_shipped_policy(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["lint", str(ROOT / "policies")]) == 0, capsys.readouterr().out
+    assert "no problems" in capsys.readouterr().err
 
 
 def test_a_wrong_expectation_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -32,14 +45,14 @@ def test_a_wrong_expectation_exits_1(tmp_path: Path, capsys: pytest.CaptureFixtu
         f"resources: [{example / 'resources.yaml'}]\n"
         "results:\n- {policy: disallow-latest-tag, resource: {kind: Pod, name: latest}, result: pass}\n")
     assert main(["test", str(suite)]) == 1
-    assert "expected pass, got fail" in capsys.readouterr().err
+    assert "expected pass, got warn" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("content", "fragment"), [
-    ("a: [unclosed", "invalid YAML (line 1"),
-    ("apiVersion: tollgate.dev/v1alpha1\nkind: ClusterAdmissionPolicy\nmetadata: {name: x}\nspec:\n"
-     "  match: {resourceRules: [{resources: [pods]}]}\n  validations: [{expression: 'objekt'}]\n",
-     "policy x is not Ready (CompileError): spec.validations[0].expression: ERROR: <input>:1:1"),
+    ("a: [unclosed", "policy.yaml:2:1: invalid YAML: did not find expected ',' or ']'"),
+    (("apiVersion: tollgate.dev/v1alpha1\nkind: ClusterAdmissionPolicy\nmetadata: {name: x}\nspec:\n"
+      "  match: {resourceRules: [{resources: [pods]}]}\n  validations: [{expression: 'objekt'}]\n"),
+     "policy.yaml:6: document 1: ClusterAdmissionPolicy x: spec.validations[0].expression: ERROR: <input>:1:1"),
 ])
 def test_bad_input_is_a_clear_error_not_a_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                     content: str, fragment: str) -> None:

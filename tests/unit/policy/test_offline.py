@@ -17,14 +17,15 @@ def test_help_documents_the_test_suite_schema(capsys: pytest.CaptureFixture[str]
         main(["--help"])
     assert exc.value.code == 0
     out = capsys.readouterr().out
-    for word in ("kind: TestSuite", "configMaps", "namespaces", "results", "pass|fail|skip|error", "1 on any mismatch"):
+    for word in ("kind: TestSuite", "configMaps", "namespaces", "oldResources", "patchedResource", "results",
+                 "pass | fail | warn | skip | error", "1 on any mismatch", "table|json|yaml|junit"):
         assert word in out
 
 
-def test_json_rows_for_files(capsys: pytest.CaptureFixture[str]) -> None:
+def test_json_rows_for_files_and_exit_1_on_a_fail_row(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["--policy", str(EXAMPLE / "policy.yaml"), "--resource", str(EXAMPLE / "resources.yaml"),
                  "--configmap", str(EXAMPLE / "configmap.yaml"), "--output", "json"])
-    assert code == 0
+    assert code == 1
     rows = json.loads(capsys.readouterr().out)
     assert [(r["kind"], r["name"], r["result"]) for r in rows] == [
         ("Pod", "good", "pass"), ("Pod", "bad", "fail"), ("Deployment", "bad-deploy", "fail")]
@@ -35,7 +36,7 @@ def test_missing_configmap_is_an_error_under_parameter_not_found_action_deny(cap
     # VAP: with parameterNotFoundAction Deny, missing params are "subject to the failurePolicy" (Fail here).
     code = main(["--policy", str(EXAMPLE / "policy.yaml"), "--resource", str(EXAMPLE / "resources.yaml"),
                  "--output", "json"])
-    assert code == 0
+    assert code == 1
     rows = json.loads(capsys.readouterr().out)
     assert {r["result"] for r in rows} == {"error"}
 
@@ -52,6 +53,8 @@ def test_suite_mismatch_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert main([str(suite)]) == code
     if code:
         assert "expected fail, got pass" in capsys.readouterr().err
+    else:
+        assert "all 1 expectations met" in capsys.readouterr().err
 
 
 def test_missing_file_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

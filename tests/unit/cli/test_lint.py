@@ -1,0 +1,66 @@
+"""``tollgate lint``: schema + CEL compilation only; exit 0 clean, 1 problems, 2 usage."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from webhook.cli import main
+
+POLICY = """\
+apiVersion: tollgate.dev/v1alpha1
+kind: ClusterAdmissionPolicy
+metadata:
+  name: x
+spec:
+  match: {resourceRules: [{resources: [pods]}]}
+  validationAction: [Deny]
+  validations:
+  - expression: "true"
+---
+apiVersion: tollgate.dev/v1alpha1
+kind: ClusterAdmissionPolicy
+metadata: {name: y}
+spec:
+  match: {resourceRules: [{resources: [pods]}]}
+  validations:
+  - expression: "true"
+  - expression: objekt.spec
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: not-checked, extra: field}
+"""
+
+
+def test_problems_are_one_line_each_and_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "policy.yaml").write_text(POLICY)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "cm.yml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata: {n: 1}\n")
+    (tmp_path / "broken.yaml").write_text("a: [")
+    assert main(["lint", str(tmp_path)]) == 1
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert len(lines) == 4
+    assert all(line.startswith(want) for line, want in zip(lines, [
+        f"{tmp_path}/broken.yaml:2:1: invalid YAML: did not find expected node content",
+        f"{tmp_path}/policy.yaml:7: document 1: spec.validationAction: unknown field (did you mean validationActions?)",
+        (f"{tmp_path}/policy.yaml:18: document 2: ClusterAdmissionPolicy y: spec.validations[1].expression: ERROR: "
+         "<input>:1:7: undeclared reference to 'objekt.spec'"),  # the CEL error text follows
+        f"{tmp_path}/sub/cm.yml:4: document 1: data.n: must be a string, got an integer",
+    ], strict=True)), lines
+    assert err == "4 problem(s)\n"
+
+
+def test_clean_files_exit_0(capsys: pytest.CaptureFixture[str]) -> None:
+    example = Path(__file__).resolve().parents[3] / "policies" / "examples" / "allowed-registries"
+    assert main(["lint", str(example / "policy.yaml"), str(example)]) == 0
+    out, err = capsys.readouterr()
+    assert out == "" and err == "4 document(s) checked, no problems\n"
+
+
+@pytest.mark.parametrize("argv", [["lint"], ["lint", "/does-not-exist"]])
+def test_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    assert capsys.readouterr().err.count("\n") == 1
