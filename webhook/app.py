@@ -53,6 +53,7 @@ class Components:
         elector: the Lease elector, when status writing is on in a cluster.
         status_writer: the Ready-condition writer, when status writing is on in a cluster.
         plans_pending: set when the index has fused programs to compile (see :func:`compile_plans`).
+        local_sources: with ``--local``, the file ListerWatchers (their ``errors`` go to ``/readyz``).
     """
 
     settings: Settings
@@ -67,6 +68,11 @@ class Components:
     elector: Any | None
     status_writer: Any | None
     plans_pending: asyncio.Event
+    local_sources: list[LocalDirectoryListerWatcher]
+
+    def local_file_errors(self) -> dict[str, str]:
+        """``--local`` files that stopped parsing or violate their schema: path → one-line error."""
+        return {path: msg for source in self.local_sources for path, msg in source.errors.items()}
 
     def informer(self, resource: Resource) -> SharedInformer:
         """The informer of one of the cached resources."""
@@ -84,14 +90,17 @@ _BY_INFORMER_RESOURCE = {r.informer_resource: r for r in (NAMESPACES, CONFIGMAPS
                                                             NAMESPACED_POLICIES)}
 
 
-def _lister_watcher_factory(settings: Settings, api_client: Any) -> Callable[[InformerKey], ListerWatcher]:
+def _lister_watcher_factory(settings: Settings, api_client: Any,
+                            local_sources: list[LocalDirectoryListerWatcher]) -> Callable[[InformerKey], ListerWatcher]:
     if settings.local_dir is not None:
         root, poll = settings.local_dir, settings.local_poll_interval
 
         def local(key: InformerKey) -> ListerWatcher:
             r = _BY_INFORMER_RESOURCE[key.resource]
-            return LocalDirectoryListerWatcher(root, kinds={r.kind}, poll_interval=poll,
-                                               default_namespace="default" if r.namespaced else None)
+            source = LocalDirectoryListerWatcher(root, kinds={r.kind}, poll_interval=poll,
+                                                 default_namespace="default" if r.namespaced else None)
+            local_sources.append(source)
+            return source
 
         return local
     if api_client is None:
@@ -141,7 +150,8 @@ def build_components(settings: Settings, *, api_client: Any = None,
     if settings.cert_file is not None and settings.key_file is not None:
         certs = CertReloader(settings.cert_file, settings.key_file, client_ca=settings.client_ca,
                              on_reload=lambda result: metrics.cert_reloads.labels(result).inc())
-    factory = SharedInformerFactory(lister_watcher_for or _lister_watcher_factory(settings, api_client))
+    local_sources: list[LocalDirectoryListerWatcher] = []
+    factory = SharedInformerFactory(lister_watcher_for or _lister_watcher_factory(settings, api_client, local_sources))
     namespaces = factory.informer(InformerKey(NAMESPACES.informer_resource))
     configmaps = factory.informer(InformerKey(CONFIGMAPS.informer_resource,
                                               label_selector=settings.params_selector or None))
@@ -161,7 +171,7 @@ def build_components(settings: Settings, *, api_client: Any = None,
     server = AdmissionServer(handler, metrics, max_request_bytes=settings.max_request_bytes,
                              default_timeout=settings.default_timeout)
     return Components(settings, metrics, index, factory, namespaces, configmaps, policy_informers, server, certs,
-                      elector, writer, plans_pending)
+                      elector, writer, plans_pending, local_sources)
 
 
 async def compile_plans(c: Components) -> None:
@@ -197,6 +207,8 @@ def _refresh_gauges(c: Components) -> None:
     metrics.policies_ready.labels("true").set(ready)
     metrics.policies_ready.labels("false").set(len(states) - ready)
     metrics.policies_unmatchable.set(unmatchable)
+    if c.local_sources:
+        metrics.local_file_errors.set(len(c.local_file_errors()))
     if c.certs is not None:
         metrics.cert_expiry.set(c.certs.expiry)
         metrics.cert_expiry_seconds.set(c.certs.expiry - time.time())
@@ -211,7 +223,8 @@ async def readyz(request: web.Request) -> web.Response:
     """``GET /readyz``: 200 only when every informer synced and a certificate is loaded; JSON detail.
 
     ``policies`` maps each policy key to ``{"ready", "reason"}``;
-    ``unmatchablePolicies`` lists policies whose match rules are unreadable (they select nothing).
+    ``unmatchablePolicies`` lists policies whose match rules are unreadable (they select nothing);
+    with ``--local``, ``localFileErrors`` maps each file that stopped parsing to its error.
     """
     c = request.app[COMPONENTS]
     caches = {}
@@ -223,6 +236,9 @@ async def readyz(request: web.Request) -> web.Response:
     ready = all(cache["synced"] for cache in caches.values()) and c.certs is not None
     body = {"ready": ready, "certificateLoaded": c.certs is not None, "caches": caches, "policies": policies,
             "unmatchablePolicies": c.index.unmatchable()}
+    if c.local_sources:
+        # A file that stopped parsing keeps its last good objects (as an API server refuses a bad write).
+        body["localFileErrors"] = c.local_file_errors()
     return web.json_response(body, status=200 if ready else 503)
 
 

@@ -50,6 +50,21 @@ def compile_document(doc: Document) -> tuple[CompiledPolicy | None, str | None]:
     return None, f"{doc.where(path)}: {doc.display_name}: {text or result.condition.get('reason', 'not Ready')}"
 
 
+def compile_for_evaluation(doc: Document) -> tuple[CompiledPolicy | None, str | None]:
+    """Compile a policy document as the server would file it.
+
+    Returns:
+        ``(policy, None)`` for a Ready policy; ``(broken, message)`` for one
+        that is not Ready but whose match rules parse (the engine answers what
+        it selects per its failurePolicy, as the server does); ``(None,
+        message)`` when not even its match rules can be read.
+    """
+    policy, error = compile_document(doc)
+    if error is None:
+        return policy, None
+    return compile_policy(doc.obj).matchable, error
+
+
 def document_problems(doc: Document) -> list[str]:
     """Schema problems, else (for a policy) the compile error; ``[]`` when the document is sound."""
     problems = schema_problems(doc)

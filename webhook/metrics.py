@@ -26,6 +26,10 @@ class Metrics:
         self.policy_errors = Counter("tollgate_policy_errors_total", "CEL runtime errors by policy",
                                      ["policy"], registry=r)
         self.policies_ready = Gauge("tollgate_policies", "Known policies by readiness", ["ready"], registry=r)
+        self.local_file_errors = Gauge(
+            "tollgate_local_file_errors",
+            "--local files that do not parse or violate their schema (their last good objects keep serving)",
+            registry=r)
         self.policies_unmatchable = Gauge(
             "tollgate_policies_unmatchable",
             "Policies whose match rules cannot be read, so they select no request at all", registry=r)

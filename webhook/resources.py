@@ -71,15 +71,41 @@ BUILTIN: dict[str, Resource] = {r.kind: r for r in (
 )}
 
 
-def resource_for_kind(kind: str, api_version: str = "") -> Resource:
-    """The resource of ``kind`` from the static table, or a guess for unknown kinds.
+#: Built-in cluster-scoped kinds not in :data:`BUILTIN` (requests for them carry no namespace).
+CLUSTER_SCOPED_KINDS = frozenset({
+    "Namespace", "Node", "PersistentVolume", "ClusterRole", "ClusterRoleBinding", "StorageClass",
+    "CustomResourceDefinition", "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration",
+    "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "PriorityClass", "IngressClass",
+    "RuntimeClass", "APIService", "CertificateSigningRequest", "ClusterAdmissionPolicy",
+})
+_IRREGULAR_PLURALS = {"Endpoints": "endpoints"}
 
-    A guess lowercases the kind and adds ``s`` (``Widget`` → ``widgets``), as
-    kubectl's RESTMapper falls back to, with the group and version from
-    ``api_version`` and namespaced scope.
+
+def plural(kind: str) -> str:
+    """The resource name of a kind, by the API machinery's English rules.
+
+    ``Pod`` → ``pods``, ``Ingress`` → ``ingresses``, ``NetworkPolicy`` → ``networkpolicies``
+    (k8s.io/apimachinery ``meta.UnsafeGuessKindToResource``).
+    """
+    if kind in _IRREGULAR_PLURALS:
+        return _IRREGULAR_PLURALS[kind]
+    low = kind.lower()
+    if low.endswith("s"):
+        return low + "es"
+    if low.endswith("y"):
+        return low[:-1] + "ies"
+    return low + "s"
+
+
+def resource_for_kind(kind: str, api_version: str = "") -> Resource:
+    """The resource of ``kind`` from the static table, or the API machinery's guess for other kinds.
+
+    A guess takes the group and version from ``api_version``, the resource name
+    from :func:`plural`, and the scope from :data:`CLUSTER_SCOPED_KINDS`
+    (namespaced otherwise), as kubectl's RESTMapper falls back to.
     """
     known = BUILTIN.get(kind)
     if known is not None:
         return known
     group, _, version = api_version.rpartition("/")
-    return Resource(group, version, kind.lower() + "s", kind, namespaced=True)
+    return Resource(group, version, plural(kind), kind, namespaced=kind not in CLUSTER_SCOPED_KINDS)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import sys
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -35,22 +36,15 @@ import jsonpatch
 
 from webhook import schema
 from webhook.labelquery import parse_label_selector_text
-from webhook.lint import compile_document, schema_problems
+from webhook.lint import compile_for_evaluation, schema_problems
 from webhook.policy import CompiledPolicy, InMemoryLookups, evaluate_mutating, evaluate_validating
+from webhook.resources import resource_for_kind
 from webhook.yamlio import STDIN, Document, InputError, load_file, load_paths, yaml_files
 
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
 RESULTS = ("pass", "fail", "warn", "skip", "error")
 DEFAULT_PARAMS_SELECTOR = "tollgate.dev/params=true"
 DEFAULT_USER: dict[str, Any] = {"username": "tollgate-test", "groups": ["system:authenticated"]}
-_IRREGULAR = {"Ingress": "ingresses", "NetworkPolicy": "networkpolicies", "Endpoints": "endpoints"}
-#: Built-in cluster-scoped kinds (requests for them carry no namespace).
-CLUSTER_SCOPED = frozenset({
-    "Namespace", "Node", "PersistentVolume", "ClusterRole", "ClusterRoleBinding", "StorageClass",
-    "CustomResourceDefinition", "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration",
-    "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "PriorityClass", "IngressClass",
-    "RuntimeClass", "APIService", "CertificateSigningRequest", "ClusterAdmissionPolicy",
-})
 _SEVERITY = {"error": 0, "fail": 1, "warn": 2, "pass": 3, "skip": 4}
 
 
@@ -118,23 +112,12 @@ class LoadedPolicy:
         return frozenset(self.doc.obj.get("spec", {}).get("validationActions") or ("Deny",))
 
 
-def plural(kind: str) -> str:
-    """The resource name of a kind (``Pod`` → ``pods``, ``NetworkPolicy`` → ``networkpolicies``)."""
-    if kind in _IRREGULAR:
-        return _IRREGULAR[kind]
-    low = kind.lower()
-    if low.endswith("s"):
-        return low + "es"
-    if low.endswith("y"):
-        return low[:-1] + "ies"
-    return low + "s"
-
-
 def resource_key(obj: dict[str, Any]) -> tuple[str, str, str]:
     """``(kind, namespace, name)``: namespace ``default`` if a namespaced object has none, ``""`` if cluster-scoped."""
     kind = str(obj.get("kind", ""))
     meta = obj.get("metadata") or {}
-    namespace = "" if kind in CLUSTER_SCOPED else str(meta.get("namespace") or "default")
+    namespaced = resource_for_kind(kind, str(obj.get("apiVersion", ""))).namespaced
+    namespace = str(meta.get("namespace") or "default") if namespaced else ""
     return kind, namespace, str(meta.get("name", ""))
 
 
@@ -159,7 +142,7 @@ def build_request(obj: dict[str, Any], *, operation: str, user_info: dict[str, A
     group, _, version = api_version.rpartition("/")
     kind, namespace, name = resource_key(obj)
     gvk = {"group": group, "version": version, "kind": kind}
-    gvr = {"group": group, "version": version, "resource": plural(kind)}
+    gvr = {"group": group, "version": version, "resource": resource_for_kind(kind, api_version).plural}
     request: dict[str, Any] = {
         "uid": str(uuid.uuid4()),
         "kind": gvk, "resource": gvr, "requestKind": gvk, "requestResource": gvr,
@@ -220,8 +203,11 @@ class Evaluator:
         lookups = self._lookups(request)
         verdicts: dict[str, list[Verdict]] = {p.name: [] for p in self.policies}
         current = request.get("object")
-        for policy in self.policies:
-            if not policy.compiled.mutations or not isinstance(current, dict):
+        # The API server's order: tenants' AdmissionPolicies, then ClusterAdmissionPolicies, each in name order.
+        chain = sorted(self.policies, key=lambda p: (not p.namespaced, p.compiled.spec.name,
+                                                    p.compiled.spec.namespace or ""))
+        for policy in chain:
+            if not policy.compiled.mutating or not isinstance(current, dict):
                 continue
             step = evaluate_mutating({**request, "object": current}, [policy.compiled], lookups)
             for r in step.results:
@@ -233,7 +219,7 @@ class Evaluator:
                 current = jsonpatch.apply_patch(current, step.patch)
         validated = request if current is request.get("object") else {**request, "object": current}
         for policy in self.policies:
-            if not (policy.compiled.validations or policy.compiled.audit_annotations):
+            if not policy.compiled.validating:
                 continue
             outcome = evaluate_validating(validated, [policy.compiled], lookups)
             for r in outcome.results:
@@ -272,9 +258,13 @@ def load_policies(paths: Iterable[Path]) -> list[LoadedPolicy]:
         problems = schema_problems(doc)
         if problems:
             raise InputError(problems[0])
-        compiled, error = compile_document(doc)
+        compiled, error = compile_for_evaluation(doc)
         if compiled is None:
             raise InputError(str(error))
+        if error is not None:
+            # As in a cluster: the policy is not Ready, and what it selects is answered per its failurePolicy.
+            print(f"tollgate test: warning: {error} (not Ready: the requests it selects are answered per its "
+                  f"failurePolicy)", file=sys.stderr)
         key = (doc.kind, compiled.key)
         if key in seen:
             raise InputError(f"{doc.where()}: {doc.display_name}: defined twice (first in {seen[key].where()})")
@@ -486,7 +476,7 @@ def run_suite(suite: Document, *, params_selector: str = DEFAULT_PARAMS_SELECTOR
                              f"(have: {', '.join(names)})")
         res = exp["resource"]
         kind = res["kind"]
-        key = (kind, "" if kind in CLUSTER_SCOPED else res.get("namespace") or "default", res["name"])
+        key = (kind, res.get("namespace") or "default" if resource_for_kind(kind).namespaced else "", res["name"])
         doc = resources.get(key)
         if doc is None:
             raise InputError(f"{where}: results[{i}].resource: no {describe_key(key)} in the suite's resources")

@@ -48,18 +48,20 @@ def test_a_wrong_expectation_exits_1(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "expected pass, got warn" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("content", "fragment"), [
-    ("a: [unclosed", "policy.yaml:2:1: invalid YAML: did not find expected ',' or ']'"),
+@pytest.mark.parametrize(("content", "fragment", "code"), [
+    ("a: [unclosed", "policy.yaml:2:1: invalid YAML: did not find expected ',' or ']'", 2),
+    # A policy whose CEL does not compile is evaluated as in a cluster (an error row under its failurePolicy,
+    # exit 1), and the author is told where the error is.
     (("apiVersion: tollgate.dev/v1alpha1\nkind: ClusterAdmissionPolicy\nmetadata: {name: x}\nspec:\n"
       "  match: {resourceRules: [{resources: [pods]}]}\n  validations: [{expression: 'objekt'}]\n"),
-     "policy.yaml:6: document 1: ClusterAdmissionPolicy x: spec.validations[0].expression: ERROR: <input>:1:1"),
+     "policy.yaml:6: document 1: ClusterAdmissionPolicy x: spec.validations[0].expression: ERROR: <input>:1:1", 1),
 ])
 def test_bad_input_is_a_clear_error_not_a_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                    content: str, fragment: str) -> None:
+                                                    content: str, fragment: str, code: int) -> None:
     bad = tmp_path / "policy.yaml"
     bad.write_text(content)
     pod = tmp_path / "pod.yaml"
     pod.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: []}\n")
-    assert main(["test", "--policy", str(bad), "--resource", str(pod)]) == 2
+    assert main(["test", "--policy", str(bad), "--resource", str(pod)]) == code
     err = capsys.readouterr().err
     assert fragment in err and "Traceback" not in err

@@ -61,3 +61,25 @@ def test_missing_file_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["--policy", str(tmp_path / "nope.yaml"), "--resource", str(EXAMPLE / "resources.yaml")]) == 2
     err = capsys.readouterr().err
     assert "nope.yaml" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("failure_policy", "result", "code"), [("Fail", "error", 1), ("Ignore", "error", 1)])
+def test_a_broken_policy_is_answered_per_its_failure_policy_offline(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], failure_policy: str, result: str, code: int) -> None:
+    # As in a cluster (issue 11): a policy whose CEL does not compile still selects what its rules select,
+    # and each such request is an error under its failurePolicy; the author is told it is not Ready.
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        "apiVersion: tollgate.dev/v1alpha1\nkind: ClusterAdmissionPolicy\nmetadata: {name: broken}\nspec:\n"
+        f"  failurePolicy: {failure_policy}\n"
+        "  match: {resourceRules: [{apiGroups: [''], apiVersions: [v1], resources: [pods], operations: [CREATE]}]}\n"
+        "  validations: [{expression: 'objekt.spec == 1'}]\n")
+    pod = tmp_path / "pod.yaml"
+    pod.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: default}\n"
+                   "spec: {containers: [{name: c, image: x}]}\n")
+    assert main(["--policy", str(policy), "--resource", str(pod), "--output", "json"]) == code
+    captured = capsys.readouterr()
+    rows = json.loads(captured.out)
+    assert [(r["policy"], r["result"]) for r in rows] == [("broken", result)]
+    assert "policy is not ready: spec.validations[0].expression: ERROR: <input>:1:7: undeclared reference" in rows[0]["message"]
+    assert "not Ready" in captured.err and "answered per its failurePolicy" in captured.err

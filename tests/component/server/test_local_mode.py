@@ -1,0 +1,103 @@
+"""``serve --local``: a file that stops parsing keeps its last good objects and is reported, as an API server
+refuses a bad write; a CEL-broken policy is answered per its failurePolicy."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from tests.component.server.conftest import serve_tls
+from webhook import certs
+from webhook.app import create_app
+from webhook.config import Settings
+
+POLICY = """apiVersion: tollgate.dev/v1alpha1
+kind: ClusterAdmissionPolicy
+metadata: {{name: {name}}}
+spec:
+  failurePolicy: {failure_policy}
+  match:
+    resourceRules: [{{apiGroups: [""], apiVersions: [v1], resources: [pods], operations: [CREATE]}}]
+  validations:
+  - expression: "{expression}"
+    message: no privileged containers
+"""
+PRIVILEGED = "object.spec.containers.all(c, !c.?securityContext.?privileged.orValue(false))"
+
+
+def review(privileged: bool) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": "app", "image": "x"}
+    if privileged:
+        container["securityContext"] = {"privileged": True}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+           "spec": {"containers": [container]}}
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "u1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                        "resource": {"group": "", "version": "v1", "resource": "pods"}, "namespace": "default",
+                        "name": "p", "operation": "CREATE", "userInfo": {"username": "a"}, "object": pod}}
+
+
+async def until(check: Any, timeout: float = 10.0) -> Any:
+    end = asyncio.get_running_loop().time() + timeout
+    while asyncio.get_running_loop().time() < end:
+        value = await check()
+        if value:
+            return value
+        await asyncio.sleep(0.05)
+    raise AssertionError("condition not reached")
+
+
+async def test_a_file_that_stops_parsing_keeps_serving_its_last_good_objects_and_is_reported(tmp_path: Path) -> None:
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    (policies / "p.yaml").write_text(POLICY.format(name="no-privileged", failure_policy="Fail",
+                                                   expression=PRIVILEGED))
+    paths = certs.write_certs(tmp_path / "certs", dns_names=["localhost"], days=1)
+    app = create_app(Settings(local_dir=policies, local_poll_interval=0.05, cert_file=paths.cert,
+                              key_file=paths.key, write_status=False))
+    runner, port = await serve_tls(app)
+    url = f"https://localhost:{port}"
+    ctx = ssl.create_default_context(cafile=str(paths.ca))
+    try:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as session:
+            async def readyz() -> dict[str, Any] | None:
+                async with session.get(url + "/readyz") as resp:
+                    return await resp.json() if resp.status == 200 else None  # type: ignore[no-any-return]
+
+            async def allowed(privileged: bool) -> bool:
+                async with session.post(url + "/validate", json=review(privileged)) as resp:
+                    return (await resp.json())["response"]["allowed"] is True  # type: ignore[no-any-return]
+
+            await until(readyz)
+            assert not await allowed(True)
+            (policies / "p.yaml").write_text("spec: [unclosed\n")
+            body = await until(lambda: _with_errors(readyz))
+            assert list(body["localFileErrors"]) == [str(policies / "p.yaml")]
+            assert "invalid YAML" in body["localFileErrors"][str(policies / "p.yaml")]
+            assert body["policies"] == {"no-privileged": {"ready": True, "reason": "Compiled"}}
+            assert not await allowed(True)  # the last good policy still decides
+            async with session.get(url + "/metrics") as resp:
+                assert "tollgate_local_file_errors 1.0" in await resp.text()
+
+            # A policy whose CEL does not compile is answered per its failurePolicy (Fail: denied).
+            (policies / "p.yaml").write_text(POLICY.format(name="no-privileged", failure_policy="Fail",
+                                                           expression="objekt.spec == 1"))
+
+            async def broken_denies() -> bool:
+                async with session.post(url + "/validate", json=review(False)) as resp:
+                    answer = (await resp.json())["response"]
+                return answer["allowed"] is False and "policy is not ready" in answer["status"]["message"]
+
+            await until(broken_denies)
+            assert (await until(readyz))["localFileErrors"] == {}
+    finally:
+        await runner.cleanup()
+
+
+async def _with_errors(readyz: Any) -> dict[str, Any] | None:
+    body = await readyz()
+    return body if body and body.get("localFileErrors") else None
