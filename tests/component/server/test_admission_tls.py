@@ -1,7 +1,7 @@
 """AdmissionReviews as the API server sends them, over a real TLS connection to ``create_app``.
 
 Policies, Namespaces and ConfigMaps arrive through the real Reflector and
-SharedInformer (from an in-process MemoryCluster); the captured kubewarden
+SharedInformer (fed by the fake API server over HTTP); the captured kubewarden
 requests are real kube-apiserver input.
 """
 
