@@ -1,4 +1,4 @@
-"""Command line: ``tollgate serve | certs | test``. Argument parsing and process lifecycle only."""
+"""Command line: ``tollgate serve | certs | webhook-config | test``. Argument parsing and process lifecycle only."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from webhook import certs, logs
+from webhook import certs, logs, webhookconfig
 from webhook.config import MAX_REQUEST_BYTES, Settings
 
 log = logging.getLogger("tollgate")
@@ -88,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
     _certs_parser(sub)
+    webhookconfig.add_parser(sub)
     sub.add_parser("test", help="evaluate policies against resource files offline (see `tollgate test --help`)",
                    add_help=False)
     return parser
@@ -181,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "certs":
         return run_certs(args)
+    if args.command == "webhook-config":
+        return webhookconfig.run(args)
     return run_serve(args)
 
 
