@@ -19,9 +19,10 @@ controller and controller-runtime reconcilers:
   ``generation``, ``managedFields``...) and other annotations (e.g.
   cert-manager's ``inject-ca-from``) are kept as they are.
 * **caBundle.** From ``ca_bundle()`` when it returns one (the self-managed
-  certificates, or the mounted ``ca.crt``); otherwise each entry keeps the
-  ``caBundle`` already in the cluster (injected by cert-manager's CA
-  injector), a new entry taking its sibling's.
+  certificates, or the mounted ``ca.crt``), unless the configuration carries
+  cert-manager's ``cert-manager.io/inject-ca-from`` annotation: then, as when
+  ``ca_bundle()`` returns ``""``, each entry keeps the ``caBundle`` already in
+  the cluster (the CA injector's), a new entry taking its sibling's.
 * **Least privilege.** The objects are created by the manifests (without
   ``webhooks``), so the leader needs only ``get``/``update``/``patch`` on the
   two names. A missing configuration is an error (counted, retried with
@@ -48,7 +49,7 @@ from webhook.metrics import WebhookConfigMetrics
 from webhook.policy.model import PolicySpec
 from webhook.policy.webhooks import WebhookTarget, webhook_configurations
 
-__all__ = ["GROUP", "RESOURCES", "VERSION", "WebhookConfigReconciler", "merged_configuration"]
+__all__ = ["GROUP", "INJECTOR_ANNOTATIONS", "RESOURCES", "VERSION", "WebhookConfigReconciler", "merged_configuration"]
 
 _log = logging.getLogger(__name__)
 
@@ -60,6 +61,9 @@ RESOURCES = {
     "MutatingWebhookConfiguration": ("mutatingwebhookconfigurations", "mutating"),
 }
 
+#: cert-manager's cainjector annotations: when present, it (not Tollgate) sets caBundle.
+INJECTOR_ANNOTATIONS = ("cert-manager.io/inject-ca-from", "cert-manager.io/inject-ca-from-secret")
+
 
 def merged_configuration(live: dict[str, Any], desired: dict[str, Any], ca_bundle: str) -> dict[str, Any] | None:
     """The object to ``PUT``, or ``None`` when ``live`` already says what ``desired`` says (pure).
@@ -69,12 +73,15 @@ def merged_configuration(live: dict[str, Any], desired: dict[str, Any], ca_bundl
         desired: the generated configuration (``webhooks`` and Tollgate's
             ``metadata.labels`` are compared; nothing else).
         ca_bundle: the caBundle to set on every entry; ``""`` to keep the one
-            in ``live`` (same entry name, else any entry's).
+            in ``live`` (same entry name, else any entry's). Ignored when
+            ``live`` has one of :data:`INJECTOR_ANNOTATIONS`.
 
     Returns:
         ``live`` with the desired ``webhooks`` and labels (its metadata, with
         ``resourceVersion``, otherwise untouched), or ``None`` if equal.
     """
+    if set(INJECTOR_ANNOTATIONS) & set((live.get("metadata") or {}).get("annotations") or {}):
+        ca_bundle = ""  # cert-manager's CA injector owns caBundle
     live_hooks: list[dict[str, Any]] = live.get("webhooks") or []
     live_ca = {h.get("name"): (h.get("clientConfig") or {}).get("caBundle") for h in live_hooks}
     any_ca = next((ca for ca in live_ca.values() if ca), None)

@@ -176,6 +176,9 @@ async def test_keeps_injected_ca_bundle_and_annotations(
     assert [h["clientConfig"]["caBundle"] for h in hooks] == ["SU5KRUNURUQ=", "SU5KRUNURUQ="]
     stored = fake_api.get(VWC, "tollgate")
     assert stored is not None and stored["metadata"]["annotations"] == annotations
+    # Even with a CA file at hand, the injector's caBundle is left alone.
+    with_file = make(policies, ca_bundle=lambda: "RklMRQ==")
+    assert (await with_file.reconcile_once())["validating"] == "unchanged"
 
 
 async def test_ca_bundle_source_wins(fake_api: FakeApiServer, make: Callable[..., WebhookConfigReconciler]) -> None:
