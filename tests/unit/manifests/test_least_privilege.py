@@ -77,7 +77,8 @@ REQUIRED_CLUSTER: dict[tuple[str, str], frozenset[str]] = {
 
 
 def _kustomization() -> dict[str, Any]:
-    return yaml.safe_load((INSTALL / "kustomization.yaml").read_text())
+    loaded: dict[str, Any] = yaml.safe_load((INSTALL / "kustomization.yaml").read_text())
+    return loaded
 
 
 def _documents() -> list[dict[str, Any]]:
@@ -186,7 +187,8 @@ def test_bindings_bind_only_our_roles_to_our_service_account() -> None:
 def _pod_spec() -> dict[str, Any]:
     deployment = _one("Deployment")
     assert deployment["spec"]["replicas"] >= 2, "one replica is a single point of failure for a fail-closed webhook"
-    return deployment["spec"]["template"]["spec"]
+    spec: dict[str, Any] = deployment["spec"]["template"]["spec"]
+    return spec
 
 
 def test_deployment_runs_unprivileged() -> None:
@@ -273,7 +275,7 @@ def _generated() -> list[dict[str, Any]]:
 
 
 def _webhooks() -> list[tuple[str, dict[str, Any]]]:
-    out = []
+    out: list[tuple[str, dict[str, Any]]] = []
     for config in _generated():
         assert config["webhooks"], f"the shipped policies need a {config['kind']}"
         out.extend((config["kind"], hook) for hook in config["webhooks"])
