@@ -98,6 +98,27 @@ def test_cert_manager_overlay() -> None:
     assert len(docs) == len(install) + 4
 
 
+def test_self_managed_overlay() -> None:
+    from webhook.kube.certs import SelfManagedCerts
+
+    docs = build(MANIFESTS / "overlays" / "self-managed")
+    secret = _one(docs, "Secret")
+    default_name = SelfManagedCerts.__init__.__kwdefaults__["secret_name"]  # type: ignore[index]
+    assert secret["metadata"]["name"] == default_name and not secret.get("data"), "created empty, filled by Tollgate"
+    pod = _one(docs, "Deployment")["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert "--self-managed-certs" in container["args"]
+    tls_mount = next(m for m in container["volumeMounts"] if m["mountPath"] == "/etc/tollgate/tls")
+    assert tls_mount["readOnly"] is False
+    volume = next(v for v in pod["volumes"] if v["name"] == tls_mount["name"])
+    assert "emptyDir" in volume and "secret" not in volume
+    role = _one(docs, "Role", "tollgate-certificates")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": [default_name],
+                              "verbs": ["get", "update", "patch"]}]
+    binding = _one(docs, "RoleBinding", "tollgate-certificates")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "tollgate", "namespace": "tollgate-system"}]
+
+
 def test_default_entry_point_is_install_plus_the_generated_secret() -> None:
     root = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())
     assert root["resources"] == ["install"]
