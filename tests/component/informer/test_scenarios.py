@@ -405,6 +405,8 @@ async def test_e21_resync_notifies_without_any_request(fake_api: FakeApiServer, 
                           resync_period=0.1)
     await inf.start()
     await converge(inf, fake_api)
+    while not fake_api.log("watch"):  # the cache syncs from the LIST; the WATCH follows it
+        await asyncio.sleep(0.005)
     before = len(fake_api.requests)
     await asyncio.sleep(0.35)
     assert len(resynced) >= 2 and set(resynced) == {"a"}
