@@ -10,8 +10,10 @@ controller and controller-runtime reconcilers:
   dirty; the worker waits ``debounce`` seconds so a burst of policy changes
   (``kubectl apply -k policies/``) costs one reconcile, then reconciles.
   Every ``resync_period`` seconds it reconciles anyway, undoing manual drift.
-* **Leader only.** Followers never write; the elector's ``on_started_leading``
-  calls :meth:`trigger`.
+* **Leader only, caches synced.** Followers never write; the elector's
+  ``on_started_leading`` calls :meth:`trigger`. Nothing is written before
+  ``synced()`` (the policy informers have listed): a new leader with an empty
+  cache would otherwise remove every rule for a moment.
 * **Write only on difference.** Each configuration is read (``GET``) and
   replaced (``PUT`` with the ``resourceVersion`` read: a concurrent write
   answers 409 and the reconcile is retried) only when its ``webhooks`` or
@@ -113,12 +115,16 @@ class WebhookConfigReconciler:
         policies: returns every policy whose spec parsed, e.g.
             ``lambda: parsed_specs(cluster_informer.indexer.list() + namespaced_informer.indexer.list())``.
         is_leader: whether this replica may write now; default always.
+        synced: whether ``policies()`` is complete (the policy informers and
+            their handlers have synced); checked every ``sync_poll`` seconds
+            until true.
         ca_bundle: returns the base64 caBundle to set, or ``""`` to keep the
             cluster's (cert-manager); default keeps.
         create_missing: ``POST`` a configuration that does not exist (needs
             the ``create`` verb); default: count an error and retry.
         debounce: seconds to wait after a trigger before reconciling.
         resync_period: seconds between reconciles without a trigger.
+        sync_poll: seconds between checks of ``synced`` while it is false.
         backoff_factory: retry schedule after a failed reconcile.
         request_timeout: seconds per API request.
         metrics: where to count; default a private registry.
@@ -133,10 +139,12 @@ class WebhookConfigReconciler:
         *,
         policies: Callable[[], Iterable[PolicySpec]],
         is_leader: Callable[[], bool] = lambda: True,
+        synced: Callable[[], bool] = lambda: True,
         ca_bundle: Callable[[], str] = lambda: "",
         create_missing: bool = False,
         debounce: float = 1.0,
         resync_period: float = 600.0,
+        sync_poll: float = 0.5,
         backoff_factory: Callable[[], Backoff] = lambda: Backoff(initial=1.0, cap=60.0),
         request_timeout: float = 10.0,
         metrics: WebhookConfigMetrics | None = None,
@@ -146,6 +154,8 @@ class WebhookConfigReconciler:
         self._target = target
         self._policies = policies
         self._is_leader = is_leader
+        self._synced = synced
+        self._sync_poll = sync_poll
         self._ca_bundle = ca_bundle
         self._create_missing = create_missing
         self._debounce = debounce
@@ -239,6 +249,10 @@ class WebhookConfigReconciler:
             if self._debounce > 0:
                 await self._sleep(self._debounce)  # triggers meanwhile are folded into this reconcile
             self._dirty.clear()
+            if self._is_leader() and not self._synced():
+                await self._sleep(self._sync_poll)
+                self._dirty.set()  # never reconcile from a partial cache: try again
+                continue
             if self._is_leader():
                 try:
                     await self.reconcile_once()

@@ -253,3 +253,32 @@ async def test_a_burst_of_triggers_is_one_reconcile(
     await _settle(reconciler)
     assert fake_api.count("GET", f"/{VWC}/tollgate") == 1 and fake_api.count("PUT", f"/{VWC}/tollgate") == 1
     assert _resources(_hooks(fake_api, VWC)[0]) == {f"r{i}" for i in range(20)}
+
+
+async def test_nothing_is_written_before_the_policy_caches_sync(
+    fake_api: FakeApiServer, make: Callable[..., WebhookConfigReconciler]
+) -> None:
+    _install_manifests(fake_api)
+    live = fake_api.get(VWC, "tollgate")
+    assert live is not None
+    fake_api.apply(VWC, {**live, "webhooks": [{"name": "validate.tollgate.dev", "rules": []}]})  # an older leader's
+    policies = Policies()
+    synced = False
+    polls = 0
+
+    async def sleep(_seconds: float) -> None:
+        nonlocal polls, synced
+        polls += 1
+        if polls == 3:
+            policies.objects = [policy("p")]
+            synced = True
+        await asyncio.sleep(0)
+
+    reconciler = make(policies, synced=lambda: synced, sleep=sleep)
+    await reconciler.start()
+    await _settle(reconciler)
+    assert polls == 3
+    # The empty cache before the sync never reached the cluster: the only write has the policy's rule.
+    assert fake_api.count("PUT") == 1
+    [hook] = _hooks(fake_api, VWC)
+    assert _resources(hook) == {"pods"}
