@@ -25,14 +25,14 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.component.server.conftest import serve_tls  # noqa: E402
-from tests.component.server.test_admission_tls import PRIVILEGED_POLICY  # noqa: E402
-from tests.component.server.test_hostile_input import corrupted_review  # noqa: E402
-from tests.fakeapi.server import FakeApiServer  # noqa: E402
-from webhook import certs  # noqa: E402
-from webhook.app import create_app  # noqa: E402
-from webhook.config import Settings  # noqa: E402
-from webhook.kube.client import api_client_for_url  # noqa: E402
+from tests.component.server.conftest import serve_tls
+from tests.component.server.test_admission_tls import PRIVILEGED_POLICY
+from tests.component.server.test_hostile_input import corrupted_review
+from tests.fakeapi.server import FakeApiServer
+from webhook import certs
+from webhook.app import create_app
+from webhook.config import Settings
+from webhook.kube.client import api_client_for_url
 
 
 def generate(n: int) -> list[bytes]:
@@ -71,7 +71,7 @@ async def run(examples: int, batch: int) -> int:
                         ok = resp.status < 500
                         if ok and resp.status == 200:
                             ok = json.loads(reply)["response"]["uid"] == json.loads(body)["request"]["uid"]
-                except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, KeyError) as e:
+                except (TimeoutError, aiohttp.ClientError, ValueError, KeyError) as e:
                     ok = False
                     reply = repr(e).encode()
                 if not ok:
