@@ -28,10 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.component.server.conftest import serve_tls
 from tests.component.server.test_admission_tls import PRIVILEGED_POLICY
 from tests.component.server.test_hostile_input import corrupted_review
-from tests.fakeapi.memory import MemoryCluster
+from tests.fakeapi.server import FakeApiServer
 from webhook import certs
 from webhook.app import create_app
 from webhook.config import Settings
+from webhook.kube.client import api_client_for_url
 
 
 def generate(n: int) -> list[bytes]:
@@ -49,10 +50,11 @@ def generate(n: int) -> list[bytes]:
 async def run(examples: int, batch: int) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="tollgate-fuzz-"))
     paths = certs.write_certs(tmp, dns_names=["localhost"], ip_addresses=["127.0.0.1"], days=1)
-    cluster = MemoryCluster()
-    await cluster.apply("clusteradmissionpolicies.tollgate.dev", PRIVILEGED_POLICY)
-    app = create_app(Settings(cert_file=paths.cert, key_file=paths.key, write_status=False),
-                     lister_watcher_for=lambda key: cluster.lister_watcher(key.resource))
+    cluster = FakeApiServer()
+    await cluster.start()
+    cluster.apply("clusteradmissionpolicies", PRIVILEGED_POLICY)
+    client = api_client_for_url(cluster.url)
+    app = create_app(Settings(cert_file=paths.cert, key_file=paths.key, write_status=False), api_client=client)
     runner, port = await serve_tls(app)
     url = f"https://localhost:{port}/validate"
     failures = tried = 0
@@ -77,6 +79,8 @@ async def run(examples: int, batch: int) -> int:
                     print(f"FAILURE: {reply[:200]!r} for {body[:200]!r}", file=sys.stderr)
             print(f"tried {tried} inputs, {failures} failures, {time.monotonic() - started:.0f} s", flush=True)
     await runner.cleanup()
+    await client.close()
+    await cluster.stop()
     return failures
 
 

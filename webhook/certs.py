@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -116,3 +117,105 @@ def write_certs(out_dir: Path, *, dns_names: list[str], ip_addresses: list[str] 
 def ca_bundle(ca_pem: bytes) -> str:
     """The ``caBundle`` value for a webhook configuration: base64 of the CA PEM."""
     return base64.b64encode(ca_pem).decode("ascii")
+
+
+# -- building blocks for self-managed certificates (webhook/kube/certs.py) -------------------------------------
+
+
+def new_ca(*, days: int, now: dt.datetime | None = None, algorithm: str = "ecdsa",
+           common_name: str = "tollgate-ca") -> tuple[bytes, bytes]:
+    """A self-signed CA certificate and its key.
+
+    Args:
+        days: validity from ``now``, in days.
+        now: issue time (UTC); default the current time. ``notBefore`` is
+            backdated 5 minutes for clock skew, as :func:`generate` does.
+        algorithm: ``ecdsa`` (P-256) or ``rsa`` (2048 bits).
+        common_name: subject CN. Key identifiers tell CAs of the same name apart.
+
+    Returns:
+        ``(ca_pem, ca_key_pem)``; the key is unencrypted PKCS#8 PEM.
+    """
+    now = now or dt.datetime.now(dt.UTC)
+    key = _key(algorithm)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(name).issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                     content_commitment=False, key_encipherment=False, data_encipherment=False,
+                                     key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    pem = serialization.Encoding.PEM
+    return ca.public_bytes(pem), key.private_bytes(pem, serialization.PrivateFormat.PKCS8,
+                                                   serialization.NoEncryption())
+
+
+def issue_serving(ca_pem: bytes, ca_key_pem: bytes, *, dns_names: list[str], days: int,
+                  now: dt.datetime | None = None, algorithm: str = "ecdsa") -> tuple[bytes, bytes]:
+    """A serving certificate for ``dns_names`` signed by the CA ``ca_pem`` / ``ca_key_pem``.
+
+    Args:
+        ca_pem: the signing CA certificate (PEM; the first certificate is used).
+        ca_key_pem: its private key (PEM).
+        dns_names: SAN DNS names; the first is also the subject CN.
+        days: validity from ``now``, in days (capped at the CA's notAfter).
+        now: issue time (UTC); default the current time.
+        algorithm: key type of the new certificate.
+
+    Returns:
+        ``(cert_pem, key_pem)``.
+
+    Raises:
+        ValueError: the key does not load or is not a signing key.
+    """
+    now = now or dt.datetime.now(dt.UTC)
+    ca = x509.load_pem_x509_certificate(ca_pem)
+    ca_key = serialization.load_pem_private_key(ca_key_pem, password=None)
+    if not isinstance(ca_key, (ec.EllipticCurvePrivateKey, rsa.RSAPrivateKey)):
+        raise ValueError("CA key must be ECDSA or RSA")
+    key = _key(algorithm)
+    not_after = min(now + dt.timedelta(days=days), ca.not_valid_after_utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, dns_names[0])]))
+        .issuer_name(ca.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(not_after)
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in dns_names]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    pem = serialization.Encoding.PEM
+    return cert.public_bytes(pem), key.private_bytes(pem, serialization.PrivateFormat.PKCS8,
+                                                     serialization.NoEncryption())
+
+
+def load_pem_certificates(pem: bytes) -> list[x509.Certificate]:
+    """Every certificate in a PEM bundle, in order (``[]`` for empty input).
+
+    Raises:
+        ValueError: the data is not PEM certificates.
+    """
+    return x509.load_pem_x509_certificates(pem) if pem.strip() else []
+
+
+def issued_by(cert_pem: bytes, ca_pem: bytes) -> bool:
+    """Whether the first certificate of ``cert_pem`` was signed by the first of ``ca_pem``."""
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    ca = x509.load_pem_x509_certificate(ca_pem)
+    try:
+        cert.verify_directly_issued_by(ca)
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    return True

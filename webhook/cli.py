@@ -1,4 +1,4 @@
-"""Command line: ``tollgate serve | certs | test | lint``. Argument parsing and process lifecycle only.
+"""Command line: ``tollgate serve | certs | webhook-config | test | lint``. Argument parsing and process lifecycle only.
 
 Exit status (every failure is one line on stderr, never a traceback):
 
@@ -32,7 +32,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from webhook import certs, logs
+from webhook import certs, logs, webhookconfig
 from webhook.argparsing import EXIT_USAGE, OneLineParser
 from webhook.config import MAX_REQUEST_BYTES, Settings
 
@@ -132,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     _serve_parser(sub)
     _certs_parser(sub)
+    webhookconfig.add_parser(sub)
     sub.add_parser("test", help="evaluate policies against resource files offline (see `tollgate test --help`)",
                    add_help=False)
     sub.add_parser("lint", help="check policy files against the CRD schema and compile their CEL "
@@ -329,6 +330,8 @@ def _dispatch(argv: list[str]) -> int:
             return run_certs(args)
         except OSError as e:
             raise UsageError(f"--out-dir {args.out_dir}: {e.strerror or e}") from None
+    if args.command == "webhook-config":
+        return webhookconfig.run(args)
     return run_serve(args)
 
 

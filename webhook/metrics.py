@@ -49,3 +49,78 @@ class Metrics:
                                          registry=r)
         self.cert_reloads = Counter("tollgate_certificate_reloads_total", "Certificate reload attempts",
                                     ["result"], registry=r)
+        self.status = StatusMetrics(r)
+        self.webhook_configs = WebhookConfigMetrics(r)
+        self.managed_certs = ManagedCertMetrics(r)
+
+
+class StatusMetrics:
+    """The policy status writer's metrics (``webhook.kube.status.StatusWriter``).
+
+    Attributes:
+        writes: ``tollgate_status_writes_total{result}``; ``result`` is
+            ``written`` (a PATCH succeeded), ``skipped`` (the cached status was
+            already current), ``error`` (a failed attempt, retried), ``dropped``
+            (given up after the last attempt) or ``gone`` (404: the policy was
+            deleted).
+        pending: ``tollgate_status_pending``: policies with a write not yet done.
+
+    Args:
+        registry: where to register; default a new private registry (tests).
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        r = registry if registry is not None else CollectorRegistry()
+        self.registry = r
+        self.writes = Counter("tollgate_status_writes_total", "Policy status writes by result", ["result"], registry=r)
+        self.pending = Gauge("tollgate_status_pending", "Policies whose status write is not done yet", registry=r)
+
+
+class WebhookConfigMetrics:
+    """The webhook configuration reconciler's metrics (``webhook.kube.webhooks``).
+
+    Attributes:
+        reconciles: ``tollgate_webhook_config_reconciles_total{configuration,result}``;
+            ``result`` is ``created``, ``updated``, ``unchanged`` or ``error``;
+            ``configuration`` is ``validating`` or ``mutating``.
+        rules: ``tollgate_webhook_config_webhooks{configuration}``: webhook
+            entries last written (0 when no policy needs the path).
+
+    Args:
+        registry: where to register; default a new private registry (tests).
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        r = registry if registry is not None else CollectorRegistry()
+        self.registry = r
+        self.reconciles = Counter("tollgate_webhook_config_reconciles_total",
+                                  "Webhook configuration reconciles by result", ["configuration", "result"],
+                                  registry=r)
+        self.webhooks = Gauge("tollgate_webhook_config_webhooks", "Webhook entries in the reconciled configuration",
+                              ["configuration"], registry=r)
+
+
+class ManagedCertMetrics:
+    """The self-managed certificate controller's metrics (``webhook.kube.certs``).
+
+    Attributes:
+        rotations: ``tollgate_managed_certificate_rotations_total{what}``;
+            ``what`` is ``ca`` or ``serving``.
+        errors: ``tollgate_managed_certificate_errors_total``: failed reconciles.
+        expiry: ``tollgate_managed_certificate_expiry_timestamp_seconds{what}``:
+            notAfter (Unix time) of the CA and serving certificate in the Secret.
+
+    Args:
+        registry: where to register; default a new private registry (tests).
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        r = registry if registry is not None else CollectorRegistry()
+        self.registry = r
+        self.rotations = Counter("tollgate_managed_certificate_rotations_total",
+                                 "Certificates issued by the self-managed mode", ["what"], registry=r)
+        self.errors = Counter("tollgate_managed_certificate_errors_total",
+                              "Failed self-managed certificate reconciles", registry=r)
+        self.expiry = Gauge("tollgate_managed_certificate_expiry_timestamp_seconds",
+                            "notAfter of the self-managed CA and serving certificate (Unix time)", ["what"],
+                            registry=r)

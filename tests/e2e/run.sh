@@ -105,24 +105,37 @@ log "applying manifests/"
   crd/clusteradmissionpolicies.tollgate.dev crd/admissionpolicies.tollgate.dev
 "${KUBECTL[@]}" -n "$NAMESPACE" rollout status deployment/tollgate --timeout=180s
 
-# The Deployment being ready is not enough: the API server must reach the
-# webhook through the Service with the injected caBundle. A server-side dry-run
-# goes through admission without writing anything.
+# --- policies ------------------------------------------------------------------
+# Installed as a user would: the kustomizations under policies/ name only what
+# belongs in a cluster (policies and params ConfigMaps), never test inputs.
+log "applying policies/"
+"${KUBECTL[@]}" create namespace team-a --dry-run=client -o yaml | "${KUBECTL[@]}" apply -f -
+"${KUBECTL[@]}" apply -k "$ROOT/policies/pod-security/baseline"
+"${KUBECTL[@]}" apply -k "$ROOT/policies/examples"
+
+# The leader writes the webhook rules from the policies (nothing is sent to
+# Tollgate before that), copying the mounted ca.crt into caBundle. Then a
+# server-side dry run of a Pod proves the API server reaches the webhook
+# through the Service; it goes through admission without writing anything.
+log "waiting for the generated webhook configuration"
+for _ in $(seq 1 60); do
+  hooks=$("${KUBECTL[@]}" get validatingwebhookconfiguration tollgate -o jsonpath='{.webhooks[*].name}' 2>/dev/null || true)
+  [[ -n "$hooks" ]] && break
+  sleep 2
+done
+[[ -n "$hooks" ]] || die "the leader never wrote the webhook rules"
+
 log "waiting for the webhook to answer"
-probe_webhook() {
-  "${KUBECTL[@]}" create configmap tollgate-e2e-probe -n default --from-literal=k=v \
-    --dry-run=server -o name >/dev/null 2>"$WORK/probe.err"
+probe_webhook() {  # admitted, or denied by Tollgate itself (the example policies may deny it): reached
+  "${KUBECTL[@]}" run tollgate-e2e-probe -n default --image=registry.k8s.io/pause:3.10 \
+    --dry-run=server -o name >/dev/null 2>"$WORK/probe.err" ||
+    grep -q 'admission webhook "validate.tollgate.dev" denied' "$WORK/probe.err"
 }
 for _ in $(seq 1 60); do
   probe_webhook && break
   sleep 2
 done
 probe_webhook || { cat "$WORK/probe.err" >&2; die "webhook not reachable"; }
-
-# --- policies ------------------------------------------------------------------
-log "applying policies/"
-"$PYTHON" "$ROOT/tests/e2e/collect_policies.py" "$ROOT/policies" >"$WORK/policies.yaml"
-"${KUBECTL[@]}" apply -f "$WORK/policies.yaml"
 
 # --- tests ---------------------------------------------------------------------
 log "running e2e tests"

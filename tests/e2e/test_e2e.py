@@ -38,7 +38,7 @@ def _cluster_available() -> bool:
         return False
     # The docker client may be installed without an engine: ask the engine.
     try:
-        return subprocess.run(["docker", "info"], capture_output=True, timeout=20).returncode == 0
+        return subprocess.run(["docker", "info"], check=False, capture_output=True, timeout=20).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
 
@@ -63,6 +63,7 @@ def kubectl(*args: str, obj: Any = None, check: bool = False) -> subprocess.Comp
     """Run kubectl against the e2e cluster; ``obj`` is sent as JSON on stdin."""
     result = subprocess.run(
         ["kubectl", "--context", CONTEXT, *args],
+        check=False,
         input=json.dumps(obj) if obj is not None else None,
         capture_output=True,
         text=True,
@@ -90,7 +91,8 @@ def get(kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | 
     if result.returncode != 0:
         assert "NotFound" in result.stderr, result.stderr
         return None
-    return json.loads(result.stdout)
+    obj: dict[str, Any] = json.loads(result.stdout)
+    return obj
 
 
 def eventually(check: Callable[[], T], *, timeout: float = 30.0, interval: float = 0.5) -> T:
@@ -360,6 +362,42 @@ def test_namespaced_admission_policy_only_applies_in_its_namespace(namespace: st
     finally:
         kubectl("delete", "admissionpolicy", "e2e-tenant", "-n", namespace, "--ignore-not-found")
         kubectl("delete", "namespace", other, "--wait=false")
+
+
+def _hooks(kind: str) -> list[dict[str, Any]]:
+    config = get(kind, "tollgate")
+    assert config is not None
+    return list(config.get("webhooks") or [])
+
+
+def test_generated_webhook_rules_follow_the_policies(cluster_policy: Callable[[dict[str, Any]], str]) -> None:
+    """The leader adds an Ignore entry for a new Ignore policy's resources and drops it on delete."""
+    spec = forbidden_key_spec("forbidden", "e2e: ignore entry")
+    spec["failurePolicy"] = "Ignore"
+    spec["match"]["resourceRules"] = [{**CONFIGMAP_RULE, "resources": ["secrets"]}]
+    name = cluster_policy(spec)
+
+    def has_ignore_entry_for_secrets() -> None:
+        ignore = [h for h in _hooks("validatingwebhookconfiguration") if h["failurePolicy"] == "Ignore"]
+        assert ignore and "secrets" in {r for rule in ignore[0]["rules"] for r in rule["resources"]}, ignore
+        assert ignore[0]["clientConfig"].get("caBundle"), "the leader fills caBundle in new entries too"
+
+    eventually(has_ignore_entry_for_secrets)
+    kubectl("delete", "clusteradmissionpolicy", name)
+
+    def no_secrets_rule() -> None:
+        rules = [rule for h in _hooks("validatingwebhookconfiguration") for rule in h["rules"]]
+        assert "secrets" not in {r for rule in rules for r in rule["resources"]}, rules
+
+    eventually(no_secrets_rule)
+
+
+def test_generated_webhook_rules_never_use_wildcards() -> None:
+    for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration"):
+        for hook in _hooks(kind):
+            for rule in hook["rules"]:
+                assert "*" not in rule["resources"] and "*/*" not in rule["resources"], (kind, rule)
+            assert {"tollgate-system", "kube-system"} <= set(hook["namespaceSelector"]["matchExpressions"][0]["values"])
 
 
 def test_webhook_serves_with_two_replicas() -> None:

@@ -15,7 +15,19 @@ it over HTTP:
   BOOKMARKs when allowed (periodically and just before the deadline),
   ``timeoutSeconds`` ending the stream cleanly, label and field selectors
   with objects entering/leaving as ADDED/DELETED; ``sendInitialEvents`` → 422;
-* CRUD so tests drive changes, fault hooks, and a request log.
+* any resource of any group/version (``/api/v1/...`` and ``/apis/G/V/...``),
+  namespaced or cluster-scoped (by the path): GET, POST (409 AlreadyExists),
+  PUT (409 Conflict on a stale ``metadata.resourceVersion``, 404 when absent),
+  PATCH as JSON merge patch (RFC 7386) or JSON patch (RFC 6902; a failed
+  ``test`` is 422), with a ``metadata.resourceVersion`` precondition, and
+  DELETE; the ``/status`` subresource for the resources in ``status_resources``
+  (writes there change only ``status``; writes to the main resource never
+  change ``status``); ``metadata.generation`` bumped when anything but
+  ``metadata``/``status`` changes; errors as ``metav1.Status`` bodies with the
+  API server's reasons and messages;
+* CRUD so tests drive changes (:meth:`FakeApiServer.apply`, ``delete``, ``get``),
+  fault hooks (``faults`` for the watch protocol, :meth:`FakeApiServer.fail` for
+  any request), and a request log (:meth:`FakeApiServer.log`, ``count``).
 """
 
 from __future__ import annotations
@@ -27,6 +39,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+import jsonpatch
 from aiohttp import web
 
 TRUE = {"1", "t", "T", "true", "TRUE", "True"}
@@ -37,10 +50,68 @@ def _key(obj: dict[str, Any]) -> str:
     return f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else meta["name"]
 
 
+#: Resources whose ``/status`` is a subresource (spec and status written apart), as for these on a real server.
+STATUS_RESOURCES = frozenset({"clusteradmissionpolicies", "admissionpolicies", "pods", "deployments",
+                              "namespaces", "certificates"})
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386: objects merge recursively, ``null`` deletes a key, anything else replaces."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = copy.deepcopy(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
+@dataclass
+class Failure:
+    """:meth:`FakeApiServer.fail`: answer ``times`` requests of ``method`` on paths ending in ``suffix``."""
+
+    method: str
+    suffix: str
+    code: int
+    times: int
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a request path names."""
+
+    group: str
+    version: str
+    resource: str
+    namespace: str | None
+    name: str | None
+    subresource: str | None
+
+    @property
+    def key(self) -> str | None:
+        if self.name is None:
+            return None
+        return f"{self.namespace}/{self.name}" if self.namespace else self.name
+
+    @property
+    def qualified(self) -> str:
+        """``secrets`` or ``validatingwebhookconfigurations.admissionregistration.k8s.io``, as in messages."""
+        return f"{self.resource}.{self.group}" if self.group else self.resource
+
+
 def _status(code: int, reason: str, message: str, **extra: Any) -> web.Response:
     body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
             "reason": reason, "code": code, **extra}
     return web.json_response(body, status=code)
+
+
+def _content(obj: dict[str, Any]) -> dict[str, Any]:
+    """Everything that bumps ``metadata.generation``: all but ``metadata`` and ``status``."""
+    return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
 
 
 def _selects(obj: dict[str, Any], label_selector: str | None, field_selector: str | None) -> bool:
@@ -82,14 +153,15 @@ class Faults:
 class FakeApiServer:
     """The fake API server. ``await start()``, use ``url``, drive it with ``apply``/``delete``."""
 
-    def __init__(self, *, cluster_scoped: tuple[str, ...] = ("namespaces", "clusteradmissionpolicies")) -> None:
+    def __init__(self, *, status_resources: frozenset[str] = STATUS_RESOURCES) -> None:
         self.rv = 0
         self.floor = 0
         self.objects: dict[str, dict[str, dict[str, Any]]] = {}
         self.history: list[tuple[int, str, str, dict[str, Any], dict[str, Any] | None]] = []
         self.requests: list[dict[str, Any]] = []
         self.faults = Faults()
-        self.cluster_scoped = cluster_scoped
+        self.failures: list[Failure] = []
+        self.status_resources = status_resources
         self._changed = asyncio.Event()
         self._watches: set[asyncio.Task[Any]] = set()
         self._runner: web.AppRunner | None = None
@@ -149,17 +221,26 @@ class FakeApiServer:
         self._changed = asyncio.Event()
 
     def apply(self, resource: str, obj: dict[str, Any]) -> dict[str, Any]:
-        """Create or update (``resource`` is the plural, e.g. ``configmaps``); returns the stored object."""
+        """Create or replace, whole object, status included (as if someone else wrote it).
+
+        ``resource`` is the plural (``configmaps``); a ``plural.group`` informer key is accepted too.
+        Returns the stored object (deep copy).
+        """
+        resource = resource.split(".", 1)[0]
+        return copy.deepcopy(self._store(resource, copy.deepcopy(obj)))
+
+    def _store(self, resource: str, obj: dict[str, Any]) -> dict[str, Any]:
         self.rv += 1
-        obj = copy.deepcopy(obj)
         store = self.objects.setdefault(resource, {})
         key = _key(obj)
         old = store.get(key)
-        meta = obj["metadata"]
+        meta = obj.setdefault("metadata", {})
         meta["resourceVersion"] = str(self.rv)
-        meta.setdefault("uid", f"uid-{resource}-{key}")
+        meta["uid"] = (old or {}).get("metadata", {}).get("uid") or meta.get("uid") or f"uid-{resource}-{key}"
+        meta.setdefault("creationTimestamp", (old or {}).get("metadata", {}).get("creationTimestamp")
+                        or "2026-01-01T00:00:00Z")
         gen = (old or {}).get("metadata", {}).get("generation", 0)
-        meta["generation"] = gen + 1 if old is None or old.get("spec") != obj.get("spec") else gen
+        meta["generation"] = gen + 1 if old is None or _content(old) != _content(obj) else gen
         store[key] = obj
         self.history.append((self.rv, resource, "MODIFIED" if old else "ADDED", obj, old))
         self._notify()
@@ -167,12 +248,26 @@ class FakeApiServer:
 
     def delete(self, resource: str, key: str) -> None:
         """Delete; the DELETED event carries the last state stamped with the deletion RV."""
+        resource = resource.split(".", 1)[0]
         self.rv += 1
         old = self.objects[resource].pop(key)
         gone = copy.deepcopy(old)
         gone["metadata"]["resourceVersion"] = str(self.rv)
         self.history.append((self.rv, resource, "DELETED", gone, old))
         self._notify()
+
+    def get(self, resource: str, key: str) -> dict[str, Any] | None:
+        """The stored object (deep copy) or ``None``; ``key`` is ``name`` or ``namespace/name``."""
+        obj = self.objects.get(resource.split(".", 1)[0], {}).get(key)
+        return copy.deepcopy(obj) if obj is not None else None
+
+    def fail(self, method: str, suffix: str, *, code: int = 500, times: int = 1) -> None:
+        """Answer the next ``times`` ``method`` requests whose path ends in ``suffix`` with ``code``."""
+        self.failures.append(Failure(method, suffix, code, times))
+
+    def count(self, method: str, suffix: str = "") -> int:
+        """How many ``method`` (HTTP) requests were made to paths ending in ``suffix``."""
+        return sum(1 for r in self.requests if r["method"] == method and r["path"].endswith(suffix))
 
     def compact(self, rv: int | None = None) -> None:
         """Drop history up to ``rv`` (default: now); older RVs then get 410."""
@@ -188,38 +283,129 @@ class FakeApiServer:
         return [r for r in self.requests if r["verb"] == verb and (resource is None or r["resource"] == resource)]
 
     # -- HTTP ---------------------------------------------------------------------------------------------
-    def _parse(self, path: str) -> tuple[str, str | None, str | None]:
+    @staticmethod
+    def _parse(path: str) -> Target | None:
         parts = [p for p in path.split("/") if p]
-        parts = parts[2:] if parts[0] == "api" else parts[3:]  # drop api/v1 or apis/g/v
+        if len(parts) >= 3 and parts[0] == "api":
+            group, version, rest = "", parts[1], parts[2:]
+        elif len(parts) >= 4 and parts[0] == "apis":
+            group, version, rest = parts[1], parts[2], parts[3:]
+        else:
+            return None
         namespace = None
-        if parts and parts[0] == "namespaces" and len(parts) >= 3:
-            namespace, parts = parts[1], parts[2:]
-        resource = parts[0]
-        name = parts[1] if len(parts) > 1 else None
-        return resource, namespace, name
+        if rest[0] == "namespaces" and len(rest) >= 3:
+            namespace, rest = rest[1], rest[2:]
+        return Target(group, version, rest[0], namespace, rest[1] if len(rest) > 1 else None,
+                      rest[2] if len(rest) > 2 else None)
+
+    def _failure(self, method: str, path: str) -> int | None:
+        for failure in self.failures:
+            if failure.times > 0 and failure.method == method and path.endswith(failure.suffix):
+                failure.times -= 1
+                return failure.code
+        return None
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
-        resource, namespace, name = self._parse(request.path)
+        t = self._parse(request.path)
         q = request.query
         watch = q.get("watch") in TRUE
+        name = t.name if t else None
         verb = {"GET": "watch" if watch else ("get" if name else "list")}.get(request.method, request.method.lower())
-        self.requests.append({"verb": verb, "resource": resource, "namespace": namespace, "query": dict(q)})
-        if request.method == "GET" and name:
-            obj = self.objects.get(resource, {}).get(f"{namespace}/{name}" if namespace else name)
-            return web.json_response(obj) if obj else _status(404, "NotFound", f'{resource} "{name}" not found')
-        if request.method == "GET":
+        self.requests.append({"verb": verb, "resource": t.resource if t else None,
+                              "namespace": t.namespace if t else None, "name": name,
+                              "subresource": t.subresource if t else None, "query": dict(q),
+                              "method": request.method, "path": request.path,
+                              "content_type": request.headers.get("Content-Type", "")})
+        if t is None:
+            return _status(404, "NotFound", "the server could not find the requested resource")
+        code = self._failure(request.method, request.path)
+        if code is not None:
+            return _status(code, {409: "Conflict", 404: "NotFound", 403: "Forbidden"}.get(code, "InternalError"),
+                           f"injected {code}")
+        if request.method == "GET" and name is None:
             if q.get("sendInitialEvents") is not None:
                 return _status(422, "Invalid", "sendInitialEvents is not supported by this server")
-            return await (self._watch(request, resource, namespace) if watch else self._list(request, resource, namespace))
-        if request.method in ("POST", "PUT"):
-            obj = await request.json()
-            if namespace:
-                obj["metadata"]["namespace"] = namespace
-            return web.json_response(self.apply(resource, obj), status=201 if request.method == "POST" else 200)
-        if request.method == "DELETE" and name:
-            self.delete(resource, f"{namespace}/{name}" if namespace else name)
-            return web.json_response({"kind": "Status", "status": "Success"})
+            return await (self._watch(request, t.resource, t.namespace) if watch
+                          else self._list(request, t.resource, t.namespace))
+        if t.subresource is not None and (t.subresource != "status" or t.resource not in self.status_resources):
+            return _status(404, "NotFound", "the server could not find the requested resource")
+        if request.method == "POST" and name is None:
+            return self._create(t, await request.json())
+        if name is None:
+            return _status(405, "MethodNotAllowed", f"{request.method} is not supported on a collection")
+        current = self.objects.get(t.resource, {}).get(t.key or "")
+        if current is None:
+            return _status(404, "NotFound", f'{t.qualified} "{name}" not found',
+                           details={"name": name, "group": t.group, "kind": t.resource})
+        if request.method == "GET":
+            return web.json_response(current)
+        if request.method == "DELETE":
+            self.delete(t.resource, t.key or "")
+            return web.json_response({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                                      "details": {"name": name, "group": t.group, "kind": t.resource,
+                                                  "uid": current["metadata"]["uid"]}})
+        if request.method == "PUT":
+            return self._update(t, current, await request.json())
+        if request.method == "PATCH":
+            content_type = request.content_type
+            body = await request.json()
+            if content_type == MERGE_PATCH:
+                return self._update(t, current, merge_patch(current, body), precondition=body.get("metadata"))
+            if content_type == JSON_PATCH:
+                try:
+                    patched = jsonpatch.apply_patch(current, body)
+                except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
+                    return _status(422, "Invalid", f'{t.qualified} "{name}" is invalid: {exc}')
+                return self._update(t, current, patched)
+            return _status(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - "
+                                                       f"accepted media types include: {JSON_PATCH}, {MERGE_PATCH}")
         return _status(405, "MethodNotAllowed", "not supported")
+
+    def _create(self, t: Target, obj: dict[str, Any]) -> web.Response:
+        meta = obj.setdefault("metadata", {})
+        if t.namespace:
+            meta["namespace"] = t.namespace
+        name = meta.get("name")
+        if not name:
+            return _status(422, "Invalid", f"{t.qualified} is invalid: metadata.name: Required value: name is required")
+        if _key(obj) in self.objects.get(t.resource, {}):
+            return _status(409, "AlreadyExists", f'{t.qualified} "{name}" already exists',
+                           details={"name": name, "group": t.group, "kind": t.resource})
+        for server_set in ("resourceVersion", "uid", "generation", "creationTimestamp"):
+            meta.pop(server_set, None)
+        if t.resource in self.status_resources:
+            obj.pop("status", None)  # status is written through /status only
+        return web.json_response(self._store(t.resource, obj), status=201)
+
+    def _update(self, t: Target, current: dict[str, Any], new: dict[str, Any],
+                precondition: dict[str, Any] | None = None) -> web.Response:
+        """PUT or patched object ``new`` replaces ``current`` (both whole objects)."""
+        wanted_rv = (precondition if precondition is not None else new.get("metadata") or {}).get("resourceVersion")
+        if wanted_rv and wanted_rv != current["metadata"]["resourceVersion"]:
+            return _status(409, "Conflict", f'Operation cannot be fulfilled on {t.qualified} "{t.name}": the object '
+                                            "has been modified; please apply your changes to the latest version "
+                                            "and try again", details={"name": t.name, "group": t.group,
+                                                                      "kind": t.resource})
+        if t.subresource == "status":
+            stored = copy.deepcopy(current)
+            if "status" in new:
+                stored["status"] = new["status"]
+            else:
+                stored.pop("status", None)
+        else:
+            stored = copy.deepcopy(new)
+            meta = stored.setdefault("metadata", {})
+            for immutable in ("name", "namespace", "uid", "creationTimestamp"):
+                if immutable in current["metadata"]:
+                    meta[immutable] = current["metadata"][immutable]
+            if t.resource in self.status_resources:
+                if "status" in current:
+                    stored["status"] = current["status"]
+                else:
+                    stored.pop("status", None)
+        if stored == current:
+            return web.json_response(current)  # a no-op write: no new resourceVersion, no event
+        return web.json_response(self._store(t.resource, stored))
 
     def _visible(self, resource: str, namespace: str | None, q: Any) -> list[tuple[str, dict[str, Any]]]:
         items = sorted(self.objects.get(resource, {}).items())
@@ -270,8 +456,6 @@ class FakeApiServer:
         return web.json_response({"kind": kind, "apiVersion": "v1", "metadata": meta, "items": [o for _, o in items]})
 
     async def _watch(self, request: web.Request, resource: str, namespace: str | None) -> web.StreamResponse:
-        q = request.query
-        f = self.faults
         resp = web.StreamResponse(headers={"Content-Type": "application/json", "Cache-Control": "no-cache, private"})
         resp.enable_chunked_encoding()
         await resp.prepare(request)
@@ -349,6 +533,7 @@ class FakeApiServer:
                 elif now_in:
                     await send("ADDED", obj)
                 elif was_in:
+                    assert old is not None
                     gone = copy.deepcopy(old)
                     gone["metadata"]["resourceVersion"] = str(rv)
                     await send("DELETED", gone)  # left the selector: DELETED with the event's RV

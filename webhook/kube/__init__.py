@@ -1,4 +1,6 @@
 """The only package that talks to the API server (kubernetes_asyncio).
 
-ListerWatcher, status writer, leader election and ApiClient construction.
+ListerWatcher, the JSON call helper (api.py), leader election, the status
+writer, the webhook configuration reconciler, self-managed certificates and
+ApiClient construction.
 """

@@ -35,13 +35,14 @@ import contextlib
 import logging
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes_asyncio.client import ApiClient
-from kubernetes_asyncio.client.exceptions import ApiException
+
+from webhook.kube.api import ApiException, call_json
 
 __all__ = [
     "JITTER_FACTOR",
@@ -207,6 +208,9 @@ class LeaderElector:
             holder changes (including to this replica); optional.
         clock: monotonic clock in seconds, for expiry and deadlines; injectable
             for tests. Defaults to the event loop's clock.
+        sleep: ``await sleep(seconds)`` between attempts; defaults to
+            ``asyncio.sleep``. Tests pass a fake clock's ``sleep`` together
+            with its ``clock`` so that time is virtual.
         wall_clock: returns the current UTC time for ``acquireTime``/``renewTime``
             (informational on the wire; never used for expiry).
         rng: source of jitter in ``[0, 1)``; injectable for deterministic tests.
@@ -221,6 +225,7 @@ class LeaderElector:
         on_stopped_leading: Callable[[], None] | None = None,
         on_new_leader: Callable[[str], None] | None = None,
         clock: Callable[[], float] | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         rng: Callable[[], float] = random.random,
     ) -> None:
@@ -230,6 +235,7 @@ class LeaderElector:
         self._on_stopped = on_stopped_leading
         self._on_new_leader = on_new_leader
         self._clock = clock
+        self._sleep = sleep
         self._wall_clock = wall_clock
         self._rng = rng
         self._observed = _Observation()
@@ -287,7 +293,7 @@ class LeaderElector:
         while True:
             # Acquire: poll with jitter until we hold the Lease.
             while not await self._try_acquire_or_renew(deadline=cfg.renew_deadline):
-                await asyncio.sleep(cfg.retry_period * (1.0 + JITTER_FACTOR * self._rng()))
+                await self._sleep(cfg.retry_period * (1.0 + JITTER_FACTOR * self._rng()))
             self._set_leading(True)
             await self._renew_until_lost()
             self._set_leading(False)
@@ -296,7 +302,7 @@ class LeaderElector:
         cfg = self._config
         last_renewed = self._now()
         while True:
-            await asyncio.sleep(cfg.retry_period)
+            await self._sleep(cfg.retry_period)
             remaining = cfg.renew_deadline - (self._now() - last_renewed)
             if remaining > 0 and await self._try_acquire_or_renew(deadline=remaining):
                 last_renewed = self._now()
@@ -344,7 +350,7 @@ class LeaderElector:
             lease_transitions=0,
         )
         try:
-            lease = await _call_json(self._api, "GET", self._lease_path)
+            lease = await call_json(self._api, "GET", self._lease_path)
         except ApiException as exc:
             if exc.status != 404:
                 raise
@@ -354,7 +360,7 @@ class LeaderElector:
                 "metadata": {"name": cfg.lease_name, "namespace": cfg.lease_namespace},
                 "spec": desired.to_spec(),
             }
-            created = await _call_json(self._api, "POST", self._collection_path, body=body)
+            created = await call_json(self._api, "POST", self._collection_path, body=body)
             self._observe(created)
             return True
 
@@ -385,7 +391,7 @@ class LeaderElector:
                 renew_time=now_wall,
                 lease_transitions=observed.lease_transitions + 1,
             )
-        updated = await _call_json(self._api, "PUT", self._lease_path, body=self._with_spec(lease, desired))
+        updated = await call_json(self._api, "PUT", self._lease_path, body=self._with_spec(lease, desired))
         self._observe(updated)
         return True
 
@@ -404,7 +410,7 @@ class LeaderElector:
         )
         try:
             async with asyncio.timeout(self._config.renew_deadline):
-                await _call_json(self._api, "PUT", self._lease_path, body=self._with_spec(lease, released))
+                await call_json(self._api, "PUT", self._lease_path, body=self._with_spec(lease, released))
         except Exception:  # noqa: BLE001 — releasing is best effort; the Lease expires anyway
             _log.warning("leader election: could not release lease %s", self._config.lease_name, exc_info=True)
 
@@ -448,28 +454,3 @@ class LeaderElector:
         callback = self._on_started if leading else self._on_stopped
         if callback is not None:
             callback()
-
-
-async def _call_json(
-    api: ApiClient,
-    method: str,
-    path: str,
-    *,
-    body: dict[str, Any] | None = None,
-    content_type: str = "application/json",
-) -> dict[str, Any]:
-    """One JSON request through ``ApiClient.call_api``; returns the decoded body.
-
-    Raises:
-        ApiException: any non-2xx answer (``.status`` 404, 409, ...).
-    """
-    result = await api.call_api(
-        path,
-        method,
-        header_params={"Accept": "application/json", "Content-Type": content_type},
-        body=body,
-        response_types_map={200: "object", 201: "object"},
-        auth_settings=["BearerToken"],
-        _return_http_data_only=True,
-    )
-    return result if isinstance(result, dict) else {}

@@ -1,34 +1,40 @@
 """Writes policy ``status`` (the ``Ready`` condition) to the API server, off the request path.
 
-Callers (the policy index, when a ClusterAdmissionPolicy or AdmissionPolicy is
-compiled) hand the policy object *as cached by the informer* and the desired
-condition to :meth:`StatusWriter.enqueue`, which returns at once. A single
-worker task then writes ``status`` through the ``/status`` subresource.
+Callers (the policy informer's handler, when a ClusterAdmissionPolicy or
+AdmissionPolicy is compiled) hand the policy object *as cached by the
+informer* and the condition built by ``webhook.policy.status.ready_condition``
+to :meth:`StatusWriter.enqueue`, which returns at once without I/O. One worker
+task writes it with a JSON merge patch of the ``/status`` subresource::
+
+    PATCH /apis/tollgate.dev/v1alpha1/clusteradmissionpolicies/p/status
+    Content-Type: application/merge-patch+json
+    {"status": {"observedGeneration": 3, "conditions": [{"type": "Ready", ..., "observedGeneration": 3}]}}
 
 Contract:
 
 * **Only on change.** Nothing is queued when the cached object already carries
   an equal condition (``type``, ``status``, ``reason``, ``message``,
-  ``observedGeneration``) and ``status.observedGeneration``, when present, equals
-  ``metadata.generation``. ``lastTransitionTime`` moves only when ``status``
-  flips, as ``meta.SetStatusCondition`` does in apimachinery.
-* **Coalescing.** At most one pending write per policy (key = kind, namespace,
-  name); a newer :meth:`enqueue` replaces the pending one. The queue is thus
+  ``observedGeneration``); an enqueue that finds the object current drops any
+  write still pending for it. ``lastTransitionTime`` moves only when
+  ``status`` flips, as apimachinery's ``meta.SetStatusCondition``.
+* **No optimistic concurrency needed.** The patch carries no
+  ``resourceVersion``: the API server applies it to whatever is stored, so
+  there is no 409 to handle. Staleness is stated instead of prevented: the
+  condition's ``observedGeneration`` says which spec it describes (the
+  Kubernetes API conventions' answer); when the spec changed meanwhile, the
+  informer's update brings a newer condition right after.
+* **Coalescing.** At most one pending write per policy (key = kind,
+  namespace, name); a newer :meth:`enqueue` replaces it. The backlog is
   bounded by the number of policies.
-* **Optimistic concurrency.** A ``PUT .../status`` carrying the cached
-  ``resourceVersion``. On 409 Conflict the worker re-reads the object and
-  retries if the write is still needed (and is not for an older generation
-  than the object now has: a newer compile result is then on its way).
-* **Bounded retries.** Other failures (5xx, network) are retried with
-  exponential backoff up to :attr:`Backoff.max_attempts`, scheduled with
-  ``loop.call_later`` so one failing policy does not hold up the others; then
-  dropped with a log line until the next :meth:`enqueue` for that policy.
-* **Leader only.** With ``is_leader`` given, writes are parked while this
-  replica does not lead. :meth:`resync` (wire it to the elector's
-  ``on_started_leading``) queues everything parked at once; without that
-  wiring, parked writes are still rechecked every ``leader_recheck`` seconds.
-
-Only this module and ``webhook.kube.leader`` write to the API server.
+* **Retries.** 5xx and network errors are retried per policy with
+  ``webhook.informer.Backoff`` (a failing policy never delays another) up to
+  ``max_attempts``, then dropped until the next enqueue. 404 (deleted
+  meanwhile) drops the write.
+* **Leader only.** While ``is_leader()`` is false writes stay pending;
+  :meth:`resync` (wire it to the elector's ``on_started_leading``) wakes the
+  worker, which otherwise rechecks every ``leader_recheck`` seconds.
+* **Metrics.** ``tollgate_status_writes_total{result}`` and
+  ``tollgate_status_pending`` (``webhook.metrics.StatusMetrics``).
 """
 
 from __future__ import annotations
@@ -37,22 +43,25 @@ import asyncio
 import contextlib
 import copy
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, NotRequired, TypedDict
 
 from kubernetes_asyncio.client import ApiClient
-from kubernetes_asyncio.client.exceptions import ApiException
+
+from webhook.informer import Backoff
+from webhook.kube.api import MERGE_PATCH, ApiException, call_json
+from webhook.metrics import StatusMetrics
 
 __all__ = [
-    "Backoff",
     "Condition",
     "PolicyKey",
     "StatusWriter",
-    "StatusWriterStats",
     "condition_is_current",
     "set_condition",
+    "status_patch",
     "status_path",
 ]
 
@@ -67,7 +76,7 @@ _DEFAULT_API_VERSION = "tollgate.dev/v1alpha1"
 
 
 class Condition(TypedDict):
-    """``metav1.Condition`` on the wire (camelCase)."""
+    """``metav1.Condition`` on the wire (camelCase), as ``webhook.policy.status.ready_condition`` builds it."""
 
     type: str
     status: str  # "True" | "False" | "Unknown"
@@ -86,54 +95,13 @@ class PolicyKey:
     name: str
 
     @classmethod
-    def of(cls, obj: dict[str, Any]) -> PolicyKey:
+    def of(cls, obj: Mapping[str, Any]) -> PolicyKey:
         """The key of a policy object as decoded from JSON."""
         meta = obj.get("metadata") or {}
         return cls(obj.get("kind", ""), meta.get("namespace") or "", meta.get("name", ""))
 
 
-@dataclass(frozen=True, slots=True)
-class Backoff:
-    """Retry schedule for failed writes: ``initial * factor**(attempt-1)``, capped.
-
-    Attributes:
-        initial: seconds before the first retry.
-        factor: multiplier per further retry.
-        cap: the longest wait, seconds.
-        max_attempts: writes tried per enqueued status before giving up
-            (409 conflicts count too).
-    """
-
-    initial: float = 0.2
-    factor: float = 2.0
-    cap: float = 10.0
-    max_attempts: int = 6
-
-    def delay(self, attempt: int) -> float:
-        """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
-        return float(min(self.cap, self.initial * self.factor ** max(0, attempt - 1)))
-
-
-@dataclass(frozen=True, slots=True)
-class StatusWriterStats:
-    """Counters since start, for metrics and tests.
-
-    Attributes:
-        writes: successful ``PUT .../status`` calls.
-        skipped: enqueues or queued writes found already current.
-        conflicts: 409 answers.
-        errors: other failed attempts.
-        dropped: writes given up after ``max_attempts``.
-    """
-
-    writes: int = 0
-    skipped: int = 0
-    conflicts: int = 0
-    errors: int = 0
-    dropped: int = 0
-
-
-def status_path(obj: dict[str, Any]) -> str:
+def status_path(obj: Mapping[str, Any]) -> str:
     """API path of a policy object's ``/status`` subresource.
 
     Args:
@@ -154,11 +122,11 @@ def status_path(obj: dict[str, Any]) -> str:
     return f"/apis/{api_version}{scope}/{plural}/{key.name}/status"
 
 
-def _same_condition(a: dict[str, Any], b: Condition) -> bool:
+def _same_condition(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     return all(a.get(f) == b.get(f) for f in ("type", "status", "reason", "message", "observedGeneration"))
 
 
-def condition_is_current(obj: dict[str, Any], condition: Condition) -> bool:
+def condition_is_current(obj: Mapping[str, Any], condition: Mapping[str, Any]) -> bool:
     """Whether ``obj.status`` already says what ``condition`` would write.
 
     Args:
@@ -182,8 +150,8 @@ def condition_is_current(obj: dict[str, Any], condition: Condition) -> bool:
 
 
 def set_condition(
-    status: dict[str, Any],
-    condition: Condition,
+    status: Mapping[str, Any],
+    condition: Mapping[str, Any],
     *,
     now: datetime,
 ) -> dict[str, Any]:
@@ -202,7 +170,7 @@ def set_condition(
     Returns:
         The new ``status`` dict.
     """
-    new_status = copy.deepcopy(status)
+    new_status: dict[str, Any] = copy.deepcopy(dict(status))
     conditions: list[dict[str, Any]] = list(new_status.get("conditions") or [])
     entry: dict[str, Any] = dict(condition)
     stamp = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -221,39 +189,69 @@ def set_condition(
     return new_status
 
 
-def _with_generation(obj: dict[str, Any], condition: Condition) -> Condition:
-    if "observedGeneration" in condition:
-        return condition
+def _with_generation(obj: Mapping[str, Any], condition: Mapping[str, Any]) -> dict[str, Any]:
+    wanted = dict(condition)
     generation = (obj.get("metadata") or {}).get("generation")
-    if generation is None:
-        return condition
-    return Condition(**condition, observedGeneration=int(generation))
+    if "observedGeneration" not in wanted and generation is not None:
+        wanted["observedGeneration"] = int(generation)
+    return wanted
 
 
-@dataclass(frozen=True, slots=True)
-class _Desired:
-    obj: dict[str, Any]  # the object as last cached (carries resourceVersion)
-    condition: Condition
+def status_patch(obj: Mapping[str, Any], condition: Mapping[str, Any], *, now: datetime) -> dict[str, Any]:
+    """The merge patch that sets ``condition`` on ``obj``'s status (pure).
+
+    Args:
+        obj: the policy object as cached (its current ``status`` is the base,
+            so other condition types survive; a merge patch replaces lists
+            whole).
+        condition: the condition to set; ``observedGeneration`` defaults to
+            ``metadata.generation``.
+        now: the time recorded as ``lastTransitionTime`` on a transition.
+
+    Returns:
+        ``{"status": {"conditions": [...], "observedGeneration": g}}``, the
+        body of ``PATCH .../status`` with ``application/merge-patch+json``.
+    """
+    wanted = _with_generation(obj, condition)
+    status = set_condition(obj.get("status") or {}, wanted, now=now)
+    patch: dict[str, Any] = {"conditions": status["conditions"]}
+    if "observedGeneration" in status:
+        patch["observedGeneration"] = status["observedGeneration"]
+    return {"status": patch}
+
+
+@dataclass(slots=True)
+class _Pending:
+    # Mutable on purpose: attempts and not_before advance on each failure.
+    obj: Mapping[str, Any]  # the object as last cached (base for the patch)
+    condition: dict[str, Any]
+    backoff: Backoff
+    attempts: int = 0
+    not_before: float = 0.0
 
 
 class StatusWriter:
-    """Queue + worker that writes policy ``status`` through the ``/status`` subresource.
+    """Coalescing queue + one worker that patches policy ``status`` (see the module docstring).
 
     Lifecycle: :meth:`start` creates the worker task, :meth:`stop` cancels it
-    and any scheduled retries (pending writes are dropped; the next leader
-    writes them). Everything runs on one event loop; :meth:`enqueue` never
-    blocks and never does I/O, so it is safe to call from informer handlers and
-    the admission path.
+    (pending writes are dropped; the next leader writes them). Everything runs
+    on one event loop; :meth:`enqueue` never blocks and never does I/O, so it is
+    safe to call from informer handlers.
 
     Args:
         api_client: a configured kubernetes_asyncio ``ApiClient``; not closed here.
-        is_leader: returns whether this replica may write now (e.g.
+        is_leader: whether this replica may write now (e.g.
             ``LeaderElector.is_leader``); default: always.
-        backoff: retry schedule.
+        metrics: where to count writes (``webhook.metrics.StatusMetrics``,
+            e.g. ``Metrics().status``); default: a private registry.
+        backoff_factory: a fresh retry schedule per failing policy; default
+            ``webhook.informer.Backoff(initial=0.2, cap=10)``.
+        max_attempts: writes tried per enqueued condition before giving up.
         request_timeout: seconds per API request.
         leader_recheck: seconds between checks of ``is_leader`` while writes
-            are parked (a fallback for when :meth:`resync` is not wired to
-            the elector).
+            wait for leadership (a fallback for when :meth:`resync` is not
+            wired to the elector).
+        clock: monotonic seconds, for retry times; default ``time.monotonic``.
         wall_clock: UTC now, for ``lastTransitionTime``.
     """
 
@@ -262,47 +260,48 @@ class StatusWriter:
         api_client: ApiClient,
         *,
         is_leader: Callable[[], bool] = lambda: True,
-        backoff: Backoff = Backoff(),
+        metrics: StatusMetrics | None = None,
+        backoff_factory: Callable[[], Backoff] = lambda: Backoff(initial=0.2, cap=10.0),
+        max_attempts: int = 6,
         request_timeout: float = 10.0,
         leader_recheck: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self._api = api_client
         self._is_leader = is_leader
-        self._backoff = backoff
+        self.metrics = metrics if metrics is not None else StatusMetrics()
+        self._backoff_factory = backoff_factory
+        self._max_attempts = max_attempts
         self._request_timeout = request_timeout
-        self._wall_clock = wall_clock
-        self._pending: dict[PolicyKey, _Desired] = {}
-        self._attempts: dict[PolicyKey, int] = {}
-        self._queued: set[PolicyKey] = set()
-        self._queue: asyncio.Queue[PolicyKey] = asyncio.Queue()
-        self._retries: dict[PolicyKey, asyncio.TimerHandle] = {}
         self._leader_recheck = leader_recheck
-        self._recheck: asyncio.TimerHandle | None = None
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._pending: dict[PolicyKey, _Pending] = {}
+        self._wakeup = asyncio.Event()  # set by enqueue/resync: the worker looks again
+        self._idle = asyncio.Event()  # set while the worker has nothing it may do now
         self._task: asyncio.Task[None] | None = None
-        self._idle = asyncio.Event()
-        self._idle.set()
-        self._stats = StatusWriterStats()
 
     # -- public API -------------------------------------------------------
 
     @property
-    def stats(self) -> StatusWriterStats:
-        """Counters since construction."""
-        return self._stats
+    def pending(self) -> int:
+        """Policies with a write not yet done (waiting for leadership, a retry, or the worker)."""
+        return len(self._pending)
 
-    def enqueue(self, obj: dict[str, Any], condition: Condition) -> bool:
+    def enqueue(self, obj: Mapping[str, Any], condition: Mapping[str, Any]) -> bool:
         """Ask for ``condition`` to be written to ``obj``'s status, unless it is already there.
 
         Args:
             obj: the policy object as cached by the informer (not modified; a
                 reference is kept until the write, so do not mutate it).
-            condition: the desired condition, usually ``type: Ready``. Without
+            condition: the desired condition (``type: Ready``). Without
                 ``observedGeneration``, ``metadata.generation`` is used.
 
         Returns:
             ``True`` if a write was queued (or replaced a pending one),
-            ``False`` if the cached status is already current.
+            ``False`` if the cached status is already current (any pending
+            write for ``obj`` is then dropped: another writer did it).
 
         Raises:
             ValueError: ``obj`` is not a ClusterAdmissionPolicy/AdmissionPolicy.
@@ -311,35 +310,22 @@ class StatusWriter:
         key = PolicyKey.of(obj)
         wanted = _with_generation(obj, condition)
         if condition_is_current(obj, wanted):
-            pending = self._pending.pop(key, None)
-            if pending is not None:
-                # The object already says it (another writer did it): nothing to do.
-                self._attempts.pop(key, None)
-            self._bump(skipped=1)
+            self._pending.pop(key, None)
+            self.metrics.writes.labels("skipped").inc()
+            self._changed()
             return False
-        self._pending[key] = _Desired(obj, wanted)
-        self._attempts.pop(key, None)
-        self._schedule(key)
+        self._pending[key] = _Pending(obj, wanted, self._backoff_factory())
+        self._changed()
         return True
 
-    def forget(self, obj: dict[str, Any]) -> None:
+    def forget(self, obj: Mapping[str, Any]) -> None:
         """Drop any pending write for ``obj`` (call on the informer's delete)."""
-        key = PolicyKey.of(obj)
-        self._pending.pop(key, None)
-        self._attempts.pop(key, None)
-        handle = self._retries.pop(key, None)
-        if handle is not None:
-            handle.cancel()
-            if self._queue.empty() and not self._retries:
-                self._idle.set()
+        self._pending.pop(PolicyKey.of(obj), None)
+        self._changed()
 
     def resync(self) -> None:
-        """Queue every pending write again, e.g. right after becoming leader."""
-        if self._recheck is not None:
-            self._recheck.cancel()
-            self._recheck = None
-        for key in list(self._pending):
-            self._schedule(key)
+        """Wake the worker to write everything pending now, e.g. right after becoming leader."""
+        self._changed()
 
     async def start(self) -> None:
         """Start the worker task. Idempotent."""
@@ -347,13 +333,7 @@ class StatusWriter:
             self._task = asyncio.create_task(self._worker(), name="policy-status-writer")
 
     async def stop(self) -> None:
-        """Cancel the worker and scheduled retries; wait for the worker to end."""
-        for handle in self._retries.values():
-            handle.cancel()
-        self._retries.clear()
-        if self._recheck is not None:
-            self._recheck.cancel()
-            self._recheck = None
+        """Cancel the worker and wait for it to end."""
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
@@ -361,179 +341,81 @@ class StatusWriter:
                 await task
 
     async def wait_idle(self) -> None:
-        """Wait until nothing is queued, being written or waiting for a retry (for tests and shutdown)."""
+        """Wait until the worker has nothing it may do now: no pending write, or not the leader.
+
+        For tests and shutdown; writes waiting for a retry count as work.
+        """
         while True:
             await self._idle.wait()
-            if self._queue.empty() and not self._retries:
+            if not self._wakeup.is_set():
                 return
-            self._idle.clear()
+            await asyncio.sleep(0)  # the worker has not looked at the latest change yet
 
     # -- worker -----------------------------------------------------------
 
-    def _schedule(self, key: PolicyKey) -> None:
-        if key in self._queued:
-            return  # coalesced: the queued key will pick up the newest _pending entry
-        handle = self._retries.pop(key, None)
-        if handle is not None:
-            handle.cancel()
-        self._queued.add(key)
+    def _changed(self) -> None:
+        self.metrics.pending.set(len(self._pending))
         self._idle.clear()
-        self._queue.put_nowait(key)
-
-    def _retry_later(self, key: PolicyKey) -> None:
-        attempt = self._attempts.get(key, 0)
-        if attempt >= self._backoff.max_attempts:
-            _log.error("status writer: giving up on %s after %d attempts", key, attempt)
-            self._pending.pop(key, None)
-            self._attempts.pop(key, None)
-            self._bump(dropped=1)
-            return
-        delay = self._backoff.delay(attempt)
-        loop = asyncio.get_running_loop()
-        self._retries[key] = loop.call_later(delay, self._retry_due, key)
-
-    def _recheck_parked(self) -> None:
-        self._recheck = None
-        if self._is_leader():
-            self.resync()
-        elif self._pending:
-            self._recheck = asyncio.get_running_loop().call_later(self._leader_recheck, self._recheck_parked)
-
-    def _retry_due(self, key: PolicyKey) -> None:
-        self._retries.pop(key, None)
-        if key in self._pending:
-            self._schedule(key)
-        elif self._queue.empty() and not self._retries:
-            self._idle.set()
+        self._wakeup.set()
 
     async def _worker(self) -> None:
         while True:
-            key = await self._queue.get()
-            self._queued.discard(key)
-            try:
-                await self._process(key)
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # noqa: BLE001 — the worker must outlive any one bad write
-                _log.exception("status writer: unexpected error for %s", key)
-                self._attempts[key] = self._attempts.get(key, 0) + 1
-                self._bump(errors=1)
-                self._retry_later(key)
-            finally:
-                self._queue.task_done()
-                if self._queue.empty() and not self._retries:
-                    self._idle.set()
+            self._wakeup.clear()
+            timeout = await self._write_due()
+            if timeout is None:
+                self._idle.set()
+            # Wait for an enqueue/resync, the next retry, or the leader recheck.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await self._wakeup.wait()
 
-    async def _process(self, key: PolicyKey) -> None:
-        desired = self._pending.get(key)
-        if desired is None:
-            return
+    async def _write_due(self) -> float | None:
+        """Write every due policy; return seconds until the next thing to do (``None``: idle)."""
+        if not self._pending:
+            return None
         if not self._is_leader():
-            # Parked: stays in _pending until resync() after we become leader,
-            # or until the periodic recheck finds we lead.
-            if self._recheck is None:
-                self._recheck = asyncio.get_running_loop().call_later(self._leader_recheck, self._recheck_parked)
-            return
-        self._attempts[key] = self._attempts.get(key, 0) + 1
+            self._idle.set()
+            return self._leader_recheck
+        now = self._clock()
+        for key, item in list(self._pending.items()):
+            if item.not_before <= now and self._pending.get(key) is item:
+                await self._write(key, item)
+        self.metrics.pending.set(len(self._pending))
+        if not self._pending:
+            return None
+        return max(0.0, min(item.not_before for item in self._pending.values()) - self._clock())
+
+    async def _write(self, key: PolicyKey, item: _Pending) -> None:
+        item.attempts += 1
+        body = status_patch(item.obj, item.condition, now=self._wall_clock())
         try:
-            await self._write(desired)
+            await call_json(self._api, "PATCH", status_path(item.obj), body=body, content_type=MERGE_PATCH,
+                            timeout=self._request_timeout)
+        except asyncio.CancelledError:
+            raise
         except ApiException as exc:
             if exc.status == 404:
-                # Deleted meanwhile: there is no status to write.
-                self._finish(key, desired)
-                return
-            if exc.status == 409:
-                self._bump(conflicts=1)
-                refreshed = await self._refresh(key, desired)
-                if refreshed is None:
-                    return
-                # Retry at once with the fresh resourceVersion, still bounded by
-                # max_attempts; conflicts resolve on the next try almost always.
-                if self._attempts[key] < self._backoff.max_attempts:
-                    self._schedule(key)
-                else:
-                    self._retry_later(key)
+                self._done(key, item, "gone")  # deleted meanwhile: no status to write
                 return
             _log.warning("status writer: %s: HTTP %s %s", key, exc.status, exc.reason)
-            self._bump(errors=1)
-            self._retry_later(key)
+            self._failed(key, item)
             return
-        except (TimeoutError, OSError) as exc:
+        except Exception as exc:  # noqa: BLE001 — network errors; the worker must outlive any one write
             _log.warning("status writer: %s: %r", key, exc)
-            self._bump(errors=1)
-            self._retry_later(key)
+            self._failed(key, item)
             return
-        self._bump(writes=1)
-        self._finish(key, desired)
+        self._done(key, item, "written")
 
-    def _finish(self, key: PolicyKey, desired: _Desired) -> None:
+    def _done(self, key: PolicyKey, item: _Pending, result: str) -> None:
+        self.metrics.writes.labels(result).inc()
         # Only clear what we wrote: an enqueue during the write left a newer entry.
-        if self._pending.get(key) is desired:
+        if self._pending.get(key) is item:
             del self._pending[key]
-            self._attempts.pop(key, None)
 
-    async def _refresh(self, key: PolicyKey, desired: _Desired) -> _Desired | None:
-        """After a 409: re-read the object; return the write to retry, or ``None`` if done."""
-        path = status_path(desired.obj).removesuffix("/status")
-        try:
-            fresh = await self._call("GET", path)
-        except ApiException as exc:
-            if exc.status == 404:
-                self._finish(key, desired)
-                return None
-            raise
-        if self._pending.get(key) is not desired:
-            return None  # a newer enqueue superseded this write
-        generation = (fresh.get("metadata") or {}).get("generation")
-        wanted_generation = desired.condition.get("observedGeneration")
-        if generation is not None and wanted_generation is not None and int(generation) > int(wanted_generation):
-            # The spec changed since this condition was computed; writing it would
-            # claim a stale compile result. The informer's update brings a new one.
-            self._finish(key, desired)
-            self._bump(skipped=1)
-            return None
-        if condition_is_current(fresh, desired.condition):
-            self._finish(key, desired)
-            self._bump(skipped=1)
-            return None
-        refreshed = _Desired(fresh, desired.condition)
-        self._pending[key] = refreshed
-        return refreshed
-
-    async def _write(self, desired: _Desired) -> None:
-        obj = desired.obj
-        status = set_condition(obj.get("status") or {}, desired.condition, now=self._wall_clock())
-        # PUT the object with its cached resourceVersion: the API server ignores
-        # everything but status on the /status subresource and answers 409 if
-        # the object changed since it was cached.
-        body = {
-            "apiVersion": obj.get("apiVersion") or _DEFAULT_API_VERSION,
-            "kind": obj.get("kind"),
-            "metadata": obj.get("metadata") or {},
-            "spec": obj.get("spec") or {},
-            "status": status,
-        }
-        await self._call("PUT", status_path(obj), body=body)
-
-    async def _call(self, method: str, path: str, *, body: dict[str, Any] | None = None) -> dict[str, Any]:
-        result = await self._api.call_api(
-            path,
-            method,
-            header_params={"Accept": "application/json", "Content-Type": "application/json"},
-            body=body,
-            response_types_map={200: "object", 201: "object"},
-            auth_settings=["BearerToken"],
-            _return_http_data_only=True,
-            _request_timeout=self._request_timeout,
-        )
-        return result if isinstance(result, dict) else {}
-
-    def _bump(self, **deltas: int) -> None:
-        s = self._stats
-        self._stats = StatusWriterStats(
-            writes=s.writes + deltas.get("writes", 0),
-            skipped=s.skipped + deltas.get("skipped", 0),
-            conflicts=s.conflicts + deltas.get("conflicts", 0),
-            errors=s.errors + deltas.get("errors", 0),
-            dropped=s.dropped + deltas.get("dropped", 0),
-        )
+    def _failed(self, key: PolicyKey, item: _Pending) -> None:
+        if item.attempts >= self._max_attempts:
+            _log.error("status writer: giving up on %s after %d attempts", key, item.attempts)
+            self._done(key, item, "dropped")
+            return
+        self.metrics.writes.labels("error").inc()
+        item.not_before = self._clock() + item.backoff.next_delay()

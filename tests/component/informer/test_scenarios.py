@@ -11,6 +11,8 @@ import asyncio
 import time
 from typing import Any
 
+import pytest
+
 from tests.component.informer.conftest import cm, converge
 from tests.fakeapi.server import FakeApiServer
 
@@ -32,7 +34,8 @@ async def test_e01_refused_at_start_backs_off_until_up(fake_api: FakeApiServer, 
     await converge(inf, fake_api)
 
 
-async def test_e02_list_500_and_429_retry_after_never_fill_partially(fake_api: FakeApiServer, make_informer: Any) -> None:
+async def test_e02_list_500_and_429_retry_after_never_fill_partially(
+        fake_api: FakeApiServer, make_informer: Any) -> None:
     for i in range(3):
         fake_api.apply(CM, cm(f"c{i}"))
     fake_api.faults.list_errors = [(500, "InternalError", None), (429, "TooManyRequests", 0.0)]
@@ -156,7 +159,8 @@ async def _miss_changes_while_disconnected(fake_api: FakeApiServer, make_informe
     await fake_api.accept_connections()
     await converge(inf, fake_api)
     await asyncio.sleep(0.05)
-    return rec.events
+    events: list[tuple[Any, ...]] = rec.events
+    return events
 
 
 async def test_e10_missed_changes_while_disconnected_become_tombstone_add_update(fake_api: FakeApiServer,
@@ -364,11 +368,9 @@ async def test_e19_watchlist_is_rejected_and_the_informer_lists(fake_api: FakeAp
 
     lw = KubeListerWatcher(api_client, group="", version="v1", plural=CM)
     stream = lw.watch(ListOptions(send_initial_events=True, resource_version_match="NotOlderThan"))
-    try:
+    with pytest.raises(ApiStatusError) as e:
         await stream.__anext__()
-        raise AssertionError("expected 422")
-    except ApiStatusError as e:
-        assert e.code == 422
+    assert e.value.code == 422
     fake_api.apply(CM, cm("a"))
     inf, _ = make_informer()
     await inf.start()
@@ -405,8 +407,8 @@ async def test_e21_resync_notifies_without_any_request(fake_api: FakeApiServer, 
                           resync_period=0.1)
     await inf.start()
     await converge(inf, fake_api)
-    while not any(r["verb"] == "watch" for r in fake_api.requests):  # the WATCH follows the LIST
-        await asyncio.sleep(0.01)
+    while not fake_api.log("watch"):  # the cache syncs from the LIST; the WATCH follows it
+        await asyncio.sleep(0.005)
     before = len(fake_api.requests)
     await asyncio.sleep(0.35)
     assert len(resynced) >= 2 and set(resynced) == {"a"}

@@ -1,68 +1,59 @@
-"""LeaderElector against a fake API server over HTTP, with sub-second durations."""
+"""LeaderElector against the fake API server over HTTP, on a virtual clock with client-go's durations."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
-
 from kubernetes_asyncio.client import ApiClient
 
-from tests.component.kube.conftest import FaultyAPI
+from tests.component.kube.conftest import FakeClock
+from tests.fakeapi.server import FakeApiServer
 from webhook.kube.leader import LeaderElectionConfig, LeaderElector
 
-LEASE_PATH = "/apis/coordination.k8s.io/v1/namespaces/tollgate-system/leases/tollgate-status-writer"
-LEASE = 0.3
-RENEW = 0.2
-RETRY = 0.05
+LEASE_KEY = "tollgate-system/tollgate-status-writer"
+LEASE = 15.0
+RENEW = 10.0
+RETRY = 2.0
 
 
-def _config(identity: str) -> LeaderElectionConfig:
-    return LeaderElectionConfig(
-        lease_name="tollgate-status-writer",
-        lease_namespace="tollgate-system",
-        identity=identity,
-        lease_duration=LEASE,
-        renew_deadline=RENEW,
-        retry_period=RETRY,
-    )
-
-
-def _elector(api: ApiClient, identity: str, events: list[tuple[str, str]]) -> LeaderElector:
+def _elector(api: ApiClient, clock: FakeClock, identity: str, events: list[tuple[str, str]]) -> LeaderElector:
     return LeaderElector(
         api,
-        _config(identity),
+        LeaderElectionConfig(
+            lease_name="tollgate-status-writer",
+            lease_namespace="tollgate-system",
+            identity=identity,
+            lease_duration=LEASE,
+            renew_deadline=RENEW,
+            retry_period=RETRY,
+        ),
         on_started_leading=lambda: events.append(("started", identity)),
         on_stopped_leading=lambda: events.append(("stopped", identity)),
-        rng=lambda: 0.0,  # no jitter: deterministic polling every RETRY
+        clock=clock,
+        sleep=clock.sleep,
+        rng=lambda: 0.0,  # no jitter: candidates poll every RETRY
     )
 
 
-async def _until(predicate: Callable[[], bool], timeout: float = 3.0) -> float:
-    """Poll ``predicate`` every 5 ms; return the seconds it took. Fails after ``timeout``."""
-    loop = asyncio.get_running_loop()
-    start = loop.time()
-    while not predicate():
-        assert loop.time() - start < timeout, "condition not reached in time"
-        await asyncio.sleep(0.005)
-    return loop.time() - start
+def _holder(fake: FakeApiServer) -> str:
+    lease = fake.get("leases", LEASE_KEY)
+    assert lease is not None
+    return str(lease["spec"]["holderIdentity"])
 
 
-async def test_exactly_one_of_two_leads(faulty_api: tuple[FaultyAPI, ApiClient]) -> None:
-    fake, api = faulty_api
+async def test_exactly_one_of_two_leads(fake_api: FakeApiServer, api: ApiClient, clock: FakeClock) -> None:
     events: list[tuple[str, str]] = []
-    a, b = _elector(api, "pod-a", events), _elector(api, "pod-b", events)
+    a, b = _elector(api, clock, "pod-a", events), _elector(api, clock, "pod-b", events)
     await a.start()
     await b.start()
     try:
-        await _until(lambda: a.is_leader() or b.is_leader())
-        # Several lease durations: the follower must never take over from a renewing leader.
-        for _ in range(12):
-            await asyncio.sleep(LEASE / 4)
+        await clock.run_until(lambda: a.is_leader() or b.is_leader(), parked=2)
+        # Four lease durations: the follower must never take over from a renewing leader.
+        for _ in range(int(4 * LEASE / 0.5)):
+            await clock.advance(0.5, parked=2)
             assert a.is_leader() != b.is_leader()
         leader = "pod-a" if a.is_leader() else "pod-b"
-        assert fake.objects[LEASE_PATH]["spec"]["holderIdentity"] == leader
+        assert _holder(fake_api) == leader
         assert events == [("started", leader)]
-        assert fake.count("PUT", "/tollgate-status-writer") >= 10, "leader must renew every retry period"
+        assert fake_api.count("PUT", "/tollgate-status-writer") >= 4 * LEASE / RETRY - 1, "renew every retry period"
         assert a.leader_identity() == b.leader_identity() == leader
     finally:
         await a.stop()
@@ -70,87 +61,89 @@ async def test_exactly_one_of_two_leads(faulty_api: tuple[FaultyAPI, ApiClient])
 
 
 async def test_other_takes_over_within_lease_duration_after_leader_dies(
-    faulty_api: tuple[FaultyAPI, ApiClient],
+    fake_api: FakeApiServer, api: ApiClient, clock: FakeClock
 ) -> None:
-    fake, api = faulty_api
     events: list[tuple[str, str]] = []
-    a = _elector(api, "pod-a", events)
+    a = _elector(api, clock, "pod-a", events)
     await a.start()
-    await _until(a.is_leader)
-    b = _elector(api, "pod-b", events)
+    await clock.run_until(a.is_leader, parked=1)
+    b = _elector(api, clock, "pod-b", events)
     await b.start()
     try:
-        await asyncio.sleep(LEASE * 1.5)  # b has observed several renewals
+        await clock.advance(LEASE * 1.5, parked=2)  # b has observed several renewals
         assert not b.is_leader()
         # Crash: stop renewing without releasing the Lease.
         await a.stop(release=False)
-        assert fake.objects[LEASE_PATH]["spec"]["holderIdentity"] == "pod-a"
-        took = await _until(b.is_leader)
+        assert _holder(fake_api) == "pod-a"
+        took = await clock.run_until(b.is_leader, parked=1)
         # b waits for expiry measured from when it last saw the record change
         # (at most one RETRY after the last renewal), then acquires on its next poll.
-        assert LEASE - RETRY - 0.02 <= took <= LEASE + 2 * RETRY + 0.15, took
-        spec = fake.objects[LEASE_PATH]["spec"]
-        assert spec["holderIdentity"] == "pod-b"
-        assert spec["leaseTransitions"] == 1
+        assert LEASE - RETRY <= took <= LEASE + RETRY, took
+        lease = fake_api.get("leases", LEASE_KEY)
+        assert lease is not None
+        assert lease["spec"]["holderIdentity"] == "pod-b"
+        assert lease["spec"]["leaseTransitions"] == 1
         assert ("started", "pod-b") in events
     finally:
         await b.stop()
 
 
 async def test_release_on_stop_hands_over_without_waiting_for_expiry(
-    faulty_api: tuple[FaultyAPI, ApiClient],
+    fake_api: FakeApiServer, api: ApiClient, clock: FakeClock
 ) -> None:
-    fake, api = faulty_api
     events: list[tuple[str, str]] = []
-    a = _elector(api, "pod-a", events)
+    a = _elector(api, clock, "pod-a", events)
     await a.start()
-    await _until(a.is_leader)
-    b = _elector(api, "pod-b", events)
+    await clock.run_until(a.is_leader, parked=1)
+    b = _elector(api, clock, "pod-b", events)
     await b.start()
     try:
-        await asyncio.sleep(LEASE)
+        await clock.advance(LEASE, parked=2)
         await a.stop()  # release_on_stop defaults to True
         assert events[-1] == ("stopped", "pod-a")
-        assert fake.objects[LEASE_PATH]["spec"]["holderIdentity"] == ""
-        took = await _until(b.is_leader)
-        assert took < LEASE - RETRY, f"released lease should be taken at the next poll, took {took:.3f}s"
+        assert _holder(fake_api) == ""
+        took = await clock.run_until(b.is_leader, parked=1)
+        assert took <= RETRY, f"a released lease is taken at the next poll, took {took}s"
     finally:
         await b.stop()
 
 
-async def test_leader_steps_down_when_it_cannot_renew(faulty_api: tuple[FaultyAPI, ApiClient]) -> None:
-    fake, api = faulty_api
+async def test_leader_steps_down_when_it_cannot_renew(
+    fake_api: FakeApiServer, api: ApiClient, clock: FakeClock
+) -> None:
     events: list[tuple[str, str]] = []
-    a = _elector(api, "pod-a", events)
+    a = _elector(api, clock, "pod-a", events)
     await a.start()
     try:
-        await _until(a.is_leader)
-        fake.fail("PUT", "/tollgate-status-writer", status=500, times=1000)
-        took = await _until(lambda: not a.is_leader())
+        await clock.run_until(a.is_leader, parked=1)
+        fake_api.fail("PUT", "/tollgate-status-writer", code=500, times=1000)
+        took = await clock.run_until(lambda: not a.is_leader(), parked=1)
         # Gives up once RENEW has passed since the last successful renewal.
-        assert took <= RENEW + 2 * RETRY + 0.1, took
+        assert RENEW - RETRY <= took <= RENEW + RETRY, took
         assert events == [("started", "pod-a"), ("stopped", "pod-a")]
         # ... and campaigns again once the API server recovers.
-        fake.faults.clear()
-        await _until(a.is_leader)
+        fake_api.failures.clear()
+        await clock.run_until(a.is_leader, parked=1)
         assert events[-1] == ("started", "pod-a")
     finally:
         await a.stop()
 
 
-async def test_leader_stops_at_once_when_lease_is_taken(faulty_api: tuple[FaultyAPI, ApiClient]) -> None:
-    fake, api = faulty_api
+async def test_leader_stops_at_once_when_lease_is_taken(
+    fake_api: FakeApiServer, api: ApiClient, clock: FakeClock
+) -> None:
     events: list[tuple[str, str]] = []
-    a = _elector(api, "pod-a", events)
+    a = _elector(api, clock, "pod-a", events)
     await a.start()
     try:
-        await _until(a.is_leader)
-        lease = fake.objects[LEASE_PATH]
-        fake.put_object(LEASE_PATH, {**lease, "spec": {**lease["spec"], "holderIdentity": "intruder"}})
-        took = await _until(lambda: not a.is_leader())
-        assert took <= 2 * RETRY + 0.1, took
+        await clock.run_until(a.is_leader, parked=1)
+        lease = fake_api.get("leases", LEASE_KEY)
+        assert lease is not None
+        fake_api.apply("leases", {**lease, "spec": {**lease["spec"], "holderIdentity": "intruder"}})
+        took = await clock.run_until(lambda: not a.is_leader(), parked=1)
+        assert took <= RETRY, took
         assert a.leader_identity() == "intruder"
     finally:
         await a.stop()
     # Not leading at stop: the intruder's Lease is left alone.
-    assert fake.objects[LEASE_PATH]["spec"]["holderIdentity"] == "intruder"
+    assert _holder(fake_api) == "intruder"

@@ -1,38 +1,41 @@
-"""Issue 7 item 4: with two replicas exactly one writes policy status; on leader loss the other takes over."""
+"""With two replicas exactly one writes policy status; on leader loss the other takes over (virtual clock)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
 from kubernetes_asyncio.client import ApiClient
 
-from tests.component.kube.conftest import FaultyAPI
+from tests.component.kube.conftest import FakeClock
+from tests.fakeapi.server import FakeApiServer
+from webhook.informer import Backoff
 from webhook.kube.leader import LeaderElectionConfig, LeaderElector
-from webhook.kube.status import Backoff, Condition, StatusWriter
+from webhook.kube.status import StatusWriter
+from webhook.policy.status import ready_condition
 
-POLICY_PATH = "/apis/tollgate.dev/v1alpha1/clusteradmissionpolicies/p{}"
+POLICIES = "clusteradmissionpolicies"
+READY = ready_condition(True, "Compiled", "", None)
 
 
 class Replica:
     """One webhook replica's status machinery, wired as `tollgate serve` wires it."""
 
-    def __init__(self, api: ApiClient, identity: str) -> None:
-        self.writer = StatusWriter(api, is_leader=lambda: self.elector.is_leader(), backoff=Backoff(initial=0.01))
+    def __init__(self, api: ApiClient, clock: FakeClock, identity: str) -> None:
+        self.writer = StatusWriter(api, is_leader=self._is_leader,
+                                   backoff_factory=lambda: Backoff(initial=0.01, jitter=0.0))
         self.elector = LeaderElector(
             api,
-            LeaderElectionConfig(
-                lease_name="tollgate-status-writer",
-                lease_namespace="tollgate-system",
-                identity=identity,
-                lease_duration=0.3,
-                renew_deadline=0.2,
-                retry_period=0.05,
-            ),
+            LeaderElectionConfig(lease_name="tollgate-status-writer", lease_namespace="tollgate-system",
+                                 identity=identity),
             on_started_leading=self.writer.resync,
+            clock=clock,
+            sleep=clock.sleep,
             rng=lambda: 0.0,
         )
+
+    def _is_leader(self) -> bool:
+        return self.elector.is_leader()
 
     async def start(self) -> None:
         await self.writer.start()
@@ -43,59 +46,43 @@ class Replica:
         await self.writer.stop()
 
 
-def _policy(fake: FaultyAPI, i: int) -> dict[str, Any]:
-    return fake.put_object(
-        POLICY_PATH.format(i),
-        {
-            "apiVersion": "tollgate.dev/v1alpha1",
-            "kind": "ClusterAdmissionPolicy",
-            "metadata": {"name": f"p{i}", "generation": 1},
-            "spec": {},
-        },
-    )
-
-
-async def _until(predicate: Callable[[], bool], timeout: float = 3.0) -> None:
-    loop = asyncio.get_running_loop()
-    start = loop.time()
-    while not predicate():
-        assert loop.time() - start < timeout, "condition not reached in time"
-        await asyncio.sleep(0.005)
+def _policy(fake: FakeApiServer, i: int) -> dict[str, Any]:
+    return fake.apply(POLICIES, {"apiVersion": "tollgate.dev/v1alpha1", "kind": "ClusterAdmissionPolicy",
+                                 "metadata": {"name": f"p{i}"}, "spec": {}})
 
 
 async def test_only_leader_writes_and_successor_writes_after_takeover(
-    faulty_api: tuple[FaultyAPI, ApiClient],
+    fake_api: FakeApiServer, api: ApiClient, clock: FakeClock
 ) -> None:
-    fake, api = faulty_api
-    a, b = Replica(api, "pod-a"), Replica(api, "pod-b")
+    a, b = Replica(api, clock, "pod-a"), Replica(api, clock, "pod-b")
     await a.start()
-    await _until(a.elector.is_leader)
+    await clock.run_until(a.elector.is_leader, parked=1)
     await b.start()
     try:
-        ready = Condition(type="Ready", status="True", reason="Compiled", message="")
-        first = _policy(fake, 1)
+        await clock.advance(4.0, parked=2)
+        first = _policy(fake_api, 1)
         # Both replicas' informers see the policy and both ask for the write.
-        a.writer.enqueue(first, ready)
-        b.writer.enqueue(first, ready)
-        await _until(lambda: "status" in fake.objects[POLICY_PATH.format(1)])
-        await asyncio.sleep(0.1)
-        assert fake.count("PUT", "/p1/status") == 1, "exactly one replica writes"
-        assert a.writer.stats.writes == 1 and b.writer.stats.writes == 0
+        a.writer.enqueue(first, READY)
+        b.writer.enqueue(first, READY)
+        await asyncio.wait_for(a.writer.wait_idle(), timeout=5)
+        await asyncio.wait_for(b.writer.wait_idle(), timeout=5)
+        assert fake_api.count("PATCH", "/p1/status") == 1, "exactly one replica writes"
+        # b's informer then delivers a's write, which retires b's pending write.
+        written = fake_api.get(POLICIES, "p1")
+        assert written is not None and b.writer.enqueue(written, READY) is False
 
         # The leader dies without releasing; a policy arrives meanwhile.
         await a.stop(release=False)
-        second = _policy(fake, 2)
-        b.writer.enqueue(second, ready)
-        await asyncio.sleep(0.1)
-        assert fake.count("PUT", "/p2/status") == 0, "no leader yet: nobody writes"
-        await _until(b.elector.is_leader)
-        await _until(lambda: "status" in fake.objects[POLICY_PATH.format(2)])
-        # The fake stores the status before the writer has read the response and counted the write.
-        await _until(lambda: b.writer.stats.writes == 1)
-        # p1's parked write on b found it already written (409, reread, current): no second write.
-        await asyncio.wait_for(b.writer.wait_idle(), timeout=3)
-        assert b.writer.stats.writes == 1 and b.writer.stats.conflicts == 1
-        assert fake.count("GET", "/p1") == 1
+        second = _policy(fake_api, 2)
+        b.writer.enqueue(second, READY)
+        await asyncio.wait_for(b.writer.wait_idle(), timeout=5)
+        assert fake_api.count("PATCH", "/p2/status") == 0, "no leader yet: nobody writes"
+        took = await clock.run_until(b.elector.is_leader, parked=1)
+        assert took <= 15.0 + 2.0
+        await asyncio.wait_for(b.writer.wait_idle(), timeout=5)
+        stored = fake_api.get(POLICIES, "p2")
+        assert stored is not None and stored["status"]["conditions"][0]["reason"] == "Compiled"
+        assert fake_api.count("PATCH") == 2, "p1 was not written again"
     finally:
         await b.stop()
         await a.stop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -12,10 +13,10 @@ from webhook.kube.leader import (
     lease_is_held_by_other,
 )
 from webhook.kube.status import (
-    Backoff,
     Condition,
     condition_is_current,
     set_condition,
+    status_patch,
     status_path,
 )
 
@@ -23,8 +24,10 @@ T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 T1 = datetime(2026, 1, 1, 12, 5, 0, tzinfo=UTC)
 
 
-def _policy(*, generation: int = 3, status: dict | None = None, namespace: str | None = None) -> dict:
-    meta: dict = {"name": "p", "generation": generation, "resourceVersion": "7"}
+def _policy(
+    *, generation: int = 3, status: dict[str, Any] | None = None, namespace: str | None = None
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "p", "generation": generation, "resourceVersion": "7"}
     kind = "ClusterAdmissionPolicy"
     if namespace:
         meta["namespace"] = namespace
@@ -43,7 +46,7 @@ def test_status_path_cluster_and_namespaced() -> None:
     assert status_path(_policy(namespace="team-a")) == (
         "/apis/tollgate.dev/v1alpha1/namespaces/team-a/admissionpolicies/p/status"
     )
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="not a policy object"):
         status_path({"kind": "ConfigMap", "metadata": {"name": "x"}})
 
 
@@ -56,16 +59,16 @@ def test_condition_is_current_requires_generation_match() -> None:
     # spec changed (generation 4): the old condition is stale even if equal otherwise
     assert not condition_is_current(_policy(generation=4, status=current), READY)
     # different message
-    assert not condition_is_current(_policy(status=current), Condition({**READY, "message": "x"}))  # type: ignore[typeddict-item]
+    assert not condition_is_current(_policy(status=current), Condition({**READY, "message": "x"}))
     # no status at all
     assert not condition_is_current(_policy(), READY)
 
 
 def test_set_condition_keeps_transition_time_when_status_unchanged() -> None:
-    first = set_condition({}, Condition(**READY, observedGeneration=1), now=T0)  # type: ignore[typeddict-item]
+    first = set_condition({}, Condition(**READY, observedGeneration=1), now=T0)
     assert first["observedGeneration"] == 1
     assert first["conditions"][0]["lastTransitionTime"] == "2026-01-01T12:00:00Z"
-    same = set_condition(first, Condition(**READY, observedGeneration=2), now=T1)  # type: ignore[typeddict-item]
+    same = set_condition(first, Condition(**READY, observedGeneration=2), now=T1)
     assert same["conditions"][0]["lastTransitionTime"] == "2026-01-01T12:00:00Z"
     assert same["observedGeneration"] == 2
     flipped = set_condition(
@@ -84,9 +87,15 @@ def test_set_condition_keeps_other_types() -> None:
     assert [c["type"] for c in out["conditions"]] == ["Other", "Ready"]
 
 
-def test_backoff_is_exponential_and_capped() -> None:
-    b = Backoff(initial=0.1, factor=2.0, cap=0.5, max_attempts=5)
-    assert [b.delay(n) for n in (1, 2, 3, 4, 5)] == [0.1, 0.2, 0.4, 0.5, 0.5]
+def test_status_patch_sets_generation_and_keeps_other_conditions() -> None:
+    other = {"type": "Other", "status": "True", "reason": "R", "message": "", "lastTransitionTime": "x"}
+    patch = status_patch(_policy(generation=5, status={"conditions": [other]}), READY, now=T0)
+    assert patch == {"status": {
+        "observedGeneration": 5,
+        "conditions": [other, {**READY, "observedGeneration": 5, "lastTransitionTime": "2026-01-01T12:00:00Z"}],
+    }}
+    # Only status: a merge patch of the /status subresource never carries spec or metadata.
+    assert set(patch) == {"status"}
 
 
 def test_lease_held_by_other_until_expired_on_own_clock() -> None:
@@ -109,7 +118,7 @@ def test_record_round_trips_through_lease_spec() -> None:
     [(10.0, 10.0, 2.0), (15.0, 2.0, 2.0), (15.0, 10.0, 0.0)],
 )
 def test_config_rejects_client_go_invalid_durations(lease: float, renew: float, retry: float) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="must be"):
         LeaderElectionConfig("l", "ns", "me", lease_duration=lease, renew_deadline=renew, retry_period=retry)
 
 

@@ -1,4 +1,4 @@
-"""A real TLS listener running ``create_app`` with informers fed from a MemoryCluster."""
+"""A real TLS listener running ``create_app`` with informers fed by the fake API server over HTTP."""
 
 from __future__ import annotations
 
@@ -13,17 +13,35 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from tests.fakeapi.memory import MemoryCluster
+from tests.fakeapi.server import FakeApiServer
 from webhook import certs
 from webhook.app import CERTS, create_app
 from webhook.config import Settings
+from webhook.kube.client import api_client_for_url
+
+
+class Cluster:
+    """The fake API server as the tests drive it: ``await apply(resource, obj)``, ``await delete(...)``, ``rv``."""
+
+    def __init__(self, fake: FakeApiServer) -> None:
+        self.fake = fake
+
+    @property
+    def rv(self) -> int:
+        return self.fake.rv
+
+    async def apply(self, resource: str, obj: dict[str, Any]) -> dict[str, Any]:
+        return self.fake.apply(resource, obj)
+
+    async def delete(self, resource: str, key: str) -> None:
+        self.fake.delete(resource, key)
 
 
 @dataclass
 class Served:
     url: str
     session: aiohttp.ClientSession
-    cluster: MemoryCluster
+    cluster: Cluster
     app: web.Application
     cert_dir: Path
 
@@ -59,13 +77,17 @@ async def serve_tls(app: web.Application) -> tuple[web.AppRunner, int]:
 @pytest.fixture
 async def served(tmp_path: Path) -> AsyncIterator[Served]:
     paths = certs.write_certs(tmp_path, dns_names=["localhost"], ip_addresses=["127.0.0.1"], days=1)
-    cluster = MemoryCluster()
-    await cluster.apply("namespaces", {"metadata": {"name": "default", "labels": {"team": "a"}}})
+    fake = FakeApiServer()
+    await fake.start()
+    fake.apply("namespaces", {"metadata": {"name": "default", "labels": {"team": "a"}}})
     settings = Settings(cert_file=paths.cert, key_file=paths.key, host="127.0.0.1", port=0, write_status=False,
                         cert_poll_interval=0.05, max_request_bytes=1024 * 1024)
-    app = create_app(settings, lister_watcher_for=lambda key: cluster.lister_watcher(key.resource))
+    client = api_client_for_url(fake.url)
+    app = create_app(settings, api_client=client)
     runner, port = await serve_tls(app)
     client_ctx = ssl.create_default_context(cafile=str(paths.ca))
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_ctx)) as session:
-        yield Served(f"https://localhost:{port}", session, cluster, app, tmp_path)
+        yield Served(f"https://localhost:{port}", session, Cluster(fake), app, tmp_path)
     await runner.cleanup()
+    await client.close()
+    await fake.stop()

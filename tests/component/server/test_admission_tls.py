@@ -1,7 +1,7 @@
 """AdmissionReviews as the API server sends them, over a real TLS connection to ``create_app``.
 
 Policies, Namespaces and ConfigMaps arrive through the real Reflector and
-SharedInformer (from an in-process MemoryCluster); the captured kubewarden
+SharedInformer (fed by the fake API server over HTTP); the captured kubewarden
 requests are real kube-apiserver input.
 """
 
@@ -24,7 +24,7 @@ from webhook import certs
 from webhook.app import CERTS, COMPONENTS
 from webhook.resources import CLUSTER_POLICIES
 
-PRIVILEGED_POLICY = {
+PRIVILEGED_POLICY: dict[str, Any] = {
     "apiVersion": "tollgate.dev/v1alpha1",
     "kind": "ClusterAdmissionPolicy",
     "metadata": {"name": "no-privileged"},
@@ -235,9 +235,9 @@ async def test_certificate_rotation_keeps_serving_and_rejects_a_bad_pair(served:
     assert reloader.reload_if_changed() is True
     assert reloader.expiry > old_expiry
     ctx = ssl.create_default_context(cafile=str(fresh / "ca.crt"))
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as fresh_session:
-        async with fresh_session.post(served.url + "/validate", json=review(pod_create())) as resp:
-            assert resp.status == 200
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as fresh_session, \
+            fresh_session.post(served.url + "/validate", json=review(pod_create())) as resp:
+        assert resp.status == 200
     async with served.session.get(served.url + "/metrics") as resp:
         text = await resp.text()
     assert 'tollgate_certificate_reloads_total{result="failure"} 1.0' in text

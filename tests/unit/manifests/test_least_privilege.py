@@ -1,15 +1,18 @@
 """Least privilege and fail-safe settings of manifests/ (issue 7, item 7).
 
-Parses the kustomize base's YAML (everything but crds/, which another part of
-the project owns) and fails when:
+Parses manifests/install/ (everything but crds/, which another part of the
+project owns) and the webhook configurations the leader generates for the
+shipped policies (``webhook.policy.webhooks`` over policies/), and fails when:
 
-* RBAC grants more than get/list/watch on the cached resources, update/patch on
-  the policy ``/status`` subresources, and get/create/update on Leases in
-  ``tollgate-system``; or any wildcard, nonResourceURL or extra verb;
+* RBAC grants more than get/list/watch on the cached resources, patch on the
+  policy ``/status`` subresources, get/update/patch on the two webhook
+  configurations named ``tollgate`` (by ``resourceNames``, never create), and
+  get/create/update on Leases in ``tollgate-system``; or any wildcard,
+  nonResourceURL or extra verb;
 * the Deployment could run as root, with a writable root filesystem, with
   privilege escalation, capabilities, host namespaces, or without resource
   requests and limits;
-* a webhook configuration lacks ``sideEffects: None``, an explicit
+* a generated webhook entry lacks ``sideEffects: None``, an explicit
   ``failurePolicy``, ``timeoutSeconds`` <= 10, or a namespaceSelector that
   keeps ``tollgate-system`` (and ``kube-system``) out;
 * the probes or webhook paths are not routes of the app ``create_app`` builds,
@@ -30,14 +33,17 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[3]
 MANIFESTS = ROOT / "manifests"
+INSTALL = MANIFESTS / "install"
 NAMESPACE = "tollgate-system"
 SERVICE_ACCOUNT = "tollgate"
 
 # (apiGroup, resource) -> the verbs Tollgate may hold, and whether the grant may
 # be cluster-wide (ClusterRole) or only in tollgate-system (Role).
 CACHED = frozenset({"get", "list", "watch"})
-STATUS = frozenset({"update", "patch"})
+STATUS = frozenset({"patch"})
 LEASE = frozenset({"get", "create", "update"})
+WEBHOOK_CONFIGS = frozenset({"get", "update", "patch"})
+WEBHOOK_CONFIG_NAME = "tollgate"
 ALLOWED_CLUSTER: dict[tuple[str, str], frozenset[str]] = {
     ("", "configmaps"): CACHED,
     ("", "namespaces"): CACHED,
@@ -45,31 +51,41 @@ ALLOWED_CLUSTER: dict[tuple[str, str], frozenset[str]] = {
     ("tollgate.dev", "admissionpolicies"): CACHED,
     ("tollgate.dev", "clusteradmissionpolicies/status"): STATUS,
     ("tollgate.dev", "admissionpolicies/status"): STATUS,
+    ("admissionregistration.k8s.io", "validatingwebhookconfigurations"): WEBHOOK_CONFIGS,
+    ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): WEBHOOK_CONFIGS,
+}
+#: Grants that must name their objects: nothing else in the cluster may be touched.
+PINNED_CLUSTER = {
+    ("admissionregistration.k8s.io", "validatingwebhookconfigurations"): (WEBHOOK_CONFIG_NAME,),
+    ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): (WEBHOOK_CONFIG_NAME,),
 }
 ALLOWED_NAMESPACED: dict[tuple[str, str], frozenset[str]] = {
     ("coordination.k8s.io", "leases"): LEASE,
 }
 # What the server actually uses, so the RBAC must not be *less* either: informers
-# list/watch, StatusWriter GETs after a 409 and PUTs .../status.
+# list/watch, StatusWriter PATCHes .../status, the reconciler GETs and PUTs the configurations.
 REQUIRED_CLUSTER: dict[tuple[str, str], frozenset[str]] = {
     ("", "configmaps"): frozenset({"list", "watch"}),
     ("", "namespaces"): frozenset({"list", "watch"}),
     ("tollgate.dev", "clusteradmissionpolicies"): CACHED,
     ("tollgate.dev", "admissionpolicies"): CACHED,
-    ("tollgate.dev", "clusteradmissionpolicies/status"): frozenset({"update"}),
-    ("tollgate.dev", "admissionpolicies/status"): frozenset({"update"}),
+    ("tollgate.dev", "clusteradmissionpolicies/status"): frozenset({"patch"}),
+    ("tollgate.dev", "admissionpolicies/status"): frozenset({"patch"}),
+    ("admissionregistration.k8s.io", "validatingwebhookconfigurations"): frozenset({"get", "update"}),
+    ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): frozenset({"get", "update"}),
 }
 
 
 def _kustomization() -> dict[str, Any]:
-    return yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())
+    loaded: dict[str, Any] = yaml.safe_load((INSTALL / "kustomization.yaml").read_text())
+    return loaded
 
 
 def _documents() -> list[dict[str, Any]]:
     docs: list[dict[str, Any]] = []
     for entry in _kustomization()["resources"]:
-        path = MANIFESTS / entry
-        if entry == "crds" or path.is_dir():
+        path = INSTALL / entry
+        if entry == "../crds" or path.is_dir():
             continue  # crds/ (its own kustomization, owned elsewhere)
         docs.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
     return docs
@@ -87,12 +103,23 @@ def _one(kind: str) -> dict[str, Any]:
 
 def test_kustomization_lists_existing_files_and_crds() -> None:
     resources = _kustomization()["resources"]
-    assert "crds" in resources, "the CRDs must be part of `kubectl apply -k manifests/`"
+    assert "../crds" in resources, "the CRDs must be part of `kubectl apply -k manifests/`"
     for entry in resources:
-        if entry != "crds":
-            assert (MANIFESTS / entry).is_file(), entry
-    on_disk = {p.name for p in MANIFESTS.glob("*.yaml")} - {"kustomization.yaml"}
+        if entry != "../crds":
+            assert (INSTALL / entry).is_file(), entry
+    on_disk = {p.name for p in INSTALL.glob("*.yaml")} - {"kustomization.yaml"}
     assert on_disk <= set(resources), f"manifests not in kustomization.yaml: {on_disk - set(resources)}"
+    root = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())
+    assert root["resources"] == ["install"], "manifests/ is install/ plus the certificate Secret"
+    [secret] = root["secretGenerator"]
+    assert secret["name"] == _secret_volume_name()
+    assert sorted(f.split("=")[0] for f in secret["files"]) == ["ca.crt", "tls.crt", "tls.key"]
+
+
+def _secret_volume_name() -> str:
+    volumes = _pod_spec()["volumes"]
+    [secret] = [v["secret"]["secretName"] for v in volumes if "secret" in v]
+    return str(secret)
 
 
 def _grants(role: dict[str, Any]) -> list[tuple[str, str, str, tuple[str, ...]]]:
@@ -115,15 +142,18 @@ def test_rbac_has_no_wildcards(kind: str) -> None:
             )
 
 
-def test_cluster_role_grants_only_cache_reads_and_status_writes() -> None:
+def test_cluster_role_grants_only_cache_reads_status_and_webhook_config_writes() -> None:
     granted: dict[tuple[str, str], set[str]] = {}
     for role in _of_kind("ClusterRole"):
-        for group, resource, verb, _ in _grants(role):
+        for group, resource, verb, names in _grants(role):
             allowed = ALLOWED_CLUSTER.get((group, resource))
             assert allowed is not None, f"ClusterRole grants {verb} on {group or 'core'}/{resource}"
             assert verb in allowed, (
                 f"ClusterRole grants {verb} on {group or 'core'}/{resource}; allowed: {sorted(allowed)}"
             )
+            pinned = PINNED_CLUSTER.get((group, resource))
+            if pinned is not None:
+                assert names == pinned, f"{verb} on {resource} must be limited to resourceNames {list(pinned)}"
             granted.setdefault((group, resource), set()).add(verb)
     for key, verbs in REQUIRED_CLUSTER.items():
         assert verbs <= granted.get(key, set()), f"server needs {sorted(verbs)} on {key}"
@@ -157,7 +187,8 @@ def test_bindings_bind_only_our_roles_to_our_service_account() -> None:
 def _pod_spec() -> dict[str, Any]:
     deployment = _one("Deployment")
     assert deployment["spec"]["replicas"] >= 2, "one replica is a single point of failure for a fail-closed webhook"
-    return deployment["spec"]["template"]["spec"]
+    spec: dict[str, Any] = deployment["spec"]["template"]["spec"]
+    return spec
 
 
 def test_deployment_runs_unprivileged() -> None:
@@ -225,13 +256,40 @@ def test_probes_use_https_paths_the_server_serves(server_routes: set[tuple[str, 
         assert ("GET", path) in server_routes, f"the server has no GET {path}"
 
 
+def _target() -> Any:
+    from webhook.policy.webhooks import WebhookTarget
+
+    service = _one("Service")
+    return WebhookTarget(name=WEBHOOK_CONFIG_NAME, service=service["metadata"]["name"],
+                         namespace=service["metadata"]["namespace"], service_account=SERVICE_ACCOUNT,
+                         port=service["spec"]["ports"][0]["port"])
+
+
+def _generated() -> list[dict[str, Any]]:
+    """What the leader writes for the shipped policy library (the same as `tollgate webhook-config`)."""
+    from webhook.policy.webhooks import parsed_specs, webhook_configurations
+    from webhook.webhookconfig import load_policies
+
+    configs = webhook_configurations(parsed_specs(load_policies([ROOT / "policies"])), _target())
+    return configs.documents()
+
+
 def _webhooks() -> list[tuple[str, dict[str, Any]]]:
-    out = []
-    for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
-        configs = _of_kind(kind)
-        assert configs, f"no {kind}"
-        out.extend((kind, hook) for cfg in configs for hook in cfg["webhooks"])
+    out: list[tuple[str, dict[str, Any]]] = []
+    for config in _generated():
+        assert config["webhooks"], f"the shipped policies need a {config['kind']}"
+        out.extend((config["kind"], hook) for hook in config["webhooks"])
     return out
+
+
+def test_manifests_create_the_configurations_the_reconciler_may_write() -> None:
+    for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+        static = _one(kind)
+        assert static["metadata"]["name"] == WEBHOOK_CONFIG_NAME
+        # No `webhooks`: a re-apply of the manifests never resets what the leader wrote.
+        assert "webhooks" not in static
+        generated = next(c for c in _generated() if c["kind"] == kind)
+        assert static["metadata"]["labels"] == generated["metadata"]["labels"], "else every start rewrites them"
 
 
 def test_webhooks_fail_safe_settings() -> None:
@@ -299,33 +357,21 @@ def test_webhooks_reach_the_service_and_its_container_port() -> None:
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl (built-in kustomize) not on PATH")
-def test_kustomize_build_injects_ca_bundle(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_kustomize_build_generates_the_tls_secret(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     copy = tmp_path / "manifests"
     shutil.copytree(MANIFESTS, copy, ignore=shutil.ignore_patterns("tls"))
-    if not (copy / "crds" / "kustomization.yaml").exists():
-        # crds/ is written by another part of the project; stand in for it if absent.
-        (copy / "crds").mkdir(exist_ok=True)
-        (copy / "crds" / "kustomization.yaml").write_text("resources: []\n")
     # The real `tollgate certs` flow, as docs/deploying.md describes it.
     from webhook.cli import main
 
     assert main(["certs", "--out-dir", str(copy / "tls"), "--service", "tollgate", "--namespace", NAMESPACE]) == 0
-    printed = capsys.readouterr().out.strip()
+    capsys.readouterr()
     rendered = subprocess.run(
         ["kubectl", "kustomize", str(copy)], check=True, capture_output=True, text=True, timeout=30
     ).stdout
     docs = [d for d in yaml.safe_load_all(rendered) if d]
-    ca_pem = (copy / "tls" / "ca.crt").read_bytes()
-    hooks = [h for d in docs if d["kind"].endswith("WebhookConfiguration") for h in d["webhooks"]]
-    assert len(hooks) == 2
-    for hook in hooks:
-        # kustomize wraps long base64 at 76 columns; the API server's base64
-        # decoding of []byte fields (Go's StdEncoding) skips the newlines.
-        bundle = "".join(hook["clientConfig"]["caBundle"].split())
-        assert base64.b64decode(bundle, validate=True) == ca_pem
-        assert bundle == printed, "caBundle differs from what `tollgate certs` printed"
     secret = next(d for d in docs if d["kind"] == "Secret")
     assert secret["metadata"]["name"] == "tollgate-tls" and secret["type"] == "kubernetes.io/tls"
+    assert base64.b64decode(secret["data"]["ca.crt"]) == (copy / "tls" / "ca.crt").read_bytes()
     deployment = next(d for d in docs if d["kind"] == "Deployment")
     volumes = deployment["spec"]["template"]["spec"]["volumes"]
     assert {"secretName": "tollgate-tls", "defaultMode": 0o440} in [v.get("secret") for v in volumes]

@@ -1,0 +1,186 @@
+"""Structure of every kustomization (manifests/, overlays, policy sets) and of `tollgate webhook-config`.
+
+kubectl is not needed: :func:`build` expands a kustomization as kustomize does
+for what these files use (``resources`` files and directories, JSON 6902
+``patches`` with a ``target``, duplicate ids rejected), so the cert-manager
+overlay and the policy sets are checked from the files themselves.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import pytest
+import yaml
+
+from webhook import certs
+from webhook.cli import main
+from webhook.policy import compile_policy
+from webhook.policy.matching import POD_CONTROLLERS
+
+ROOT = Path(__file__).resolve().parents[3]
+MANIFESTS = ROOT / "manifests"
+POLICIES = ROOT / "policies"
+POLICY_KINDS = {"ClusterAdmissionPolicy", "AdmissionPolicy"}
+
+
+def _targets(doc: dict[str, Any], target: dict[str, Any]) -> bool:
+    group, _, version = doc.get("apiVersion", "").rpartition("/")
+    meta = doc.get("metadata") or {}
+    return all(want == have for want, have in ((target.get("kind"), doc.get("kind")),
+                                               (target.get("name"), meta.get("name")),
+                                               (target.get("group"), group), (target.get("version"), version))
+               if want is not None)
+
+
+def build(directory: Path) -> list[dict[str, Any]]:
+    """The documents ``kubectl kustomize directory`` emits (for the features used here)."""
+    kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
+    docs: list[dict[str, Any]] = []
+    for entry in kustomization.get("resources") or []:
+        path = (directory / entry).resolve()
+        assert path.exists(), f"{directory}/kustomization.yaml: {entry} does not exist"
+        if path.is_dir():
+            assert (path / "kustomization.yaml").is_file(), f"{path} has no kustomization.yaml"
+            docs += build(path)
+        else:
+            docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
+    for patch in kustomization.get("patches") or []:
+        ops = yaml.safe_load(patch["patch"])
+        hits = [i for i, d in enumerate(docs) if _targets(d, patch["target"])]
+        assert hits, f"{directory}: patch target {patch['target']} matches nothing"
+        for i in hits:
+            docs[i] = jsonpatch.apply_patch(docs[i], ops)
+    ids = [(d.get("kind"), (d.get("metadata") or {}).get("namespace"), d["metadata"]["name"]) for d in docs]
+    duplicates = {i for i in ids if ids.count(i) > 1}
+    assert not duplicates, f"{directory}: resources registered twice: {duplicates}"
+    return docs
+
+
+def _one(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    found = [d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
+    return found[0]
+
+
+def test_cert_manager_overlay() -> None:
+    docs = build(MANIFESTS / "overlays" / "cert-manager")
+    service = _one(docs, "Service")
+    namespace = service["metadata"]["namespace"]
+    assert not [d for d in docs if d["kind"] == "Secret"], "the Secret is cert-manager's, not kustomize's"
+    # The serving Certificate writes the Secret the Deployment mounts, with the Service's DNS names.
+    deployment = _one(docs, "Deployment")
+    [secret_name] = [v["secret"]["secretName"] for v in deployment["spec"]["template"]["spec"]["volumes"]
+                     if "secret" in v]
+    serving = next(d for d in docs if d["kind"] == "Certificate" and d["spec"]["secretName"] == secret_name)
+    assert serving["metadata"]["namespace"] == namespace
+    assert sorted(serving["spec"]["dnsNames"]) == sorted(certs.service_dns_names(service["metadata"]["name"],
+                                                                                   namespace))
+    assert "server auth" in serving["spec"]["usages"] and not serving["spec"].get("isCA")
+    # Its issuer chain resolves inside the overlay: CA Issuer -> CA Certificate -> self-signed Issuer.
+    ca_issuer = _one(docs, "Issuer", serving["spec"]["issuerRef"]["name"])
+    ca_cert = next(d for d in docs if d["kind"] == "Certificate" and d["spec"]["secretName"]
+                   == ca_issuer["spec"]["ca"]["secretName"])
+    assert ca_cert["spec"]["isCA"] is True
+    assert "selfSigned" in _one(docs, "Issuer", ca_cert["spec"]["issuerRef"]["name"])["spec"]
+    for d in docs:
+        if d["kind"] in ("Issuer", "Certificate"):
+            assert d["apiVersion"] == "cert-manager.io/v1" and d["metadata"]["namespace"] == namespace
+    # Both configurations ask the CA injector for that Certificate's CA.
+    for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+        config = _one(docs, kind)
+        assert config["metadata"]["annotations"] == {
+            "cert-manager.io/inject-ca-from": f"{namespace}/{serving['metadata']['name']}"}
+    # Everything else is install/ unchanged.
+    install = build(MANIFESTS / "install")
+    assert len(docs) == len(install) + 4
+
+
+def test_self_managed_overlay() -> None:
+    from webhook.kube.certs import SelfManagedCerts
+
+    docs = build(MANIFESTS / "overlays" / "self-managed")
+    secret = _one(docs, "Secret")
+    default_name = SelfManagedCerts.__init__.__kwdefaults__["secret_name"]  # type: ignore[index]
+    assert secret["metadata"]["name"] == default_name and not secret.get("data"), "created empty, filled by Tollgate"
+    pod = _one(docs, "Deployment")["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert "--self-managed-certs" in container["args"]
+    tls_mount = next(m for m in container["volumeMounts"] if m["mountPath"] == "/etc/tollgate/tls")
+    assert tls_mount["readOnly"] is False
+    volume = next(v for v in pod["volumes"] if v["name"] == tls_mount["name"])
+    assert "emptyDir" in volume and "secret" not in volume
+    role = _one(docs, "Role", "tollgate-certificates")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": [default_name],
+                              "verbs": ["get", "update", "patch"]}]
+    binding = _one(docs, "RoleBinding", "tollgate-certificates")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "tollgate", "namespace": "tollgate-system"}]
+
+
+def test_default_entry_point_is_install_plus_the_generated_secret() -> None:
+    root = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())
+    assert root["resources"] == ["install"]
+    build(MANIFESTS / "install")
+
+
+def _policies(directory: Path) -> dict[str, dict[str, Any]]:
+    return {d["metadata"]["name"]: d for d in build(directory) if d["kind"] in POLICY_KINDS}
+
+
+def test_baseline_set_installs_one_host_ports_policy() -> None:
+    baseline = _policies(POLICIES / "pod-security" / "baseline")
+    assert "disallow-host-ports" in baseline and "disallow-host-ports-range" not in baseline
+    on_disk = {p.stem for p in (POLICIES / "pod-security" / "baseline").glob("*.yaml")} - {"kustomization"}
+    assert set(baseline) == on_disk - {"disallow-host-ports-range"}
+
+
+def test_restricted_set_is_baseline_plus_restricted_controls() -> None:
+    baseline = _policies(POLICIES / "pod-security" / "baseline")
+    restricted = _policies(POLICIES / "pod-security" / "restricted")
+    on_disk = {p.stem for p in (POLICIES / "pod-security" / "restricted").glob("*.yaml")} - {"kustomization"}
+    assert set(restricted) == set(baseline) | on_disk
+
+
+@pytest.mark.parametrize("level", ["baseline", "restricted"])
+def test_every_policy_in_a_set_is_ready(level: str) -> None:
+    for name, obj in _policies(POLICIES / "pod-security" / level).items():
+        assert compile_policy(obj).condition["status"] == "True", name
+
+
+def test_examples_install_their_policies_and_params() -> None:
+    docs = build(POLICIES / "examples")
+    names = {d["metadata"]["name"] for d in docs if d["kind"] in POLICY_KINDS}
+    on_disk = {d["metadata"]["name"] for p in (POLICIES / "examples").glob("*/policy.yaml")
+               for d in yaml.safe_load_all(p.read_text()) if d}
+    assert names == on_disk
+    assert {d["kind"] for d in docs} <= POLICY_KINDS | {"ConfigMap"}, "no test inputs installed"
+    for cm in (d for d in docs if d["kind"] == "ConfigMap"):
+        assert cm["metadata"]["labels"]["tollgate.dev/params"] == "true"
+
+
+def test_webhook_config_for_pod_security_names_only_pods_and_pod_controllers(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["webhook-config", "--policies", str(POLICIES / "pod-security")]) == 0
+    validating, mutating = yaml.safe_load_all(capsys.readouterr().out)
+    assert validating["kind"] == "ValidatingWebhookConfiguration" and mutating["webhooks"] == []
+    named = {(group, resource) for hook in validating["webhooks"] for rule in hook["rules"]
+             for group in rule["apiGroups"] for resource in rule["resources"]}
+    assert named == {("", "pods")} | set(POD_CONTROLLERS)
+    assert [h["failurePolicy"] for h in validating["webhooks"]] == ["Fail"]
+
+
+def test_webhook_config_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    paths = certs.write_certs(tmp_path, dns_names=["gate.gate-ns.svc"], days=1)
+    assert main(["webhook-config", "--policies", str(POLICIES / "examples"), "--service", "gate",
+                 "--namespace", "gate-ns", "--ca-bundle", str(paths.ca)]) == 0
+    validating, mutating = yaml.safe_load_all(capsys.readouterr().out)
+    hooks = validating["webhooks"] + mutating["webhooks"]
+    assert hooks and mutating["webhooks"], "add-default-labels mutates"
+    for hook in hooks:
+        assert hook["clientConfig"]["service"]["name"] == "gate"
+        assert hook["clientConfig"]["caBundle"] == certs.ca_bundle(paths.ca.read_bytes())
+        assert "gate-ns" in hook["namespaceSelector"]["matchExpressions"][0]["values"]
+    assert main(["webhook-config", "--policies", str(tmp_path / "missing")]) == 2

@@ -1,0 +1,99 @@
+"""One JSON call to the API server through kubernetes_asyncio's ``ApiClient.call_api``.
+
+Every writer in ``webhook.kube`` (leader election, status, webhook
+configurations, certificates) goes through :func:`call_json`: the same
+headers, authentication (``BearerToken``, which kubernetes_asyncio fills from
+the in-cluster token or the kubeconfig), timeout and error type everywhere.
+Paths are the API server's REST paths (``/api/v1/...``, ``/apis/G/V/...``), so
+no generated per-kind client is needed for custom resources.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes_asyncio.client import ApiClient
+from kubernetes_asyncio.client.exceptions import ApiException
+
+__all__ = [
+    "JSON",
+    "JSON_PATCH",
+    "MERGE_PATCH",
+    "ApiException",
+    "call_json",
+    "collection_path",
+    "object_path",
+]
+
+#: ``Content-Type`` of a full object (POST, PUT).
+JSON = "application/json"
+#: RFC 7386 JSON merge patch: objects merge, ``null`` deletes, lists replace.
+MERGE_PATCH = "application/merge-patch+json"
+#: RFC 6902 JSON patch: a list of operations (``test`` makes it conditional).
+JSON_PATCH = "application/json-patch+json"
+
+
+def collection_path(group: str, version: str, plural: str, namespace: str | None = None) -> str:
+    """REST path of a resource collection.
+
+    Args:
+        group: API group, ``""`` for the core group.
+        version: e.g. ``"v1"``.
+        plural: resource name, e.g. ``"secrets"``.
+        namespace: the namespace for namespaced resources; ``None`` for
+            cluster-scoped ones.
+
+    Returns:
+        e.g. ``/api/v1/namespaces/ns/secrets`` or
+        ``/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations``.
+    """
+    prefix = f"/apis/{group}/{version}" if group else f"/api/{version}"
+    scope = f"/namespaces/{namespace}" if namespace else ""
+    return f"{prefix}{scope}/{plural}"
+
+
+def object_path(group: str, version: str, plural: str, name: str, namespace: str | None = None) -> str:
+    """REST path of one object (see :func:`collection_path`), e.g. ``/api/v1/namespaces/ns/secrets/tls``."""
+    return f"{collection_path(group, version, plural, namespace)}/{name}"
+
+
+async def call_json(
+    api: ApiClient,
+    method: str,
+    path: str,
+    *,
+    body: dict[str, Any] | list[Any] | None = None,
+    content_type: str = JSON,
+    timeout: float | None = None,
+) -> dict[str, Any]:
+    """Send one request and decode the JSON answer.
+
+    Args:
+        api: a configured kubernetes_asyncio ``ApiClient`` (not closed here).
+        method: ``GET``, ``POST``, ``PUT``, ``PATCH`` or ``DELETE``.
+        path: REST path (see :func:`object_path`).
+        body: JSON body: an object, or a list of operations for
+            :data:`JSON_PATCH`.
+        content_type: :data:`JSON`, :data:`MERGE_PATCH` or :data:`JSON_PATCH`.
+        timeout: seconds for the whole request; ``None`` for the client's default.
+
+    Returns:
+        The decoded body (``{}`` when it is not a JSON object).
+
+    Raises:
+        ApiException: any non-2xx answer; ``.status`` is the HTTP code
+            (404 NotFound, 409 Conflict/AlreadyExists, 422 Invalid, ...) and
+            ``.body`` the ``metav1.Status``.
+        TimeoutError, aiohttp.ClientError: the request did not complete.
+    """
+    result = await api.call_api(
+        path,
+        method,
+        header_params={"Accept": JSON, "Content-Type": content_type},
+        body=body,
+        response_types_map={200: "object", 201: "object"},
+        auth_settings=["BearerToken"],
+        _return_http_data_only=True,
+        _request_timeout=timeout,
+    )
+    return result if isinstance(result, dict) else {}

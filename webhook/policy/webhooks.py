@@ -1,0 +1,310 @@
+"""The webhook configurations the loaded policies need (pure; no I/O).
+
+:func:`webhook_configurations` turns the parsed policies into one
+``ValidatingWebhookConfiguration`` and one ``MutatingWebhookConfiguration``
+(``admissionregistration.k8s.io/v1``, as dicts), so that the API server sends
+Tollgate only the requests some policy can act on, as Kyverno's webhook
+controller and Gatekeeper's generated configuration do:
+
+* **Narrowest rules.** The union of the policies' ``match.resourceRules``
+  (rules that differ only in ``resources`` are merged), plus Deployment,
+  StatefulSet, DaemonSet, ReplicaSet, ReplicationController, Job and CronJob
+  (``webhook.policy.matching.POD_CONTROLLERS``) for a policy with
+  ``autogen.podControllers`` on a rule naming ``pods``. Validating rules keep
+  the operations the policies name; mutating rules only ``CREATE`` and
+  ``UPDATE`` (a patch means nothing on DELETE or CONNECT).
+* **Who needs which endpoint.** A policy with ``validations`` or
+  ``auditAnnotations`` is routed to ``/validate``, one with ``mutations`` to
+  ``/mutate``. No such policy: ``webhooks: []``, and the API server calls
+  nothing.
+* **One entry per failurePolicy.** ``Fail`` policies' rules go to an entry
+  with ``failurePolicy: Fail``, ``Ignore`` policies' to one with ``Ignore``,
+  so a cluster with only Ignore policies never fails closed. The Ignore entry
+  also carries a matchCondition that leaves out every request the Fail entry
+  matches: the entries are disjoint, so no request is evaluated (or, worse,
+  mutated) twice by the same configuration.
+* **Exclusions** (namespaceSelector and matchConditions, as in
+  manifests/webhooks.yaml before it was generated): the namespaces
+  ``kube-system`` and the webhook's own, the webhook's own ServiceAccount,
+  kubelets (group ``system:nodes``), Leases, Events and the
+  ``authentication.k8s.io`` / ``authorization.k8s.io`` reviews.
+
+A policy that is not Ready still answers per its failurePolicy
+(docs/design/policy-api.md), so the input is every policy whose *spec* parsed
+(:func:`parsed_specs`), not only those whose CEL compiled. Output is
+deterministic: rules, lists and entries are sorted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook.policy.matching import POD_CONTROLLERS
+from webhook.policy.model import PolicySpec, PolicySpecError, ResourceRule, parse_policy
+
+__all__ = [
+    "ADMISSION_API_VERSION",
+    "MUTATE_PATH",
+    "VALIDATE_PATH",
+    "WebhookConfigurations",
+    "WebhookTarget",
+    "parsed_specs",
+    "webhook_configurations",
+]
+
+ADMISSION_API_VERSION = "admissionregistration.k8s.io/v1"
+VALIDATE_PATH = "/validate"
+MUTATE_PATH = "/mutate"
+#: Operations a mutation can act on.
+_MUTATING_OPERATIONS = frozenset({"CREATE", "UPDATE"})
+_ALL_OPERATIONS = ("CONNECT", "CREATE", "DELETE", "UPDATE")
+_FAILURE_POLICIES = ("Fail", "Ignore")
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookTarget:
+    """Where the API server reaches Tollgate, and who Tollgate is.
+
+    Attributes:
+        name: ``metadata.name`` of both configurations.
+        service: the Service name, e.g. ``"tollgate"``.
+        namespace: the Service's (and the webhook's own) namespace.
+        service_account: the webhook's ServiceAccount name (its own writes
+            are never sent to it).
+        port: the Service port.
+        ca_bundle: base64 PEM of the CA(s) that sign the serving certificate;
+            ``""`` to leave ``caBundle`` out (cert-manager's CA injector or
+            the self-managed mode fills it in).
+        timeout_seconds: ``timeoutSeconds`` of every entry (1-30; the API
+            server's default is 10).
+        excluded_namespaces: namespaces never sent, besides ``namespace``.
+        labels: ``metadata.labels`` of both configurations.
+    """
+
+    name: str = "tollgate"
+    service: str = "tollgate"
+    namespace: str = "tollgate-system"
+    service_account: str = "tollgate"
+    port: int = 443
+    ca_bundle: str = ""
+    timeout_seconds: int = 5
+    excluded_namespaces: tuple[str, ...] = ("kube-system",)
+    labels: Mapping[str, str] = field(default_factory=lambda: {
+        "app.kubernetes.io/name": "tollgate", "app.kubernetes.io/managed-by": "tollgate"})
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookConfigurations:
+    """Both generated configurations, as JSON-ready dicts.
+
+    Attributes:
+        validating: the ``ValidatingWebhookConfiguration``.
+        mutating: the ``MutatingWebhookConfiguration``.
+    """
+
+    validating: dict[str, Any]
+    mutating: dict[str, Any]
+
+    def documents(self) -> list[dict[str, Any]]:
+        """``[validating, mutating]``, e.g. for a multi-document YAML stream."""
+        return [self.validating, self.mutating]
+
+
+def parsed_specs(objects: Iterable[Mapping[str, Any]]) -> list[PolicySpec]:
+    """The specs of the policy objects that parse; the others are skipped.
+
+    A policy whose spec does not parse has no rules to route by (its status
+    says ``InvalidSpec``); one whose CEL does not compile is kept, because it
+    still answers per its failurePolicy.
+
+    Args:
+        objects: ClusterAdmissionPolicy / AdmissionPolicy objects as decoded
+            from JSON or YAML.
+
+    Returns:
+        Parsed specs, in input order.
+    """
+    specs = []
+    for obj in objects:
+        try:
+            specs.append(parse_policy(dict(obj)))
+        except PolicySpecError:
+            continue
+    return specs
+
+
+# -- rules -------------------------------------------------------------------------------------------------------
+
+
+def _expand_pod_controllers(rule: ResourceRule) -> list[ResourceRule]:
+    """The pod-controller rules autogen adds for ``rule`` (none unless it names core ``pods``)."""
+    if "pods" not in rule.resources or not ({"", "*"} & rule.api_groups):
+        return []
+    by_group: dict[str, set[str]] = {}
+    for group, resource in POD_CONTROLLERS:
+        by_group.setdefault(group, set()).add(resource)
+    # Same versions, operations and scope as the pod rule, so that they merge with it where the group is shared.
+    return [ResourceRule(api_groups=frozenset({group}), api_versions=rule.api_versions,
+                         resources=frozenset(resources), operations=rule.operations, scope=rule.scope)
+            for group, resources in by_group.items()]
+
+
+def _operations(operations: frozenset[str], mutating: bool) -> tuple[str, ...]:
+    ops = set(_ALL_OPERATIONS) if "*" in operations else set(operations)
+    if mutating:
+        ops &= _MUTATING_OPERATIONS
+    elif ops == set(_ALL_OPERATIONS):
+        return ("*",)
+    return tuple(sorted(ops))
+
+
+def _rules(specs: Iterable[PolicySpec], *, mutating: bool) -> list[dict[str, Any]]:
+    """Union of the specs' rules: merged when only ``resources`` differ, sorted."""
+    merged: dict[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], str], set[str]] = {}
+    for spec in specs:
+        rules = list(spec.resource_rules)
+        if spec.pod_controllers:
+            rules += [extra for rule in spec.resource_rules for extra in _expand_pod_controllers(rule)]
+        for rule in rules:
+            ops = _operations(rule.operations, mutating)
+            if not ops:
+                continue
+            key = (tuple(sorted(rule.api_groups)), tuple(sorted(rule.api_versions)), ops, rule.scope)
+            merged.setdefault(key, set()).update(rule.resources)
+    return [{"apiGroups": list(groups), "apiVersions": list(versions), "operations": list(ops),
+             "resources": sorted(resources), "scope": scope}
+            for (groups, versions, ops, scope), resources in sorted(merged.items())]
+
+
+# -- matchConditions ---------------------------------------------------------------------------------------------
+
+
+def _cel(value: str) -> str:
+    """A CEL string literal (JSON's double-quoted escaping is valid CEL)."""
+    return json.dumps(value)
+
+
+def _cel_list(values: Iterable[str]) -> str:
+    return "[" + ", ".join(_cel(v) for v in values) + "]"
+
+
+def _resource_condition(pattern: str) -> str:
+    """CEL for one ``resources`` entry: ``pods``, ``pods/status``, ``pods/*``, ``*``, ``*/status``, ``*/*``."""
+    name, _, sub = pattern.partition("/")
+    parts = []
+    if name != "*":
+        parts.append(f"request.resource.resource == {_cel(name)}")
+    if not sub:
+        parts.append("(!has(request.subResource) || request.subResource == '')")
+    elif sub != "*":
+        parts.append(f"(has(request.subResource) && request.subResource == {_cel(sub)})")
+    return " && ".join(parts) if parts else "true"
+
+
+def _rule_condition(rule: Mapping[str, Any]) -> str:
+    """CEL that is true for the requests ``rule`` matches (by group, resource, subresource, operation).
+
+    Versions and scope are left out, which can only widen it: a request the
+    rule matches always satisfies it.
+    """
+    parts = []
+    if "*" not in rule["apiGroups"]:
+        parts.append(f"request.resource.group in {_cel_list(rule['apiGroups'])}")
+    if "*" not in rule["operations"]:
+        parts.append(f"request.operation in {_cel_list(rule['operations'])}")
+    resources = [_resource_condition(r) for r in rule["resources"]]
+    if "true" not in resources:
+        parts.append("(" + " || ".join(f"({r})" for r in resources) + ")")
+    return " && ".join(parts) if parts else "true"
+
+
+def _exclusions(target: WebhookTarget) -> list[dict[str, str]]:
+    username = f"system:serviceaccount:{target.namespace}:{target.service_account}"
+    return [
+        {"name": "exclude-leases",
+         "expression": "!(request.resource.group == 'coordination.k8s.io' && request.resource.resource == 'leases')"},
+        {"name": "exclude-tollgate-serviceaccount", "expression": f"request.userInfo.username != {_cel(username)}"},
+        {"name": "exclude-kubelets", "expression": "!('system:nodes' in request.userInfo.groups)"},
+        {"name": "exclude-events-and-reviews",
+         "expression": "!(request.resource.resource == 'events' || "
+                       "request.resource.group in ['authentication.k8s.io', 'authorization.k8s.io'])"},
+    ]
+
+
+def _not_covered_by(rules: list[dict[str, Any]]) -> dict[str, str]:
+    covered = " || ".join(f"({_rule_condition(r)})" for r in rules)
+    return {"name": "not-sent-to-the-fail-entry", "expression": f"!({covered})"}
+
+
+# -- configurations ----------------------------------------------------------------------------------------------
+
+
+def _entry(target: WebhookTarget, *, mutating: bool, failure_policy: str, rules: list[dict[str, Any]],
+           fail_rules: list[dict[str, Any]]) -> dict[str, Any]:
+    verb = "mutate" if mutating else "validate"
+    client_config: dict[str, Any] = {"service": {"name": target.service, "namespace": target.namespace,
+                                                 "path": MUTATE_PATH if mutating else VALIDATE_PATH,
+                                                 "port": target.port}}
+    if target.ca_bundle:
+        client_config["caBundle"] = target.ca_bundle
+    conditions = _exclusions(target)
+    if failure_policy == "Ignore" and fail_rules:
+        conditions.append(_not_covered_by(fail_rules))
+    entry: dict[str, Any] = {
+        # The Fail entry keeps the name the static manifests used (denial messages quote it).
+        "name": f"{verb}.tollgate.dev" if failure_policy == "Fail" else f"{verb}-ignore.tollgate.dev",
+        "admissionReviewVersions": ["v1"],
+        "clientConfig": client_config,
+        "failurePolicy": failure_policy,
+        "matchConditions": conditions,
+        "matchPolicy": "Equivalent",
+        "namespaceSelector": {"matchExpressions": [{
+            "key": "kubernetes.io/metadata.name", "operator": "NotIn",
+            "values": sorted({target.namespace, *target.excluded_namespaces})}]},
+        "objectSelector": {},
+        "rules": rules,
+        "sideEffects": "None",
+        "timeoutSeconds": target.timeout_seconds,
+    }
+    if mutating:
+        # All mutating policies are applied in one call, in name order; no second pass needed.
+        entry["reinvocationPolicy"] = "Never"
+    return entry
+
+
+def _configuration(kind: str, target: WebhookTarget, specs: list[PolicySpec], *, mutating: bool) -> dict[str, Any]:
+    by_policy = {fp: _rules([s for s in specs if s.failure_policy == fp], mutating=mutating)
+                 for fp in _FAILURE_POLICIES}
+    webhooks = [_entry(target, mutating=mutating, failure_policy=fp, rules=by_policy[fp],
+                       fail_rules=by_policy["Fail"])
+                for fp in _FAILURE_POLICIES if by_policy[fp]]
+    return {"apiVersion": ADMISSION_API_VERSION, "kind": kind,
+            "metadata": {"name": target.name, "labels": dict(sorted(target.labels.items()))},
+            "webhooks": webhooks}
+
+
+def webhook_configurations(specs: Iterable[PolicySpec], target: WebhookTarget | None = None) -> WebhookConfigurations:
+    """The validating and mutating configurations for ``specs``.
+
+    Args:
+        specs: every policy whose spec parsed (see :func:`parsed_specs`;
+            ``CompiledPolicy.spec`` for Ready ones).
+        target: Service, namespace, ServiceAccount and caBundle; default
+            ``tollgate`` in ``tollgate-system`` with no caBundle.
+
+    Returns:
+        Both configurations; each has ``webhooks: []`` when no policy needs
+        its endpoint, else a ``Fail`` entry and/or an ``Ignore`` entry (in that
+        order), each with sorted rules.
+    """
+    target = target or WebhookTarget()
+    specs = list(specs)
+    validating = [s for s in specs if s.validations or s.audit_annotations]
+    mutating = [s for s in specs if s.mutations]
+    return WebhookConfigurations(
+        validating=_configuration("ValidatingWebhookConfiguration", target, validating, mutating=False),
+        mutating=_configuration("MutatingWebhookConfiguration", target, mutating, mutating=True),
+    )
