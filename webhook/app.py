@@ -50,8 +50,12 @@ class Components:
         policy_informers: the ClusterAdmissionPolicy and AdmissionPolicy informers.
         server: the admission endpoints.
         certs: the serving certificate, when configured.
-        elector: the Lease elector, when status writing is on in a cluster.
+        elector: the Lease elector, in a cluster when anything is leader-only (status,
+            webhook configurations, certificate rotation).
         status_writer: the Ready-condition writer, when status writing is on in a cluster.
+        reconciler: keeps the webhook configurations as the policies need
+            (``settings.manage_webhooks``), or None.
+        cert_manager: rotates self-managed certificates (``settings.self_managed_certs``), or None.
         plans_pending: set when the index has fused programs to compile (see :func:`compile_plans`).
         local_sources: with ``--local``, the file ListerWatchers (their ``errors`` go to ``/readyz``).
     """
@@ -67,6 +71,8 @@ class Components:
     certs: CertReloader | None
     elector: Any | None
     status_writer: Any | None
+    reconciler: Any | None
+    cert_manager: Any | None
     plans_pending: asyncio.Event
     local_sources: list[LocalDirectoryListerWatcher]
 
@@ -115,19 +121,80 @@ def _lister_watcher_factory(settings: Settings, api_client: Any,
     return kube
 
 
-def _status_components(settings: Settings, api_client: Any) -> tuple[Any, Any]:
-    """The leader elector and the status writer: only the leader writes Ready conditions."""
+@dataclass(frozen=True, slots=True)
+class _LeaderOnly:
+    elector: Any
+    writer: Any
+    reconciler: Any
+    cert_manager: Any
+
+
+def self_managed_certs(settings: Settings, api_client: Any, *, is_leader: Callable[[], bool],
+                       metrics: Metrics | None = None) -> Any:
+    """The self-managed certificate manager for ``settings`` (see ``webhook.kube.certs.SelfManagedCerts``)."""
+    from webhook import certs
+    from webhook.kube.certs import RotationPolicy, SelfManagedCerts
+
+    if settings.cert_dir is None:
+        raise ValueError("self-managed certificates need a cert_dir")
+    names = tuple(certs.service_dns_names(settings.webhook_service, settings.namespace))
+    return SelfManagedCerts(api_client, namespace=settings.namespace, cert_dir=settings.cert_dir,
+                            policy=RotationPolicy(dns_names=names), webhook_name=settings.webhook_config_name,
+                            is_leader=is_leader, **({"metrics": metrics.managed_certs} if metrics else {}))
+
+
+async def bootstrap_certificates(settings: Settings, api_client: Any) -> None:
+    """Self-managed mode: write the Secret's certificate into ``cert_dir`` (creating it if empty) before serving.
+
+    Any replica may bootstrap (the first Secret write wins); rotation is the leader's, later.
+    """
+    await self_managed_certs(settings, api_client, is_leader=lambda: False).ensure()
+
+
+def _leader_only(settings: Settings, api_client: Any, metrics: Metrics, policy_informers: tuple[SharedInformer, ...],
+                 synced: Callable[[], bool]) -> _LeaderOnly:
+    """The Lease elector and what only the leader does: status, webhook configurations, certificate rotation."""
+    from webhook import certs
     from webhook.kube.leader import LeaderElectionConfig, LeaderElector
     from webhook.kube.status import StatusWriter
+    from webhook.kube.webhooks import WebhookConfigReconciler
+    from webhook.policy.webhooks import WebhookTarget, parsed_specs
+
+    elector: LeaderElector
+
+    def is_leader() -> bool:
+        return elector.is_leader()  # bound below: the elector's callbacks name the others
+
+    writer = StatusWriter(api_client, is_leader=is_leader, metrics=metrics.status) if settings.write_status else None
+    cert_manager = (self_managed_certs(settings, api_client, is_leader=is_leader, metrics=metrics)
+                    if settings.self_managed_certs else None)
+    reconciler = None
+    if settings.manage_webhooks:
+        ca_file = settings.ca_file
+
+        def ca_bundle() -> str:
+            if cert_manager is not None:
+                return str(cert_manager.ca_bundle())
+            return certs.ca_bundle(ca_file.read_bytes()) if ca_file is not None and ca_file.exists() else ""
+
+        reconciler = WebhookConfigReconciler(
+            api_client, WebhookTarget(name=settings.webhook_config_name, service=settings.webhook_service,
+                                      namespace=settings.namespace, service_account=settings.service_account),
+            policies=lambda: parsed_specs([o for inf in policy_informers for o in inf.indexer.list()]),
+            is_leader=is_leader, synced=synced, ca_bundle=ca_bundle, create_missing=settings.create_webhooks,
+            metrics=metrics.webhook_configs)
+
+    def started_leading() -> None:
+        # A new leader re-queues every policy's condition and reconciles what it now owns.
+        for component in (writer, reconciler, cert_manager):
+            if component is not None:
+                (component.resync if component is writer else component.trigger)()
 
     identity = settings.pod_name or os.environ.get("POD_NAME") or socket.gethostname()
-    elector: LeaderElector
-    writer = StatusWriter(api_client, is_leader=lambda: elector.is_leader())  # noqa: PLW0108 - elector is bound below
-    # A new leader re-queues every policy's condition at once.
     elector = LeaderElector(api_client, LeaderElectionConfig(
         lease_name="tollgate-status-writer", lease_namespace=settings.namespace, identity=identity),
-        on_started_leading=writer.resync)
-    return elector, writer
+        on_started_leading=started_leading)
+    return _LeaderOnly(elector, writer, reconciler, cert_manager)
 
 
 def build_components(settings: Settings, *, api_client: Any = None,
@@ -147,9 +214,16 @@ def build_components(settings: Settings, *, api_client: Any = None,
     plans_pending = asyncio.Event()
     index = PolicyIndex(on_pending=plans_pending.set)
     certs = None
+    reloaded: list[Callable[[], object]] = []  # told of every new certificate pair that loaded
+
+    def on_reload(result: str) -> None:
+        metrics.cert_reloads.labels(result).inc()
+        if result == "success":
+            for listener in reloaded:
+                listener()
+
     if settings.cert_file is not None and settings.key_file is not None:
-        certs = CertReloader(settings.cert_file, settings.key_file, client_ca=settings.client_ca,
-                             on_reload=lambda result: metrics.cert_reloads.labels(result).inc())
+        certs = CertReloader(settings.cert_file, settings.key_file, client_ca=settings.client_ca, on_reload=on_reload)
     local_sources: list[LocalDirectoryListerWatcher] = []
     factory = SharedInformerFactory(lister_watcher_for or _lister_watcher_factory(settings, api_client, local_sources))
     namespaces = factory.informer(InformerKey(NAMESPACES.informer_resource))
@@ -157,21 +231,30 @@ def build_components(settings: Settings, *, api_client: Any = None,
                                               label_selector=settings.params_selector or None))
     policy_informers = (factory.informer(InformerKey(CLUSTER_POLICIES.informer_resource)),
                         factory.informer(InformerKey(NAMESPACED_POLICIES.informer_resource)))
-    elector = writer = None
-    if settings.write_status and api_client is not None and settings.local_dir is None:
-        elector, writer = _status_components(settings, api_client)
-    events = PolicyEventHandler(index, writer.enqueue if writer is not None else None,
-                                forget=writer.forget if writer is not None else None)
-    registrations = [inf.add_event_handler(events) for inf in policy_informers]
+    registrations: list[Any] = []
 
     def policies_synced() -> bool:
         return all(inf.has_synced() for inf in policy_informers) and all(r.has_synced() for r in registrations)
+
+    leader = None
+    if api_client is not None and settings.local_dir is None and (
+            settings.write_status or settings.manage_webhooks or settings.self_managed_certs):
+        leader = _leader_only(settings, api_client, metrics, policy_informers, policies_synced)
+    writer = leader.writer if leader else None
+    reconciler = leader.reconciler if leader else None
+    if reconciler is not None:
+        reloaded.append(reconciler.trigger)  # a new ca.crt reaches caBundle at once
+    events = PolicyEventHandler(index, writer.enqueue if writer is not None else None,
+                                forget=writer.forget if writer is not None else None,
+                                on_change=reconciler.trigger if reconciler is not None else None)
+    registrations.extend(inf.add_event_handler(events) for inf in policy_informers)
 
     handler = AdmissionHandler(index, InformerLookups(namespaces, configmaps, policies_synced))
     server = AdmissionServer(handler, metrics, max_request_bytes=settings.max_request_bytes,
                              default_timeout=settings.default_timeout)
     return Components(settings, metrics, index, factory, namespaces, configmaps, policy_informers, server, certs,
-                      elector, writer, plans_pending, local_sources)
+                      leader.elector if leader else None, writer, reconciler,
+                      leader.cert_manager if leader else None, plans_pending, local_sources)
 
 
 async def compile_plans(c: Components) -> None:
@@ -265,18 +348,17 @@ def create_app(settings: Settings, *, api_client: Any = None,
         app[CERTS] = c.certs
 
     async def informers_ctx(app: web.Application) -> AsyncIterator[None]:
-        if c.status_writer is not None and c.elector is not None:
-            await c.status_writer.start()
-            await c.elector.start()
+        # Start order: what the leader runs, then the elector, then the informers; stop in reverse.
+        started = [x for x in (c.status_writer, c.reconciler, c.cert_manager, c.elector) if x is not None]
+        for component in started:
+            await component.start()
         await c.factory.start()
         try:
             yield
         finally:
             await c.factory.stop()
-            if c.elector is not None:
-                await c.elector.stop()
-            if c.status_writer is not None:
-                await c.status_writer.stop()
+            for component in reversed(started):
+                await component.stop()
 
     async def certs_ctx(app: web.Application) -> AsyncIterator[None]:
         if c.certs is None:

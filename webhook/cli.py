@@ -99,6 +99,14 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument("--cert-poll-interval", type=float, default=10.0, help="seconds between certificate checks")
     p.add_argument("--no-status", dest="write_status", action="store_false",
                    help="never write policy status (extra replicas without leader election)")
+    p.add_argument("--manage-webhooks", action=argparse.BooleanOptionalAction, default=True,
+                   help="in a cluster, the leader keeps both webhook configurations as narrow as the loaded "
+                        "policies need (default on; never with --local)")
+    p.add_argument("--create-webhooks", action="store_true",
+                   help="create a missing webhook configuration (needs RBAC create)")
+    p.add_argument("--self-managed-certs", action="store_true",
+                   help="keep the CA and serving certificate in the Secret tollgate-tls, written into --cert-dir; "
+                        "the leader rotates them and patches the caBundle")
     p.add_argument("--log-level", default="INFO")
 
 
@@ -229,6 +237,10 @@ async def _serve(settings: Settings, ca_file: Path | None) -> None:
 
         api_client = await new_api_client(kubeconfig=settings.kubeconfig, context=settings.context)
     try:
+        if settings.self_managed_certs:
+            from webhook.app import bootstrap_certificates
+
+            await bootstrap_certificates(settings, api_client)  # the listener needs the files first
         await _run_app(create_app(settings, api_client=api_client), settings, ca_file)
     finally:
         if api_client is not None:
@@ -283,7 +295,11 @@ def run_serve(args: argparse.Namespace) -> int:
 
 def _run_serve(args: argparse.Namespace) -> int:
     cert, key, ca = _resolve_certs(args)
-    _check_certs(cert, key, args.client_ca)
+    if args.self_managed_certs:
+        if args.local is not None or args.cert_dir is None:
+            raise UsageError("--self-managed-certs needs --cert-dir and a cluster (not --local)")
+    else:
+        _check_certs(cert, key, args.client_ca)
     _check_kube_config(args)
     settings = Settings(
         local_dir=args.local, kubeconfig=args.kubeconfig, context=args.context, cert_file=cert, key_file=key,
@@ -291,6 +307,9 @@ def _run_serve(args: argparse.Namespace) -> int:
         params_selector=args.params_selector, max_request_bytes=args.max_request_bytes,
         cert_poll_interval=args.cert_poll_interval, write_status=args.write_status and args.local is None,
         pod_name=os.environ.get("POD_NAME", ""), namespace=os.environ.get("POD_NAMESPACE", "tollgate-system"),
+        manage_webhooks=args.manage_webhooks and args.local is None, create_webhooks=args.create_webhooks,
+        self_managed_certs=args.self_managed_certs, cert_dir=args.cert_dir, ca_file=ca,
+        service_account=os.environ.get("POD_SERVICE_ACCOUNT", "tollgate"),
     )
     runner: Callable[[Coroutine[Any, Any, None]], None]
     try:

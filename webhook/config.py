@@ -33,6 +33,18 @@ class Settings:
         write_status: write policy Ready conditions to the CRs (leader only).
         default_timeout: seconds to answer when the API server sends no ``timeout``.
         shutdown_timeout: seconds in-flight requests get on SIGTERM.
+        pod_name: this replica's identity in the Lease (``POD_NAME``).
+        namespace: the webhook's own namespace (``POD_NAMESPACE``): Lease, Service, Secret.
+        manage_webhooks: the leader keeps both webhook configurations equal to what the
+            loaded policies need (``--manage-webhooks``; never with ``--local``).
+        create_webhooks: create a missing webhook configuration (needs RBAC ``create``).
+        self_managed_certs: the replicas keep the CA and serving certificate in a Secret,
+            written into ``cert_dir``; the leader rotates them and patches the caBundle.
+        cert_dir: the certificate directory (``tls.crt``, ``tls.key``, ``ca.crt``).
+        ca_file: the CA whose bundle the reconciler writes into ``caBundle`` (static certificates).
+        webhook_service: the Service the webhook configurations point at.
+        webhook_config_name: ``metadata.name`` of both webhook configurations.
+        service_account: the webhook's own ServiceAccount (its writes are never sent to it).
     """
 
     local_dir: Path | None = None
@@ -52,3 +64,11 @@ class Settings:
     shutdown_timeout: float = 10.0
     pod_name: str = ""
     namespace: str = "tollgate-system"
+    manage_webhooks: bool = False
+    create_webhooks: bool = False
+    self_managed_certs: bool = False
+    cert_dir: Path | None = None
+    ca_file: Path | None = None
+    webhook_service: str = "tollgate"
+    webhook_config_name: str = "tollgate"
+    service_account: str = "tollgate"

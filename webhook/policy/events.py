@@ -40,15 +40,20 @@ class PolicyEventHandler:
 
     Args:
         index: the index to maintain.
-        status_sink: called with ``(obj, condition)`` after each compile, or None.
+        status_sink: called with ``(obj, condition)`` after each compile and on
+            status-only updates (so a replica drops a write the leader already made), or None.
         forget: called with the deleted object (drop queued status writes), or None.
+        on_change: called when the set of policies or a spec changed (e.g. the
+            webhook configuration reconciler's trigger), or None.
     """
 
     def __init__(self, index: PolicyIndex, status_sink: StatusSink | None = None, *,
-                 forget: Callable[[dict[str, Any]], object] | None = None) -> None:
+                 forget: Callable[[dict[str, Any]], object] | None = None,
+                 on_change: Callable[[], object] | None = None) -> None:
         self.index = index
         self.status_sink = status_sink
         self.forget = forget
+        self.on_change = on_change
 
     def on_add(self, obj: dict[str, Any], is_in_initial_list: bool) -> None:
         """Compile and file the policy; report its Ready condition."""
@@ -64,10 +69,15 @@ class PolicyEventHandler:
                         extra={"policy": state.key, "reason": condition["reason"], "detail": condition["message"]})
         if self.status_sink is not None:
             self.status_sink(obj, condition)
+        if self.on_change is not None:
+            self.on_change()
 
     def on_update(self, old: dict[str, Any], new: dict[str, Any]) -> None:
         """Recompile only when the spec changed (status writes also arrive as updates)."""
-        if old.get("spec") == new.get("spec") and self.index.state(policy_key(new)) is not None:
+        state = self.index.state(policy_key(new))
+        if old.get("spec") == new.get("spec") and state is not None:
+            if self.status_sink is not None:
+                self.status_sink(new, state.result.condition)  # no I/O: drops a write the leader made
             return
         self.on_add(new, False)
 
@@ -81,6 +91,8 @@ class PolicyEventHandler:
             final = obj.obj
         if self.forget is not None and isinstance(final, dict):
             self.forget(final)
+        if self.on_change is not None:
+            self.on_change()
 
 
 __all__ = ["PolicyEventHandler", "StatusSink", "Tombstone"]

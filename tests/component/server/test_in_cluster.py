@@ -163,3 +163,41 @@ async def test_not_ready_until_the_api_server_answers(tmp_path: Path) -> None:
         await runner.cleanup()
         await client.close()
         await fake.stop()
+
+
+async def test_the_app_keeps_the_webhook_configurations_as_the_policies_need(tmp_path: Path) -> None:
+    """``serve``'s wiring: the leader's reconciler follows policy adds and deletes, with the CA's bundle."""
+    fake = FakeApiServer()
+    await fake.start()
+    for kind, plural in (("ValidatingWebhookConfiguration", "validatingwebhookconfigurations"),
+                         ("MutatingWebhookConfiguration", "mutatingwebhookconfigurations")):
+        fake.apply(plural, {"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
+                            "metadata": {"name": "tollgate"}})
+    paths = certs.write_certs(tmp_path, dns_names=["localhost"], days=1)
+    client = api_client_for_url(fake.url)
+    app = create_app(Settings(cert_file=paths.cert, key_file=paths.key, write_status=False, manage_webhooks=True,
+                              ca_file=paths.ca, pod_name="replica-1"), api_client=client)
+    runner, _port = await serve_tls(app)
+
+    def webhooks() -> list[dict[str, Any]]:
+        return (fake.get("validatingwebhookconfigurations", "tollgate") or {}).get("webhooks") or []
+
+    async def true(check: Any) -> bool:
+        return bool(check())
+
+    try:
+        fake.apply(POLICIES, PRIVILEGED_POLICY)
+        await until(lambda: true(webhooks), timeout=10)
+        [hook] = webhooks()
+        # pods, and the pod controllers for autogen.podControllers: nothing else reaches the webhook.
+        assert {res for r in hook["rules"] for res in r["resources"]} == {
+            "pods", "deployments", "statefulsets", "daemonsets", "replicasets", "replicationcontrollers", "jobs",
+            "cronjobs"}
+        assert hook["failurePolicy"] == "Fail"
+        assert hook["clientConfig"]["caBundle"] == certs.ca_bundle(paths.ca.read_bytes())
+        fake.delete(POLICIES, "no-privileged")
+        await until(lambda: true(lambda: not webhooks()), timeout=10)  # no policy: no rule at all
+    finally:
+        await runner.cleanup()
+        await client.close()
+        await fake.stop()
