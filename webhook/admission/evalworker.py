@@ -1,0 +1,159 @@
+"""The evaluation worker process: runs ``AdmissionHandler`` on reviews the server sends it.
+
+Started by :class:`webhook.admission.evalpool.EvaluationPool` as
+``python -m webhook.admission.evalworker FD`` with one end of a socketpair
+as file descriptor FD. cel-expr-python holds the GIL for a whole
+``Expression.eval`` (measured: see docs/server.md), so a thread cannot keep a
+costly review from stalling the event loop; a process can, and can be
+killed at the review's deadline. Memory is bounded with ``RLIMIT_AS``.
+
+Protocol (frames of :mod:`webhook.admission.ipc`), the parent speaks first:
+
+* ``("config", memory_limit_bytes, OutputLimits)`` → ``("ready",)``
+* ``("eval", endpoint, request, [(token, policy_obj | None), ...], prefetched)``
+  (``prefetched`` maps ``(method, *args)`` to lookup answers the server sent
+  ahead: the request's Namespace and the sync states) → any number of ``("lookup", method, args)`` each answered with
+  ``("value", result)``, then ``("done", Decision)``, ``("missing", [token, ...])``
+  (policies this worker has not compiled: the parent resends with objects) or
+  ``("error", text)``.
+
+Compiled policies are cached by token (a hash of the policy object), at most
+:data:`MAX_COMPILED` of them.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import socket
+import sys
+from collections import OrderedDict
+from typing import Any
+
+from webhook.admission.handler import AdmissionHandler, Decision
+from webhook.admission.ipc import recv_frame, send_frame
+from webhook.admission.limits import OutputLimits, bound_decision
+from webhook.policy import compile_policy
+from webhook.policy.compiler import CompiledPolicy
+from webhook.policy.selectors import LabelSelector
+
+#: Compiled policies kept per worker (least recently used dropped first).
+MAX_COMPILED = 4096
+
+
+class _FixedCandidates:
+    """Stands in for the PolicyIndex: the parent already chose the candidates."""
+
+    def __init__(self, policies: list[CompiledPolicy]) -> None:
+        self.policies = policies
+
+    def candidates(self, group: str, resource: str, sub_resource: str, operation: str) -> list[CompiledPolicy]:
+        return self.policies
+
+
+class RemoteLookups:
+    """A ``Lookups`` whose every read is a round trip to the server's informer caches."""
+
+    def __init__(self, sock: socket.socket, prefetched: dict[tuple[Any, ...], Any] | None = None) -> None:
+        self._sock = sock
+        self._prefetched = prefetched or {}
+
+    def _call(self, method: str, *args: Any) -> Any:
+        key = (method, *args)
+        if key in self._prefetched:
+            return self._prefetched[key]
+        send_frame(self._sock, ("lookup", method, args))
+        kind, value = recv_frame(self._sock)
+        if kind != "value":
+            raise RuntimeError(f"unexpected lookup answer {kind!r}")
+        return value
+
+    def get_namespace(self, name: str) -> dict[str, Any] | None:
+        """The server's cached Namespace ``name``."""
+        return self._call("get_namespace", name)  # type: ignore[no-any-return]
+
+    def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The server's cached ConfigMap ``namespace/name``."""
+        return self._call("get_configmap", namespace, name)  # type: ignore[no-any-return]
+
+    def list_configmaps(self, namespace: str | None, selector: LabelSelector) -> list[dict[str, Any]]:
+        """The server's cached ConfigMaps matching ``selector``."""
+        return self._call("list_configmaps", namespace, selector)  # type: ignore[no-any-return]
+
+    def is_synced(self, cache: str) -> bool:
+        """Whether the server's ``cache`` has synced."""
+        return bool(self._call("is_synced", cache))
+
+
+class Worker:
+    """State of one worker: the compiled-policy cache and the output limits."""
+
+    def __init__(self, sock: socket.socket, limits: OutputLimits) -> None:
+        self.sock = sock
+        self.limits = limits
+        self.compiled: OrderedDict[str, CompiledPolicy | None] = OrderedDict()
+
+    def _policies(self, entries: list[tuple[str, dict[str, Any] | None]]) -> list[CompiledPolicy] | list[str]:
+        missing: list[str] = []
+        policies: list[CompiledPolicy] = []
+        for token, obj in entries:
+            if obj is not None and token not in self.compiled:
+                self.compiled[token] = compile_policy(obj).policy
+                while len(self.compiled) > MAX_COMPILED:
+                    self.compiled.popitem(last=False)
+            if token not in self.compiled:
+                missing.append(token)
+                continue
+            self.compiled.move_to_end(token)
+            policy = self.compiled[token]
+            if policy is not None:
+                policies.append(policy)
+        return missing or policies
+
+    def evaluate(self, endpoint: str, request: dict[str, Any], entries: list[tuple[str, dict[str, Any] | None]],
+                 prefetched: dict[tuple[Any, ...], Any] | None = None) -> tuple[str, Any]:
+        """One review: ``("done", Decision)`` or ``("missing", tokens)``."""
+        found = self._policies(entries)
+        if found and isinstance(found[0], str):
+            return "missing", found
+        policies: list[CompiledPolicy] = found  # type: ignore[assignment]
+        handler = AdmissionHandler(_FixedCandidates(policies), RemoteLookups(self.sock, prefetched))  # type: ignore[arg-type]
+        decision: Decision = handler.validate(request) if endpoint == "validate" else handler.mutate(request)  # type: ignore[arg-type]
+        uid = request["uid"]
+        return "done", bound_decision(decision, self.limits,
+                                      lambda e: AdmissionHandler.engine_failed(uid, policies, e))
+
+    def serve(self) -> None:
+        """Answer ``eval`` frames until the parent closes the socket."""
+        while True:
+            try:
+                message = recv_frame(self.sock)
+            except EOFError:
+                return
+            _kind, endpoint, request, entries, prefetched = message
+            try:
+                reply = self.evaluate(endpoint, request, entries, prefetched)
+            except MemoryError:
+                send_frame(self.sock, ("error", "evaluation exceeded the worker's memory limit"))
+                raise
+            except Exception as e:  # noqa: BLE001 - any failure is reported, the worker survives
+                reply = ("error", f"{type(e).__name__}: {e}"[:1024])
+            send_frame(self.sock, reply)
+
+
+def main(argv: list[str]) -> int:
+    """Entry point: ``python -m webhook.admission.evalworker FD``."""
+    sock = socket.socket(fileno=int(argv[0]))
+    _kind, memory_limit, limits = recv_frame(sock)
+    if memory_limit:
+        resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
+    send_frame(sock, ("ready", os.getpid()))
+    try:
+        Worker(sock, limits).serve()
+    except MemoryError:
+        return 3
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
