@@ -237,5 +237,5 @@ async def test_certificate_rotation_keeps_serving_and_rejects_a_bad_pair(served:
             assert resp.status == 200
     async with served.session.get(served.url + "/metrics") as resp:
         text = await resp.text()
-    assert 'tollgate_certificate_reloads_total{result="failure"} 1.0' in text
+    assert 'tollgate_certificate_reloads_total{result="rejected"} 1.0' in text
     assert 'tollgate_certificate_reloads_total{result="success"} 1.0' in text
