@@ -30,6 +30,7 @@ from typing import Any
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestPayloadError
 
 from webhook.admission.handler import AdmissionHandler
 from webhook.admission.isolation import Evaluator, InlineEvaluator
@@ -128,6 +129,9 @@ class AdmissionServer:
         self._clock = clock
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self._shutting_down = False
+        self._in_flight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
 
     def _child(self, metric: Any, *labels: str) -> Any:
         # prometheus-client's labels() takes a lock and validates on every call; the request path
@@ -150,8 +154,8 @@ class AdmissionServer:
     def begin_shutdown(self) -> None:
         """Start draining: from now on every response carries ``Connection: close``.
 
-        Call it on SIGTERM *before* ``AppRunner.cleanup()``, then keep serving
-        for a drain period. Each kept-alive client gets its next answer in
+        Call it on SIGTERM, then ``await drain(...)``, then
+        ``AppRunner.cleanup()``. Each kept-alive client gets its next answer in
         full and then reconnects (to another replica once the endpoint is
         removed), instead of finding its idle connection closed under a
         request it just sent; in-flight requests finish normally. Go's
@@ -162,22 +166,65 @@ class AdmissionServer:
         """
         self._shutting_down = True
 
+    @property
+    def in_flight(self) -> int:
+        """Admission requests being read, evaluated or answered right now."""
+        return self._in_flight
+
+    async def drain(self, *, delay: float, timeout: float) -> bool:
+        """After :meth:`begin_shutdown`: keep serving ``delay`` seconds, then wait for in-flight reviews.
+
+        Run it between :meth:`begin_shutdown` and ``AppRunner.cleanup()``.
+        ``delay`` lets the endpoint leave the Service (``/readyz`` answers 503)
+        and lets kept-alive clients pick up ``Connection: close``. Then it waits
+        (up to ``timeout`` seconds) until no admission request is in flight:
+        ``AppRunner.cleanup()`` stops reading from open connections at once
+        (aiohttp drops data that arrives after it starts closing), so a review
+        whose body is still arriving would otherwise be cut off.
+
+        Returns:
+            True when no review was in flight at the end; False on timeout.
+        """
+        await asyncio.sleep(delay)
+        try:
+            async with asyncio.timeout(timeout):
+                await self._idle.wait()
+        except TimeoutError:
+            log.warning("shutdown: reviews still in flight after the drain timeout",
+                        extra={"in_flight": self._in_flight})
+            return False
+        return True
+
     async def on_response_prepare(self, request: web.Request, response: web.StreamResponse) -> None:
-        """``app.on_response_prepare`` signal: ``Connection: close`` while shutting down."""
+        """``app.on_response_prepare`` signal: ``Connection: close`` while shutting down.
+
+        aiohttp runs this hook after it has computed the headers, so the
+        header is set here as well as the connection's keep-alive flag.
+        """
         if self._shutting_down:
             response.force_close()
+            response.headers["Connection"] = "close"
 
     async def validate(self, request: web.Request) -> web.StreamResponse:
         """``POST /validate``."""
-        return await self._finish(await self._serve(request, "validate"))
+        return await self._tracked(request, "validate")
 
     async def mutate(self, request: web.Request) -> web.StreamResponse:
         """``POST /mutate``."""
-        return await self._finish(await self._serve(request, "mutate"))
+        return await self._tracked(request, "mutate")
 
-    async def _finish(self, response: web.StreamResponse) -> web.StreamResponse:
+    async def _tracked(self, request: web.Request, endpoint: str) -> web.StreamResponse:
+        self._in_flight += 1
+        self._idle.clear()
+        try:
+            response = await self._serve(request, endpoint)
+        finally:
+            self._in_flight -= 1
+            if not self._in_flight:
+                self._idle.set()
         if self._shutting_down:
             response.force_close()
+            response.headers["Connection"] = "close"
         return response
 
     def _reject(self, endpoint: str, status: int, reason: str) -> web.Response:
@@ -205,6 +252,8 @@ class AdmissionServer:
                 chunk = await request.content.read(self.max_request_bytes + 1 - size)
             except HttpProcessingError as e:
                 raise ReviewError(400, f"request body could not be read: {e.message}"[:200]) from None
+            except RequestPayloadError as e:  # aiohttp wraps a decoding failure (e.g. corrupt gzip) in this
+                raise ReviewError(400, f"request body could not be read: {e}".replace("\n", " ")[:200]) from None
             if not chunk:
                 break
             chunks.append(chunk)
@@ -244,7 +293,12 @@ class AdmissionServer:
         except TimeoutError:
             return self._reject(endpoint, 408, "request body not received before the deadline")
         except ReviewError as e:
-            return self._reject(endpoint, e.http_status, e.reason)
+            # The rest of an undecodable body cannot be skipped: aiohttp would hit the same decoding error
+            # while discarding it and log a traceback. Mark the body consumed, answer, close the connection.
+            request.content.feed_eof()
+            response = self._reject(endpoint, e.http_status, e.reason)
+            response.force_close()
+            return response
         if len(body) > self.max_request_bytes:
             return self._reject(endpoint, 413, f"body exceeds {self.max_request_bytes} bytes")
         try:
