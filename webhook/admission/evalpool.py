@@ -133,7 +133,8 @@ class EvaluationPool:
         proc = _Proc(process, reader, writer)
         self._all.add(proc)
         try:
-            writer.write(encode(("config", self.memory_limit_bytes, self.limits)))
+            level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
+            writer.write(encode(("config", self.memory_limit_bytes, self.limits, level)))
             async with asyncio.timeout(self.start_timeout):
                 reply = await read_frame(reader, 1024)
             if reply[0] != "ready":

@@ -9,7 +9,7 @@ killed at the review's deadline. Memory is bounded with ``RLIMIT_AS``.
 
 Protocol (frames of :mod:`webhook.admission.ipc`), the parent speaks first:
 
-* ``("config", memory_limit_bytes, OutputLimits)`` → ``("ready",)``
+* ``("config", memory_limit_bytes, OutputLimits, log_level)`` → ``("ready", pid)``
 * ``("eval", endpoint, request_json, [(token, policy_obj | None), ...], prefetched)``
   (``prefetched`` maps ``(method, *args)`` to lookup answers the server sent
   ahead: the request's Namespace and the sync states) → any number of ``("lookup", method, args)`` each answered with
@@ -32,6 +32,7 @@ from typing import Any
 
 import orjson
 
+from webhook import logs
 from webhook.admission.handler import AdmissionHandler, Decision
 from webhook.admission.ipc import recv_frame, send_frame
 from webhook.admission.limits import OutputLimits, bound_decision
@@ -162,7 +163,8 @@ def unflatten(response: Any, decision: str, results: list[tuple[str, str, str, t
 def main(argv: list[str]) -> int:
     """Entry point: ``python -m webhook.admission.evalworker FD``."""
     sock = socket.socket(fileno=int(argv[0]))
-    _kind, memory_limit, limits = recv_frame(sock)
+    _kind, memory_limit, limits, log_level = recv_frame(sock)
+    logs.setup(log_level)  # JSON lines on the inherited stderr, as in the server
     if memory_limit:
         resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
     send_frame(sock, ("ready", os.getpid()))
