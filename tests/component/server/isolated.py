@@ -16,6 +16,7 @@ from webhook import certs
 from webhook.admission.evalpool import EvaluationPool
 from webhook.admission.handler import AdmissionHandler
 from webhook.admission.isolation import IsolatedEvaluator
+from webhook.admission.lifecycle import evaluation_pool_ctx
 from webhook.admission.limits import OutputLimits
 from webhook.admission.server import AdmissionServer
 from webhook.metrics import Metrics
@@ -72,11 +73,7 @@ async def isolated_server(tmp_path: Path, *, documents: list[dict[str, Any]] | N
     configmaps = [d for d in docs if d.get("kind") == "ConfigMap"]
     handler = AdmissionHandler(index, InMemoryLookups(namespaces=namespaces, configmaps=configmaps))
     metrics = Metrics()
-    pool = EvaluationPool(workers=workers, limits=limits, memory_limit_bytes=memory_limit_bytes,
-                          on_restart=lambda reason: metrics.eval_worker_restarts.labels(reason).inc())
-    await pool.start()
-    evaluator = IsolatedEvaluator(handler, pool, on_abort=lambda e, r: metrics.eval_aborted.labels(e, r).inc())
-    server = AdmissionServer(handler, metrics, max_request_bytes=8 * 1024 * 1024, evaluator=evaluator)
+    server = AdmissionServer(handler, metrics, max_request_bytes=8 * 1024 * 1024)
 
     async def healthz(request: web.Request) -> web.Response:
         return web.Response(text="ok")
@@ -84,6 +81,8 @@ async def isolated_server(tmp_path: Path, *, documents: list[dict[str, Any]] | N
     app = web.Application(client_max_size=8 * 1024 * 1024 + 1)
     app.add_routes([*server.routes(), web.get("/healthz", healthz)])
     app.on_response_prepare.append(server.on_response_prepare)
+    app.cleanup_ctx.append(evaluation_pool_ctx(server, metrics, workers=workers, memory_limit_bytes=memory_limit_bytes,
+                                               limits=limits))
     paths = certs.write_certs(tmp_path, dns_names=["localhost"], ip_addresses=["127.0.0.1"], days=1)
     reloader = CertReloader(paths.cert, paths.key)
     runner = web.AppRunner(app, access_log=None)
@@ -91,9 +90,9 @@ async def isolated_server(tmp_path: Path, *, documents: list[dict[str, Any]] | N
     site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=reloader.context)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    assert isinstance(server.evaluator, IsolatedEvaluator)
     try:
         yield IsolatedServer(f"https://localhost:{port}", ssl.create_default_context(cafile=str(paths.ca)),
-                             server, pool, metrics)
+                             server, server.evaluator.pool, metrics)
     finally:
         await runner.cleanup()
-        await pool.close()

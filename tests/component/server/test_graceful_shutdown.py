@@ -20,6 +20,7 @@ from aiohttp import web
 from tests.component.server.test_admission_tls import pod_create, review
 from webhook import certs
 from webhook.admission.handler import AdmissionHandler
+from webhook.admission.lifecycle import graceful_stop
 from webhook.admission.server import AdmissionServer
 from webhook.metrics import Metrics
 from webhook.policy import PolicyIndex
@@ -79,17 +80,16 @@ async def test_begin_shutdown_closes_kept_alive_connections_after_a_full_answer(
             # Draining waits for the review whose body is still arriving (AppRunner.cleanup alone would
             # drop the rest of its body: aiohttp stops reading once it starts closing connections).
             assert server.in_flight == 1
-            drained = asyncio.ensure_future(server.drain(delay=0.1, timeout=5.0))
+            stopped = asyncio.ensure_future(graceful_stop(server, runner, delay=0.1, timeout=5.0))
             await asyncio.sleep(0.3)
-            assert not drained.done()
+            assert not stopped.done()
             release.set()
             resp = await in_flight
             assert resp.status == 200
             assert (await resp.json())["response"]["uid"] == "uid-web"
             assert resp.headers.get("Connection", "").lower() == "close"
             resp.release()
-            assert await drained is True
-            await runner.cleanup()
+            assert await stopped is True  # drained, then the runner was cleaned up
             cleaned = True
     finally:
         if not cleaned:
