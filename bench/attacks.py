@@ -95,7 +95,7 @@ def gil(args: argparse.Namespace) -> None:
 # -- cost --------------------------------------------------------------------------------------------------
 async def _cost(args: argparse.Namespace) -> None:
     from webhook.admission.evalpool import EvaluationPool
-    from webhook.admission.isolation import InlineEvaluator, IsolatedEvaluator
+    from webhook.admission.isolation import Evaluator, InlineEvaluator, IsolatedEvaluator
 
     handler = _handler()
     request = big_pod_review(1, uid="cheap")["request"]
@@ -103,8 +103,8 @@ async def _cost(args: argparse.Namespace) -> None:
     pool = EvaluationPool(workers=args.workers)
     await pool.start()
     try:
-        evaluators = {"inline": InlineEvaluator(handler), f"isolated ({args.workers} workers)":
-                      IsolatedEvaluator(handler, pool)}
+        evaluators: dict[str, Evaluator] = {"inline": InlineEvaluator(handler),
+                                            f"isolated ({args.workers} workers)": IsolatedEvaluator(handler, pool)}
         for _round in range(3):  # interleaved rounds against a noisy shared machine
             for name, evaluator in evaluators.items():
                 for _ in range(50):  # warm-up (workers compile the policies on first sight)

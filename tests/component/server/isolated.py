@@ -39,7 +39,7 @@ def big_pod_review(n: int, uid: str = "big") -> dict[str, Any]:
                    "securityContext": {"allowPrivilegeEscalation": False, "runAsNonRoot": True,
                                        "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}},
                    "resources": {"limits": {"cpu": "100m", "memory": "64Mi"}}} for i in range(n)]
-    pod = {"apiVersion": "v1", "kind": "Pod",
+    pod: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": f"pod-{uid}", "namespace": "default", "labels": {"team": "platform"}},
            "spec": {"containers": containers}}
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {

@@ -35,7 +35,8 @@ PRIVILEGED_POLICY = {
                                                     " + object.spec.?ephemeralContainers.orValue([])"}],
         "validations": [{"expression": "variables.all.all(c, !c.?securityContext.?privileged.orValue(false))",
                          "messageExpression": "'privileged: ' + variables.all.filter(c, "
-                                              "c.?securityContext.?privileged.orValue(false)).map(c, c.name).join(',')"}],
+                                              "c.?securityContext.?privileged.orValue(false))"
+                                              ".map(c, c.name).join(',')"}],
     },
 }
 LABEL_POLICY = {
@@ -71,7 +72,8 @@ def pod_create(name: str = "web", privileged: bool = False) -> dict[str, Any]:
         "userInfo": {"username": "alice", "uid": "u-1", "groups": ["dev", "system:authenticated"],
                      "extra": {"scopes": ["x"]}},
         "object": obj, "oldObject": None, "dryRun": False,
-        "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions", "fieldManager": "kubectl-client-side-apply"},
+        "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions",
+                    "fieldManager": "kubectl-client-side-apply"},
     }
 
 
@@ -157,7 +159,7 @@ async def test_policy_edit_changes_the_very_next_decision(served: Served) -> Non
     await start(served, PRIVILEGED_POLICY)
     _, body = await served.post("/validate", review(pod_create("p", True)))
     assert body["response"]["allowed"] is False
-    relaxed = copy.deepcopy(PRIVILEGED_POLICY)
+    relaxed: dict[str, Any] = copy.deepcopy(PRIVILEGED_POLICY)
     relaxed["spec"]["validations"][0]["expression"] = "true"
     await served.cluster.apply("clusteradmissionpolicies.tollgate.dev", relaxed)
     # Once the edit has reached the informer's handlers, the very next review is decided by it: no retry.
@@ -232,9 +234,9 @@ async def test_certificate_rotation_keeps_serving_and_rejects_a_bad_pair(served:
     assert reloader.reload_if_changed() is True
     assert reloader.expiry > old_expiry
     ctx = ssl.create_default_context(cafile=str(fresh / "ca.crt"))
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as fresh_session:
-        async with fresh_session.post(served.url + "/validate", json=review(pod_create())) as resp:
-            assert resp.status == 200
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as fresh_session, \
+            fresh_session.post(served.url + "/validate", json=review(pod_create())) as resp:
+        assert resp.status == 200
     async with served.session.get(served.url + "/metrics") as resp:
         text = await resp.text()
     assert 'tollgate_certificate_reloads_total{result="rejected"} 1.0' in text

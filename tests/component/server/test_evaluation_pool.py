@@ -4,20 +4,26 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
-from tests.unit.policy.helpers import pod, policy, request
+from tests.unit.policy.helpers import pod, policy
+from tests.unit.policy.helpers import request as raw_request
 from webhook.admission.evalpool import EvaluationAborted, EvaluationPool
 from webhook.admission.handler import AdmissionHandler
 from webhook.admission.isolation import IsolatedEvaluator
 from webhook.admission.limits import OutputLimits
 from webhook.admission.patch import decode_patch
+from webhook.admission.review import AdmissionRequest
 from webhook.policy import PolicyIndex
 from webhook.policy.lookups import InMemoryLookups
 
 NAMESPACES = [{"metadata": {"name": "default", "labels": {"team": "a"}}}]
+
+
+def request(obj: dict[str, Any]) -> AdmissionRequest:
+    return cast(AdmissionRequest, raw_request(obj))
 
 
 @asynccontextmanager
@@ -100,7 +106,7 @@ async def test_no_free_worker_before_the_deadline_is_busy() -> None:
     try:
         held = pool._idle.get_nowait()
         with pytest.raises(EvaluationAborted) as e:
-            await pool.evaluate("validate", request(pod()), [], InMemoryLookups(), 0.05)
+            await pool.evaluate("validate", raw_request(pod()), [], InMemoryLookups(), 0.05)
         assert e.value.reason == "busy"
         pool._idle.put_nowait(held)
     finally:
