@@ -261,7 +261,12 @@ class EvaluationPool:
                     _, method, args = reply
                     if method not in _LOOKUPS:
                         raise EvaluationAborted("worker_error", f"unknown lookup {method!r}")
-                    proc.writer.write(encode(("value", getattr(lookups, method)(*args))))
+                    try:
+                        answer = ("value", getattr(lookups, method)(*args))
+                    except Exception as e:  # the worker's engine answers it per failurePolicy
+                        log.exception("lookup for an evaluation worker failed", extra={"method": method})
+                        answer = ("raise", f"{method} failed: {type(e).__name__}: {e}"[:1024])
+                    proc.writer.write(encode(answer))
                     continue
                 break
             if kind == "done":

@@ -12,9 +12,11 @@ Protocol (frames of :mod:`webhook.admission.ipc`), the parent speaks first:
 * ``("config", memory_limit_bytes, OutputLimits, log_level)`` → ``("ready", pid)``
 * ``("eval", endpoint, request_json, [(token, policy_obj | None), ...], prefetched)``
   (``prefetched`` maps ``(method, *args)`` to lookup answers the server sent
-  ahead: the request's Namespace and the sync states) → any number of ``("lookup", method, args)`` each answered with
-  ``("value", result)``, then ``("done", *flatten(Decision))``, ``("missing", [token, ...])``
-  (policies this worker has not compiled: the parent resends with objects) or
+  ahead: the request's Namespace and the sync states) → any number of
+  ``("lookup", method, args)``, each answered with ``("value", result)`` or
+  ``("raise", text)`` if the read failed; then one of
+  ``("done", *flatten(Decision))``, ``("missing", [token, ...])`` (policies
+  this worker has not compiled: the parent resends them with objects) or
   ``("error", text)``.
 
 Compiled policies are cached by token (a hash of the policy object), at most
@@ -54,6 +56,10 @@ class _FixedCandidates:
         return self.policies
 
 
+class LookupFailed(RuntimeError):
+    """The server's cache read raised; the engine answers it like any engine failure."""
+
+
 class RemoteLookups:
     """A ``Lookups`` whose every read is a round trip to the server's informer caches."""
 
@@ -67,6 +73,8 @@ class RemoteLookups:
             return self._prefetched[key]
         send_frame(self._sock, ("lookup", method, args))
         kind, value = recv_frame(self._sock)
+        if kind == "raise":
+            raise LookupFailed(value)
         if kind != "value":
             raise RuntimeError(f"unexpected lookup answer {kind!r}")
         return value

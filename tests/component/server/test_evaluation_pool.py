@@ -111,3 +111,23 @@ async def test_no_free_worker_before_the_deadline_is_busy() -> None:
         pool._idle.put_nowait(held)
     finally:
         await pool.close()
+
+
+class BrokenLookups(InMemoryLookups):
+    def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
+        raise KeyError("cache gone")
+
+
+@pytest.mark.parametrize(("failure_policy", "allowed"), [("Fail", False), ("Ignore", True)])
+async def test_a_failing_cache_read_is_answered_per_failure_policy(failure_policy: str, allowed: bool) -> None:
+    p = policy("p", failurePolicy=failure_policy, paramKind={"apiVersion": "v1", "kind": "ConfigMap"},
+               paramRef={"name": "limits", "namespace": "default"},
+               validations=[{"expression": "params.data.max == '1'"}])
+    async with evaluator(p) as ev:
+        ev.handler.lookups = BrokenLookups(namespaces=NAMESPACES)
+        decision = await ev("validate", request(pod()), 5)
+        assert decision.response["allowed"] is allowed
+        assert "cache gone" in str(decision.response)
+        # The worker survived: the next review is evaluated normally.
+        ev.handler.lookups = InMemoryLookups(namespaces=NAMESPACES)
+        assert (await ev("validate", request(pod()), 5)).response["uid"] == "uid-1"
