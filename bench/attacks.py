@@ -3,6 +3,7 @@
     python bench/attacks.py gil                 # does cel-expr-python release the GIL in Expression.eval?
     python bench/attacks.py cost [--reviews N]  # per-review cost of process isolation on a cheap Pod
     python bench/attacks.py curve [--sizes 10,100,1000,3000,10000] [--modes isolated,inline] [--inline-max 3000]
+    python bench/attacks.py sigterm [--clients 8]  # kept-alive clients against `tollgate serve` across SIGTERM
 
 ``curve`` starts ``tollgate serve --local policies/`` equivalents as subprocesses (127.0.0.1, a free
 port) in each mode -- ``inline`` (evaluation on the event loop, as before issue #13) and ``isolated``
@@ -260,6 +261,57 @@ def curve(args: argparse.Namespace) -> None:
         Path(args.json).write_text(json.dumps(rows, indent=2))
 
 
+# -- sigterm ----------------------------------------------------------------------------------------------
+async def _sigterm(args: argparse.Namespace) -> None:
+    """Kept-alive clients loop on /validate against ``tollgate serve --local policies``; SIGTERM after 1 s."""
+    import signal
+
+    import aiohttp
+
+    from webhook import certs
+
+    tmp = Path(tempfile.mkdtemp(prefix="tollgate-sigterm-"))
+    paths = certs.write_certs(tmp, dns_names=["localhost"], ip_addresses=["127.0.0.1"], days=1)
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "webhook", "serve", "--local", str(ROOT / "policies"),
+                             "--cert-dir", str(tmp), "--port", str(port), "--log-level", "WARNING"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    ctx = ssl.create_default_context(cafile=str(paths.ca))
+    url = f"https://localhost:{port}/validate"
+    body = json.dumps(big_pod_review(1)).encode()
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            await asyncio.sleep(0.1)
+    await asyncio.sleep(2)  # informers sync
+    counts: dict[str, int] = {}
+
+    async def client() -> None:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx, limit=1)) as session:
+            while True:
+                try:
+                    async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as r:
+                        await r.read()
+                        key = f"HTTP {r.status}"
+                except aiohttp.ClientConnectorError:
+                    counts["refused (listener closed)"] = counts.get("refused (listener closed)", 0) + 1
+                    return
+                except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
+                    key = f"cut off ({type(e).__name__})"
+                counts[key] = counts.get(key, 0) + 1
+
+    tasks = [asyncio.ensure_future(client()) for _ in range(args.clients)]
+    await asyncio.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    started = time.perf_counter()
+    await asyncio.wait_for(asyncio.gather(*tasks), 60)
+    code = proc.wait(30)
+    print(f"exit {code} {time.perf_counter() - started:.1f} s after SIGTERM; {counts}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -273,8 +325,12 @@ def main() -> None:
     cv.add_argument("--modes", type=lambda s: s.split(","), default=["isolated", "inline"])
     cv.add_argument("--inline-max", type=int, default=3000)
     cv.add_argument("--json", help="write the rows here")
+    st = sub.add_parser("sigterm")
+    st.add_argument("--clients", type=int, default=8)
     args = parser.parse_args()
-    if args.command == "gil":
+    if args.command == "sigterm":
+        asyncio.run(_sigterm(args))
+    elif args.command == "gil":
         gil(args)
     elif args.command == "cost":
         asyncio.run(_cost(args))
