@@ -48,4 +48,4 @@ class Metrics:
                                     ["endpoint", "reason"], registry=r)
         self.eval_worker_restarts = Counter("tollgate_evaluation_worker_restarts_total",
                                             "Evaluation worker processes replaced (reason: timeout, worker_died, "
-                                            "worker_error, cancelled)", ["reason"], registry=r)
+                                            "worker_error, cancelled, recycled)", ["reason"], registry=r)

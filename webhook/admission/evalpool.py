@@ -35,6 +35,8 @@ log = logging.getLogger("tollgate.admission")
 #: ``RLIMIT_AS`` of each worker, bytes. A worker with the shipped policies loaded maps about 60 MB
 #: (45 MB resident); the 10,000-container Pod of issue #13 needed 6.3 GB in the server.
 DEFAULT_MEMORY_LIMIT = 2 * 1024**3
+#: A worker resident above this after a review is replaced (its answer is still used).
+DEFAULT_RECYCLE_RSS = 512 * 1024 * 1024
 #: Largest reply frame accepted from a worker (the Decision is already bounded by OutputLimits).
 MAX_REPLY_BYTES = 16 * 1024 * 1024
 _LOOKUPS = frozenset({"get_namespace", "get_configmap", "list_configmaps", "is_synced"})
@@ -80,6 +82,7 @@ class _Proc:
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
     known: set[str] = field(default_factory=set)
+    retire: bool = False
 
 
 class EvaluationPool:
@@ -89,20 +92,24 @@ class EvaluationPool:
         workers: number of processes (each evaluates one review at a time).
         memory_limit_bytes: ``RLIMIT_AS`` per worker (0: unlimited).
         limits: output caps each worker applies to its Decision.
-        on_restart: called with the reason (``timeout``, ``worker_died``, ``cancelled``,
+        on_restart: called with the reason (``timeout``, ``worker_died``, ``cancelled``, ``recycled``,
             ``worker_error``) whenever a worker is replaced.
         start_timeout: seconds a new worker gets to import and say ready.
+        recycle_rss_bytes: a worker whose resident memory exceeds this after a
+            review is replaced (reason ``recycled``) once it has answered;
+            CPython keeps the memory of a big review otherwise. 0: never.
     """
 
     def __init__(self, *, workers: int = 2, memory_limit_bytes: int = DEFAULT_MEMORY_LIMIT,
                  limits: OutputLimits | None = None, on_restart: Callable[[str], None] | None = None,
-                 start_timeout: float = 60.0) -> None:
+                 start_timeout: float = 60.0, recycle_rss_bytes: int = DEFAULT_RECYCLE_RSS) -> None:
         if workers < 1:
             raise ValueError("an evaluation pool needs at least one worker")
         self.workers = workers
         self.memory_limit_bytes = memory_limit_bytes
         self.limits = limits or OutputLimits()
         self.start_timeout = start_timeout
+        self.recycle_rss_bytes = recycle_rss_bytes
         self._on_restart = on_restart
         self._idle: asyncio.Queue[_Proc] = asyncio.Queue()
         self._all: set[_Proc] = set()
@@ -134,7 +141,7 @@ class EvaluationPool:
         self._all.add(proc)
         try:
             level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
-            writer.write(encode(("config", self.memory_limit_bytes, self.limits, level)))
+            writer.write(encode(("config", self.memory_limit_bytes, self.limits, level, self.recycle_rss_bytes)))
             async with asyncio.timeout(self.start_timeout):
                 reply = await read_frame(reader, 1024)
             if reply[0] != "ready":
@@ -228,7 +235,7 @@ class EvaluationPool:
             async with asyncio.timeout_at(deadline):
                 decision = await self._converse(proc, endpoint, request, policies, lookups)
         except _Reported as e:
-            self._idle.put_nowait(proc)  # the worker caught the exception itself and is still usable
+            self._release(proc)  # the worker caught the exception itself
             raise EvaluationAborted("worker_error", str(e)) from None
         except TimeoutError:
             self._replace(proc, "timeout")
@@ -243,8 +250,15 @@ class EvaluationPool:
             # Cancelled (client gone, shutdown) mid-conversation: the protocol state is unknown.
             self._replace(proc, "cancelled")
             raise
-        self._idle.put_nowait(proc)
+        self._release(proc)
         return decision
+
+    def _release(self, proc: _Proc) -> None:
+        """Back to the idle queue, or replaced when the worker asked to retire."""
+        if proc.retire:
+            self._replace(proc, "recycled")
+        else:
+            self._idle.put_nowait(proc)
 
     async def _converse(self, proc: _Proc, endpoint: str, request: dict[str, Any],
                         policies: list[tuple[str, dict[str, Any]]], lookups: Lookups) -> Decision:
@@ -270,13 +284,17 @@ class EvaluationPool:
                     continue
                 break
             if kind == "done":
-                return unflatten(*reply[1:])
+                *flat, retire = reply[1:]
+                if retire:
+                    proc.retire = True
+                return unflatten(*flat)
             if kind == "missing":
                 missing = set(reply[1])
                 proc.known -= missing
                 entries = [(token, obj if token in missing else None) for token, obj in policies]
                 continue
             if kind == "error":
+                proc.retire = bool(reply[2])
                 raise _Reported(f"evaluation failed in the worker: {reply[1]}")
             raise EvaluationAborted("worker_error", f"unexpected worker reply {kind!r}")
         raise EvaluationAborted("worker_error", "evaluation worker kept asking for policies")

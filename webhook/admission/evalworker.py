@@ -9,15 +9,18 @@ killed at the review's deadline. Memory is bounded with ``RLIMIT_AS``.
 
 Protocol (frames of :mod:`webhook.admission.ipc`), the parent speaks first:
 
-* ``("config", memory_limit_bytes, OutputLimits, log_level)`` → ``("ready", pid)``
+* ``("config", memory_limit_bytes, OutputLimits, log_level, recycle_rss_bytes)``
+  → ``("ready", pid)``
 * ``("eval", endpoint, request_json, [(token, policy_obj | None), ...], prefetched)``
   (``prefetched`` maps ``(method, *args)`` to lookup answers the server sent
   ahead: the request's Namespace and the sync states) → any number of
   ``("lookup", method, args)``, each answered with ``("value", result)`` or
   ``("raise", text)`` if the read failed; then one of
-  ``("done", *flatten(Decision))``, ``("missing", [token, ...])`` (policies
-  this worker has not compiled: the parent resends them with objects) or
-  ``("error", text)``.
+  ``("done", *flatten(Decision), retire)``, ``("missing", [token, ...])``
+  (policies this worker has not compiled: the parent resends them with
+  objects) or ``("error", text, retire)``. ``retire`` asks the parent to
+  replace this worker: its RSS passed ``recycle_rss_bytes`` (a big review's
+  memory is not returned to the OS) or it ran out of memory.
 
 Compiled policies are cached by token (a hash of the policy object), at most
 :data:`MAX_COMPILED` of them.
@@ -99,9 +102,10 @@ class RemoteLookups:
 class Worker:
     """State of one worker: the compiled-policy cache and the output limits."""
 
-    def __init__(self, sock: socket.socket, limits: OutputLimits) -> None:
+    def __init__(self, sock: socket.socket, limits: OutputLimits, recycle_rss_bytes: int = 0) -> None:
         self.sock = sock
         self.limits = limits
+        self.recycle_rss_bytes = recycle_rss_bytes
         self.compiled: OrderedDict[str, CompiledPolicy | None] = OrderedDict()
 
     def _policies(self, entries: list[tuple[str, dict[str, Any] | None]]) -> list[CompiledPolicy] | list[str]:
@@ -146,13 +150,26 @@ class Worker:
             try:
                 reply = self.evaluate(endpoint, orjson.loads(request_json), entries, prefetched)
                 if reply[0] == "done":
-                    reply = ("done", *flatten(reply[1]))
+                    reply = ("done", *flatten(reply[1]), self.should_retire())
             except MemoryError:
-                send_frame(self.sock, ("error", "evaluation exceeded the worker's memory limit"))
+                send_frame(self.sock, ("error", "evaluation exceeded the worker's memory limit", True))
                 raise
             except Exception as e:  # noqa: BLE001 - any failure is reported, the worker survives
-                reply = ("error", f"{type(e).__name__}: {e}"[:1024])
+                reply = ("error", f"{type(e).__name__}: {e}"[:1024], self.should_retire())
             send_frame(self.sock, reply)
+
+    def should_retire(self) -> bool:
+        """True when this process holds more than ``recycle_rss_bytes`` (CPython keeps freed memory)."""
+        return bool(self.recycle_rss_bytes) and rss_bytes() > self.recycle_rss_bytes
+
+
+def rss_bytes() -> int:
+    """Resident set size of this process now (Linux ``/proc/self/statm``; else the peak from getrusage)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def flatten(decision: Decision) -> tuple[Any, str, list[tuple[str, str, str, tuple[str, ...]]]]:
@@ -171,13 +188,13 @@ def unflatten(response: Any, decision: str, results: list[tuple[str, str, str, t
 def main(argv: list[str]) -> int:
     """Entry point: ``python -m webhook.admission.evalworker FD``."""
     sock = socket.socket(fileno=int(argv[0]))
-    _kind, memory_limit, limits, log_level = recv_frame(sock)
+    _kind, memory_limit, limits, log_level, recycle_rss_bytes = recv_frame(sock)
     logs.setup(log_level)  # JSON lines on the inherited stderr, as in the server
     if memory_limit:
         resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
     send_frame(sock, ("ready", os.getpid()))
     try:
-        Worker(sock, limits).serve()
+        Worker(sock, limits, recycle_rss_bytes).serve()
     except MemoryError:
         return 3
     return 0

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
-from webhook.admission.evalpool import DEFAULT_MEMORY_LIMIT, EvaluationPool
+from webhook.admission.evalpool import DEFAULT_MEMORY_LIMIT, DEFAULT_RECYCLE_RSS, EvaluationPool
 from webhook.admission.isolation import IsolatedEvaluator
 from webhook.admission.limits import OutputLimits
 from webhook.admission.server import AdmissionServer
@@ -24,6 +24,7 @@ from webhook.metrics import Metrics
 
 def evaluation_pool_ctx(server: AdmissionServer, metrics: Metrics, *, workers: int = 2,
                         memory_limit_bytes: int = DEFAULT_MEMORY_LIMIT, limits: OutputLimits | None = None,
+                        recycle_rss_bytes: int = DEFAULT_RECYCLE_RSS,
                         ) -> Callable[[web.Application], AsyncIterator[None]]:
     """A ``cleanup_ctx`` generator running ``server``'s reviews in worker processes.
 
@@ -35,6 +36,7 @@ def evaluation_pool_ctx(server: AdmissionServer, metrics: Metrics, *, workers: i
         memory_limit_bytes: ``RLIMIT_AS`` per worker; workers x limit plus
             about 100 MB for the server should fit the container's memory limit.
         limits: output caps (patch size, message and warning lengths).
+        recycle_rss_bytes: replace a worker resident above this after a review.
 
     Returns:
         ``async def ctx(app)`` for ``app.cleanup_ctx.append(...)``.
@@ -45,6 +47,7 @@ def evaluation_pool_ctx(server: AdmissionServer, metrics: Metrics, *, workers: i
 
     async def ctx(app: web.Application) -> AsyncIterator[None]:
         pool = EvaluationPool(workers=workers, memory_limit_bytes=memory_limit_bytes, limits=limits,
+                              recycle_rss_bytes=recycle_rss_bytes,
                               on_restart=lambda reason: metrics.eval_worker_restarts.labels(reason).inc())
         await pool.start()
         previous = server.evaluator

@@ -28,12 +28,13 @@ def request(obj: dict[str, Any]) -> AdmissionRequest:
 
 @asynccontextmanager
 async def evaluator(*policies: dict[str, Any], limits: OutputLimits | None = None,
-                    configmaps: tuple[dict[str, Any], ...] = ()) -> AsyncIterator[IsolatedEvaluator]:
+                    configmaps: tuple[dict[str, Any], ...] = (),
+                    **pool_options: Any) -> AsyncIterator[IsolatedEvaluator]:
     index = PolicyIndex()
     for p in policies:
         index.upsert(p)
     handler = AdmissionHandler(index, InMemoryLookups(namespaces=NAMESPACES, configmaps=configmaps))
-    pool = EvaluationPool(workers=1, limits=limits)
+    pool = EvaluationPool(workers=1, limits=limits, **pool_options)
     await pool.start()
     try:
         yield IsolatedEvaluator(handler, pool)
@@ -131,3 +132,13 @@ async def test_a_failing_cache_read_is_answered_per_failure_policy(failure_polic
         # The worker survived: the next review is evaluated normally.
         ev.handler.lookups = InMemoryLookups(namespaces=NAMESPACES)
         assert (await ev("validate", request(pod()), 5)).response["uid"] == "uid-1"
+
+
+async def test_a_worker_holding_too_much_memory_is_replaced_after_answering() -> None:
+    restarts: list[str] = []
+    deny = policy("p", validations=[{"expression": "object.metadata.name == 'web'"}])
+    async with evaluator(deny, recycle_rss_bytes=1, on_restart=restarts.append) as ev:
+        for name, expected in (("web", "allowed"), ("other", "denied"), ("web", "allowed")):
+            decision = await ev("validate", request(pod(name=name)), 10)
+            assert decision.decision == expected  # every answer is still used
+    assert restarts == ["recycled"] * 3
