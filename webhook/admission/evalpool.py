@@ -17,6 +17,7 @@ import logging
 import os
 import socket
 import sys
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +38,8 @@ log = logging.getLogger("tollgate.admission")
 DEFAULT_MEMORY_LIMIT = 2 * 1024**3
 #: A worker resident above this after a review is replaced (its answer is still used).
 DEFAULT_RECYCLE_RSS = 512 * 1024 * 1024
+#: Policy versions a replacement worker compiles before serving (the most recently used).
+MAX_WARM = 256
 #: Largest reply frame accepted from a worker (the Decision is already bounded by OutputLimits).
 MAX_REPLY_BYTES = 16 * 1024 * 1024
 _LOOKUPS = frozenset({"get_namespace", "get_configmap", "list_configmaps", "is_synced"})
@@ -115,6 +118,8 @@ class EvaluationPool:
         self._all: set[_Proc] = set()
         self._spawning: set[asyncio.Task[None]] = set()
         self._closed = False
+        # Policy versions recent reviews used, so a replacement worker compiles them before it serves.
+        self._recent: OrderedDict[str, dict[str, Any]] = OrderedDict()
 
     async def start(self) -> None:
         """Start every worker and wait until each is ready.
@@ -146,7 +151,15 @@ class EvaluationPool:
                 reply = await read_frame(reader, 1024)
             if reply[0] != "ready":
                 raise RuntimeError(f"evaluation worker said {reply!r}")
-        except (OSError, EOFError, asyncio.IncompleteReadError, TimeoutError) as e:
+            if self._recent:
+                warm = list(self._recent.items())
+                writer.write(encode(("warm", warm)))
+                async with asyncio.timeout(self.start_timeout):
+                    reply = await read_frame(reader, 1024)
+                if reply[0] != "warmed":
+                    raise RuntimeError(f"evaluation worker said {reply!r}")
+                proc.known.update(token for token, _ in warm)
+        except (OSError, EOFError, asyncio.IncompleteReadError, TimeoutError, RuntimeError) as e:
             await self._kill(proc)
             raise RuntimeError(f"evaluation worker did not start: {e!r}") from e
         return proc
@@ -224,6 +237,11 @@ class EvaluationPool:
         """
         if self._closed:
             raise EvaluationAborted("busy", "the evaluation pool is closed")
+        for token, obj in policies:
+            self._recent[token] = obj
+            self._recent.move_to_end(token)
+        while len(self._recent) > MAX_WARM:
+            self._recent.popitem(last=False)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         try:

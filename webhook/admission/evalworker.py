@@ -11,6 +11,8 @@ Protocol (frames of :mod:`webhook.admission.ipc`), the parent speaks first:
 
 * ``("config", memory_limit_bytes, OutputLimits, log_level, recycle_rss_bytes)``
   → ``("ready", pid)``
+* ``("warm", [(token, policy_obj), ...])`` → ``("warmed", n)``: compile
+  ahead (a replacement worker gets the policies recent reviews used).
 * ``("eval", endpoint, request_json, [(token, policy_obj | None), ...], prefetched)``
   (``prefetched`` maps ``(method, *args)`` to lookup answers the server sent
   ahead: the request's Namespace and the sync states) → any number of
@@ -145,6 +147,10 @@ class Worker:
                 message = recv_frame(self.sock)
             except EOFError:
                 return
+            if message[0] == "warm":
+                self._policies(message[1])
+                send_frame(self.sock, ("warmed", len(self.compiled)))
+                continue
             _kind, endpoint, request_json, entries, prefetched = message
             reply: tuple[Any, ...]
             try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, cast
@@ -141,4 +142,9 @@ async def test_a_worker_holding_too_much_memory_is_replaced_after_answering() ->
         for name, expected in (("web", "allowed"), ("other", "denied"), ("web", "allowed")):
             decision = await ev("validate", request(pod(name=name)), 10)
             assert decision.decision == expected  # every answer is still used
-    assert restarts == ["recycled"] * 3
+        assert restarts == ["recycled"] * 3
+        # The replacement compiled the policy before it joined the idle queue.
+        replacement = await asyncio.wait_for(ev.pool._idle.get(), 30)
+        token = ev._token(ev.handler.index.candidates("", "pods", "", "CREATE")[0])
+        assert token is not None and token[0] in replacement.known
+        ev.pool._idle.put_nowait(replacement)
