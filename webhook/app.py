@@ -26,6 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from webhook.admission.handler import AdmissionHandler
 from webhook.admission.informer_lookups import InformerLookups
+from webhook.admission.lifecycle import evaluation_pool_ctx
 from webhook.admission.server import AdmissionServer
 from webhook.aio import cancel_and_wait
 from webhook.config import Settings
@@ -250,8 +251,9 @@ def build_components(settings: Settings, *, api_client: Any = None,
     registrations.extend(inf.add_event_handler(events) for inf in policy_informers)
 
     handler = AdmissionHandler(index, InformerLookups(namespaces, configmaps, policies_synced))
+    # Until the policy caches sync, reviews get 503: the API server applies the webhook's own failurePolicy.
     server = AdmissionServer(handler, metrics, max_request_bytes=settings.max_request_bytes,
-                             default_timeout=settings.default_timeout)
+                             default_timeout=settings.default_timeout, ready=policies_synced)
     return Components(settings, metrics, index, factory, namespaces, configmaps, policy_informers, server, certs,
                       leader.elector if leader else None, writer, reconciler,
                       leader.cert_manager if leader else None, plans_pending, local_sources)
@@ -316,9 +318,13 @@ async def readyz(request: web.Request) -> web.Response:
         caches[key.resource] = {"synced": inf.has_synced(), "resourceVersion": inf.last_sync_resource_version,
                                 "objects": len(inf.indexer), "ageSeconds": None if age is None else round(age, 3)}
     policies = {s.key: {"ready": s.ready, "reason": s.result.condition["reason"]} for s in c.index.states()}
-    ready = all(cache["synced"] for cache in caches.values()) and c.certs is not None
-    body = {"ready": ready, "certificateLoaded": c.certs is not None, "caches": caches, "policies": policies,
-            "unmatchablePolicies": c.index.unmatchable()}
+    ready = (all(cache["synced"] for cache in caches.values()) and c.certs is not None
+             and not c.server.shutting_down)
+    body: dict[str, Any] = {
+        "ready": ready, "certificateLoaded": c.certs is not None, "shuttingDown": c.server.shutting_down,
+        "caches": caches, "policies": policies, "unmatchablePolicies": c.index.unmatchable()}
+    if c.certs is not None:
+        body["certificate"] = c.certs.certificate_status()  # expiringSoon within 7 days: reported, not fatal
     if c.local_sources:
         # A file that stopped parsing keeps its last good objects (as an API server refuses a bad write).
         body["localFileErrors"] = c.local_file_errors()
@@ -380,6 +386,11 @@ def create_app(settings: Settings, *, api_client: Any = None,
     app.cleanup_ctx.append(informers_ctx)
     app.cleanup_ctx.append(certs_ctx)
     app.cleanup_ctx.append(plans_ctx)
+    if settings.eval_workers > 0:
+        app.cleanup_ctx.append(evaluation_pool_ctx(c.server, c.metrics, workers=settings.eval_workers,
+                                                   memory_limit_bytes=settings.eval_memory_limit_bytes,
+                                                   isolate_above_bytes=settings.isolate_above_bytes))
+    app.on_response_prepare.append(c.server.on_response_prepare)  # Connection: close once shutting down
     app.add_routes(c.server.routes())
     app.add_routes([web.get("/healthz", healthz), web.get("/readyz", readyz), web.get("/metrics", metrics_view)])
     return app

@@ -219,3 +219,64 @@ def issued_by(cert_pem: bytes, ca_pem: bytes) -> bool:
     except (ValueError, TypeError, InvalidSignature):
         return False
     return True
+
+
+class CertificateRejected(ValueError):
+    """A certificate/key pair that must not be served.
+
+    Attributes:
+        reason: ``malformed`` (not PEM, no certificate or no key),
+            ``key_mismatch`` (the key does not belong to the certificate),
+            ``not_yet_valid`` (``notBefore`` is in the future) or ``expired``
+            (``notAfter`` has passed).
+    """
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class CertificateInfo:
+    """The served (leaf) certificate's identity and validity window (Unix seconds)."""
+
+    subject: str
+    serial: int
+    not_before: float
+    not_after: float
+
+
+def check_pair(cert_pem: bytes, key_pem: bytes, *, now: float) -> CertificateInfo:
+    """Validate a serving pair before it is loaded.
+
+    Args:
+        cert_pem: ``tls.crt``: the leaf certificate first, optionally followed
+            by intermediates (as in a ``kubernetes.io/tls`` Secret).
+        key_pem: ``tls.key``: the unencrypted private key (PKCS#1, SEC1 or PKCS#8 PEM).
+        now: the current time, Unix seconds.
+
+    Returns:
+        The leaf certificate's :class:`CertificateInfo`.
+
+    Raises:
+        CertificateRejected: malformed, key mismatch, not yet valid, or
+            expired. A TLS client (the API server's Go ``crypto/tls``) refuses
+            a certificate outside ``notBefore``..``notAfter``, so serving one
+            would fail every handshake.
+    """
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+        key = serialization.load_pem_private_key(key_pem, password=None)
+    except (ValueError, TypeError) as e:
+        raise CertificateRejected("malformed", f"certificate or key is not a usable PEM: {e}") from None
+    spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    if key.public_key().public_bytes(*spki) != cert.public_key().public_bytes(*spki):
+        raise CertificateRejected("key_mismatch", "the private key does not match the certificate's public key")
+    info = CertificateInfo(cert.subject.rfc4514_string(), cert.serial_number,
+                           cert.not_valid_before_utc.timestamp(), cert.not_valid_after_utc.timestamp())
+    if now < info.not_before:
+        raise CertificateRejected("not_yet_valid", f"certificate is not valid before "
+                                                   f"{cert.not_valid_before_utc.isoformat()}")
+    if now > info.not_after:
+        raise CertificateRejected("expired", f"certificate expired at {cert.not_valid_after_utc.isoformat()}")
+    return info

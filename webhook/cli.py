@@ -102,6 +102,17 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument("--manage-webhooks", action=argparse.BooleanOptionalAction, default=True,
                    help="in a cluster, the leader keeps both webhook configurations as narrow as the loaded "
                         "policies need (default on; never with --local)")
+    p.add_argument("--eval-workers", type=int, default=2, metavar="N",
+                   help="evaluation worker processes for large reviews, killed at the review's deadline "
+                        "(default 2; 0 evaluates every review on the event loop)")
+    p.add_argument("--isolate-above-bytes", type=int, default=32 * 1024, metavar="BYTES",
+                   help="reviews with a larger body go to a worker; smaller ones are evaluated inline "
+                        "(default 32768; 0 sends every review to a worker)")
+    p.add_argument("--eval-memory-limit", type=int, default=1024**3, metavar="BYTES",
+                   help="address-space limit of each evaluation worker (default 1 GiB)")
+    p.add_argument("--shutdown-delay", type=float, metavar="SECONDS",
+                   help="after SIGTERM, keep serving this long with Connection: close before closing the "
+                        "listener (default 5, 0 with --local)")
     p.add_argument("--create-webhooks", action="store_true",
                    help="create a missing webhook configuration (needs RBAC create)")
     p.add_argument("--self-managed-certs", action="store_true",
@@ -277,8 +288,13 @@ async def _run_app(app: Any, settings: Settings, ca_file: Path | None) -> None:
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("shutting down: no new connections, finishing in-flight requests")
-    # AppRunner.cleanup stops the site, waits for handlers (shutdown_timeout), then runs cleanup_ctx.
-    await runner.cleanup()
+    # Connection: close on every response, serve shutdown_delay more seconds, wait for reviews in flight,
+    # then AppRunner.cleanup stops the site and runs cleanup_ctx.
+    from webhook.admission.lifecycle import graceful_stop
+    from webhook.app import COMPONENTS
+
+    await graceful_stop(app[COMPONENTS].server, runner, delay=settings.shutdown_delay,
+                        timeout=settings.shutdown_timeout)
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -310,6 +326,9 @@ def _run_serve(args: argparse.Namespace) -> int:
         manage_webhooks=args.manage_webhooks and args.local is None, create_webhooks=args.create_webhooks,
         self_managed_certs=args.self_managed_certs, cert_dir=args.cert_dir, ca_file=ca,
         service_account=os.environ.get("POD_SERVICE_ACCOUNT", "tollgate"),
+        eval_workers=max(args.eval_workers, 0), isolate_above_bytes=max(args.isolate_above_bytes, 0),
+        eval_memory_limit_bytes=args.eval_memory_limit,
+        shutdown_delay=args.shutdown_delay if args.shutdown_delay is not None else (0.0 if args.local else 5.0),
     )
     runner: Callable[[Coroutine[Any, Any, None]], None]
     try:

@@ -45,6 +45,13 @@ class Settings:
         webhook_service: the Service the webhook configurations point at.
         webhook_config_name: ``metadata.name`` of both webhook configurations.
         service_account: the webhook's own ServiceAccount (its writes are never sent to it).
+        eval_workers: evaluation worker processes (0: every review is evaluated inline on the
+            event loop, as in tests; ``serve`` defaults to 2).
+        isolate_above_bytes: request bodies larger than this are evaluated in a worker, where
+            the deadline is enforced; smaller ones inline (0: every review goes to a worker).
+        eval_memory_limit_bytes: address-space limit of each worker.
+        shutdown_delay: seconds of service after SIGTERM with ``Connection: close``, so
+            kept-alive clients move to another replica before the listener closes.
     """
 
     local_dir: Path | None = None
@@ -72,3 +79,7 @@ class Settings:
     webhook_service: str = "tollgate"
     webhook_config_name: str = "tollgate"
     service_account: str = "tollgate"
+    eval_workers: int = 0
+    isolate_above_bytes: int = 32 * 1024
+    eval_memory_limit_bytes: int = 1024**3
+    shutdown_delay: float = 5.0

@@ -49,6 +49,13 @@ class Metrics:
                                          registry=r)
         self.cert_reloads = Counter("tollgate_certificate_reloads_total", "Certificate reload attempts",
                                     ["result"], registry=r)
+        self.eval_aborted = Counter("tollgate_evaluation_aborted_total",
+                                    "Evaluations answered per failurePolicy because they could not finish "
+                                    "(reason: timeout, busy, worker_died, worker_error)",
+                                    ["endpoint", "reason"], registry=r)
+        self.eval_worker_restarts = Counter("tollgate_evaluation_worker_restarts_total",
+                                            "Evaluation worker processes replaced (reason: timeout, worker_died, "
+                                            "worker_error, cancelled, recycled)", ["reason"], registry=r)
         self.status = StatusMetrics(r)
         self.webhook_configs = WebhookConfigMetrics(r)
         self.managed_certs = ManagedCertMetrics(r)

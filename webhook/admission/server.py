@@ -1,11 +1,21 @@
 """HTTP transport of the webhook: ``POST /validate`` and ``POST /mutate``.
 
-Bounds every input before the decision core sees it: a body cap (413), a
-``Content-Type: application/json`` check (415), a read deadline taken from
-the ``timeout`` query parameter the API server appends (e.g. ``?timeout=10s``),
-and AdmissionReview validation (400 with a reason). Whatever happens inside
-evaluation, the reply is an AdmissionResponse echoing ``request.uid``
-(``errored`` under failurePolicy semantics), never a bare 500.
+Bounds every input before the decision core sees it: a body cap (413,
+counted after ``Content-Encoding: gzip``/``deflate`` decoding, so a zip
+bomb stops at the cap; other encodings 415, undecodable bodies 400), a
+``Content-Type: application/json`` check (415), a deadline taken from the
+``timeout`` query parameter the API server appends (e.g. ``?timeout=10s``,
+capped at 30 s as Kubernetes caps ``timeoutSeconds``) covering the body read
+and the evaluation, and AdmissionReview validation (400 with a reason).
+Whatever happens inside evaluation, the reply is an AdmissionResponse
+echoing ``request.uid`` (answered per failurePolicy when evaluation fails or
+runs out of time), never a bare 500.
+
+Also enforces a verified client certificate on the admission paths when the
+TLS layer asks for one (``--client-ca``: the handshake uses CERT_OPTIONAL so
+probes need none), answers 503 until an optional readiness gate opens, and
+after :meth:`AdmissionServer.begin_shutdown` marks every response
+``Connection: close``.
 """
 
 from __future__ import annotations
@@ -13,14 +23,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import ssl
 import time
 from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestPayloadError
 
-from webhook.admission.handler import AdmissionDecision, AdmissionHandler
-from webhook.admission.review import ReviewError, errored, parse_review, review_body
+from webhook.admission.handler import AdmissionHandler
+from webhook.admission.isolation import Evaluator, InlineEvaluator
+from webhook.admission.review import ReviewError, parse_review, review_body
 from webhook.metrics import Metrics
 from webhook.policy import Decision, Result
 
@@ -30,6 +44,10 @@ _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 #: Answer this many seconds before the API server's own deadline.
 DEADLINE_MARGIN = 0.5
+#: Longest honoured ``?timeout=``: the API server caps a webhook's ``timeoutSeconds`` at 30 s.
+MAX_TIMEOUT = 30.0
+#: Content-Encodings aiohttp decodes before the body cap is counted.
+ACCEPTED_ENCODINGS = frozenset({"", "identity", "gzip", "deflate"})
 
 
 def parse_go_duration(text: str | None) -> float | None:
@@ -42,17 +60,79 @@ def parse_go_duration(text: str | None) -> float | None:
     return sum(float(n) * _UNITS[u] for n, u in parts)
 
 
+def request_budget(timeout_param: str | None, default: float) -> float:
+    """Seconds the server may spend on a review, from ``?timeout=`` (Go duration).
+
+    Follows the API server: ``timeoutSeconds`` is 1..30 s, and the API server
+    appends it as ``?timeout=<n>s``. Absent or invalid values give
+    ``default``; values are capped at :data:`MAX_TIMEOUT`; then
+    :data:`DEADLINE_MARGIN` is taken off so the answer arrives before the API
+    server gives up (never below 0.1 s).
+    """
+    budget = parse_go_duration(timeout_param) or default
+    return max(min(budget, MAX_TIMEOUT) - DEADLINE_MARGIN, 0.1)
+
+
+def peer_certificate(request: web.BaseRequest) -> dict[str, Any] | None:
+    """The verified client certificate of ``request``'s TLS connection, or None.
+
+    Returns None on plain HTTP or when the client sent none. A certificate
+    that does not verify never gets here: the handshake fails first.
+    """
+    transport = request.transport
+    if transport is None:
+        return None
+    cert = transport.get_extra_info("peercert")
+    return cert or None
+
+
+def asks_for_client_certificate(request: web.BaseRequest) -> bool:
+    """Whether the connection's TLS context requests client certificates (``--client-ca``)."""
+    transport = request.transport
+    ssl_object = transport.get_extra_info("ssl_object") if transport is not None else None
+    if ssl_object is None:
+        return False
+    return bool(ssl_object.context.verify_mode != ssl.CERT_NONE)
+
+
 class AdmissionServer:
-    """aiohttp handlers around an :class:`AdmissionHandler`."""
+    """aiohttp handlers around an :class:`AdmissionHandler`.
+
+    Args:
+        handler: decides reviews (its ``index`` and ``lookups`` are read per request).
+        metrics: where counters go.
+        max_request_bytes: body cap after decoding, bytes (413 above it).
+        default_timeout: seconds when the API server sends no ``?timeout=``.
+        clock: monotonic seconds (tests).
+        evaluator: how the handler runs; default :class:`InlineEvaluator`
+            (on the event loop, deadline not enforced). Production passes an
+            :class:`~webhook.admission.isolation.IsolatedEvaluator`.
+        ready: a readiness gate; while it returns False every review is
+            answered HTTP 503 (a failed webhook call: the API server applies
+            the webhook configuration's failurePolicy). None: always open.
+        require_client_certificate: demand a verified client certificate on
+            ``/validate`` and ``/mutate`` (401 without one). None (default):
+            demand one exactly when the connection's TLS context requests
+            client certificates, i.e. when served with ``--client-ca``.
+    """
 
     def __init__(self, handler: AdmissionHandler, metrics: Metrics, *, max_request_bytes: int,
-                 default_timeout: float = 10.0, clock: Callable[[], float] = time.perf_counter) -> None:
+                 default_timeout: float = 10.0, clock: Callable[[], float] = time.perf_counter,
+                 evaluator: Evaluator | None = None, ready: Callable[[], bool] | None = None,
+                 require_client_certificate: bool | None = None) -> None:
         self.handler = handler
         self.metrics = metrics
         self.max_request_bytes = max_request_bytes
         self.default_timeout = default_timeout
+        self.evaluator: Evaluator = evaluator or InlineEvaluator(handler)
+        self.ready = ready
+        self.require_client_certificate = require_client_certificate
         self._clock = clock
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+        self._shutting_down = False
+        self._in_flight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
 
     def _child(self, metric: Any, *labels: str) -> Any:
         # prometheus-client's labels() takes a lock and validates on every call; the request path
@@ -67,13 +147,86 @@ class AdmissionServer:
         """The two admission routes."""
         return [web.post("/validate", self.validate), web.post("/mutate", self.mutate)]
 
+    @property
+    def shutting_down(self) -> bool:
+        """True after :meth:`begin_shutdown` (``/readyz`` should then answer 503)."""
+        return self._shutting_down
+
+    def begin_shutdown(self) -> None:
+        """Start draining: from now on every response carries ``Connection: close``.
+
+        Call it on SIGTERM, then ``await drain(...)``, then
+        ``AppRunner.cleanup()``. Each kept-alive client gets its next answer in
+        full and then reconnects (to another replica once the endpoint is
+        removed), instead of finding its idle connection closed under a
+        request it just sent; in-flight requests finish normally. Go's
+        ``http.Server.Shutdown`` closes idle connections the same way, but the
+        API server does not retry a POST that hit a closed connection.
+        Applies to the admission routes; add :meth:`on_response_prepare` to
+        ``app.on_response_prepare`` to cover every route (probes, metrics).
+        """
+        self._shutting_down = True
+
+    @property
+    def in_flight(self) -> int:
+        """Admission requests being read, evaluated or answered right now."""
+        return self._in_flight
+
+    async def drain(self, *, delay: float, timeout: float) -> bool:
+        """After :meth:`begin_shutdown`: keep serving ``delay`` seconds, then wait for in-flight reviews.
+
+        Run it between :meth:`begin_shutdown` and ``AppRunner.cleanup()``.
+        ``delay`` lets the endpoint leave the Service (``/readyz`` answers 503)
+        and lets kept-alive clients pick up ``Connection: close``. Then it waits
+        (up to ``timeout`` seconds) until no admission request is in flight:
+        ``AppRunner.cleanup()`` stops reading from open connections at once
+        (aiohttp drops data that arrives after it starts closing), so a review
+        whose body is still arriving would otherwise be cut off.
+
+        Returns:
+            True when no review was in flight at the end; False on timeout.
+        """
+        await asyncio.sleep(delay)
+        try:
+            async with asyncio.timeout(timeout):
+                await self._idle.wait()
+        except TimeoutError:
+            log.warning("shutdown: reviews still in flight after the drain timeout",
+                        extra={"in_flight": self._in_flight})
+            return False
+        return True
+
+    async def on_response_prepare(self, request: web.Request, response: web.StreamResponse) -> None:
+        """``app.on_response_prepare`` signal: ``Connection: close`` while shutting down.
+
+        aiohttp runs this hook after it has computed the headers, so the
+        header is set here as well as the connection's keep-alive flag.
+        """
+        if self._shutting_down:
+            response.force_close()
+            response.headers["Connection"] = "close"
+
     async def validate(self, request: web.Request) -> web.StreamResponse:
         """``POST /validate``."""
-        return await self._serve(request, "validate", self.handler.validate)
+        return await self._tracked(request, "validate")
 
     async def mutate(self, request: web.Request) -> web.StreamResponse:
         """``POST /mutate``."""
-        return await self._serve(request, "mutate", self.handler.mutate)
+        return await self._tracked(request, "mutate")
+
+    async def _tracked(self, request: web.Request, endpoint: str) -> web.StreamResponse:
+        self._in_flight += 1
+        self._idle.clear()
+        try:
+            response = await self._serve(request, endpoint)
+        finally:
+            self._in_flight -= 1
+            if not self._in_flight:
+                self._idle.set()
+        if self._shutting_down:
+            response.force_close()
+            response.headers["Connection"] = "close"
+        return response
 
     def _reject(self, endpoint: str, status: int, reason: str) -> web.Response:
         self.metrics.bad_requests.labels(endpoint, str(status)).inc()
@@ -82,48 +235,85 @@ class AdmissionServer:
                                   "message": reason}, status=status)
 
     async def _read_body(self, request: web.Request) -> bytes:
-        """The whole body, or the first ``max_request_bytes + 1`` bytes of a longer one.
+        """The whole (decoded) body, or the first ``max_request_bytes + 1`` bytes of a longer one.
 
         ``StreamReader.read(n)`` returns whatever is buffered (one TLS record,
         often 16 KiB), not n bytes, so a single read would cut a large
         AdmissionReview short and answer a valid request with "malformed JSON".
+        aiohttp decodes gzip/deflate in bounded chunks as we read, so the cap
+        applies to the decoded size.
+
+        Raises:
+            ReviewError: 400 when the body cannot be decoded.
         """
         chunks: list[bytes] = []
         size = 0
         while size <= self.max_request_bytes:
-            chunk = await request.content.read(self.max_request_bytes + 1 - size)
+            try:
+                chunk = await request.content.read(self.max_request_bytes + 1 - size)
+            except HttpProcessingError as e:
+                raise ReviewError(400, f"request body could not be read: {e.message}"[:200]) from None
+            except RequestPayloadError as e:  # aiohttp wraps a decoding failure (e.g. corrupt gzip) in this
+                raise ReviewError(400, f"request body could not be read: {e}".replace("\n", " ")[:200]) from None
             if not chunk:
                 break
             chunks.append(chunk)
             size += len(chunk)
         return b"".join(chunks)
 
-    async def _serve(self, request: web.Request, endpoint: str, decide: Callable[..., AdmissionDecision]) -> web.StreamResponse:
-        started = self._clock()
+    def _gate(self, request: web.Request, endpoint: str) -> web.Response | None:
+        """Checks before the body is read: client certificate, readiness, headers."""
+        require = self.require_client_certificate
+        if require is None:
+            require = asks_for_client_certificate(request)
+        if require and peer_certificate(request) is None:
+            return self._reject(endpoint, 401, "a client certificate signed by the --client-ca is required "
+                                               "on /validate and /mutate")
+        if self.ready is not None and not self.ready():
+            return self._reject(endpoint, 503, "tollgate is not ready: policy caches have not synced")
         if request.content_type != "application/json":
             return self._reject(endpoint, 415, f"Content-Type must be application/json, got {request.content_type!r}")
+        encoding = request.headers.get("Content-Encoding", "").strip().lower()
+        if encoding not in ACCEPTED_ENCODINGS:
+            return self._reject(endpoint, 415, f"Content-Encoding {encoding!r} is not supported (gzip, deflate)"[:200])
         if request.content_length is not None and request.content_length > self.max_request_bytes:
             return self._reject(endpoint, 413, f"body exceeds {self.max_request_bytes} bytes")
-        budget = parse_go_duration(request.query.get("timeout")) or self.default_timeout
+        return None
+
+    async def _serve(self, request: web.Request, endpoint: str) -> web.StreamResponse:
+        started = self._clock()
+        rejected = self._gate(request, endpoint)
+        if rejected is not None:
+            return rejected
+        budget = request_budget(request.query.get("timeout"), self.default_timeout)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + budget
         try:
-            async with asyncio.timeout(max(budget - DEADLINE_MARGIN, 0.1)):
+            async with asyncio.timeout_at(deadline):
                 body = await self._read_body(request)
         except TimeoutError:
             return self._reject(endpoint, 408, "request body not received before the deadline")
+        except ReviewError as e:
+            # The rest of an undecodable body cannot be skipped: aiohttp would hit the same decoding error
+            # while discarding it and log a traceback. Mark the body consumed, answer, close the connection.
+            request.content.feed_eof()
+            response = self._reject(endpoint, e.http_status, e.reason)
+            response.force_close()
+            return response
         if len(body) > self.max_request_bytes:
             return self._reject(endpoint, 413, f"body exceeds {self.max_request_bytes} bytes")
         try:
             api_version, admission_request = parse_review(body)
         except ReviewError as e:
             return self._reject(endpoint, e.http_status, e.reason)
+        size = len(body)
+        del body
         uid = admission_request["uid"]
         try:
-            decision = decide(admission_request, time.monotonic() + max(budget - DEADLINE_MARGIN, 0.1))
+            decision = await self.evaluator(endpoint, admission_request, max(deadline - loop.time(), 0.05),
+                                            size=size)
         except ReviewError as e:  # e.g. 503 before the policy caches synced: the webhook's failurePolicy applies
             return self._reject(endpoint, e.http_status, e.reason)
-        except Exception as e:
-            log.exception("evaluation failed", extra={"uid": uid, "endpoint": endpoint})
-            decision = AdmissionDecision(errored(uid, f"tollgate: evaluation failed: {e}"), Decision.ERROR, ())
         for result in decision.results:
             self._child(self.metrics.policy_evaluations, result.policy, result.result).inc()
             if result.result is Result.ERROR:

@@ -160,7 +160,7 @@ async def test_policy_edit_changes_the_very_next_decision(served: Served) -> Non
     await start(served, PRIVILEGED_POLICY)
     _, body = await served.post("/validate", review(pod_create("p", True)))
     assert body["response"]["allowed"] is False
-    relaxed = copy.deepcopy(PRIVILEGED_POLICY)
+    relaxed: dict[str, Any] = copy.deepcopy(PRIVILEGED_POLICY)
     relaxed["spec"]["validations"][0]["expression"] = "true"
     await served.cluster.apply("clusteradmissionpolicies.tollgate.dev", relaxed)
     # Once the edit has reached the informer's handlers, the very next review is decided by it: no retry.
@@ -240,5 +240,5 @@ async def test_certificate_rotation_keeps_serving_and_rejects_a_bad_pair(served:
         assert resp.status == 200
     async with served.session.get(served.url + "/metrics") as resp:
         text = await resp.text()
-    assert 'tollgate_certificate_reloads_total{result="failure"} 1.0' in text
+    assert 'tollgate_certificate_reloads_total{result="rejected"} 1.0' in text
     assert 'tollgate_certificate_reloads_total{result="success"} 1.0' in text

@@ -87,11 +87,11 @@ async def test_rotation_under_load_fails_no_request(served: Served, tmp_path: Pa
     assert outcomes["failed"] == 0
     assert outcomes["ok"] > 20
     assert old_serial in served_serials and serial_of(fresh / "tls.crt") in served_serials
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as session:
-        async with session.get(served.url + "/metrics") as resp:
-            metrics = await resp.text()
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as session, \
+            session.get(served.url + "/metrics") as resp:
+        metrics = await resp.text()
     # The half-written pair was rejected (at least once: a poll may also catch a partly copied file).
-    failures = re.search(r'tollgate_certificate_reloads_total\{result="failure"\} (\d+)', metrics)
+    failures = re.search(r'tollgate_certificate_reloads_total\{result="rejected"\} (\d+)', metrics)
     assert failures is not None and int(failures.group(1)) >= 1
     assert 'tollgate_certificate_reloads_total{result="success"} 1.0' in metrics
     rejected = [r for r in caplog.records if r.name == "tollgate.tls" and "rejected" in r.getMessage()]

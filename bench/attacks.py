@@ -1,0 +1,342 @@
+"""Issue #13 attack measurements: GIL, isolation cost, and the container-count curve.
+
+    python bench/attacks.py gil                 # does cel-expr-python release the GIL in Expression.eval?
+    python bench/attacks.py cost [--reviews N]  # per-review cost of process isolation on a cheap Pod
+    python bench/attacks.py curve [--sizes 10,100,1000,3000,10000] [--modes isolated,inline] [--inline-max 3000]
+    python bench/attacks.py sigterm [--clients 8]  # kept-alive clients against `tollgate serve` across SIGTERM
+
+``curve`` starts ``tollgate serve --local policies/`` equivalents as subprocesses (127.0.0.1, a free
+port) in each mode -- ``inline`` (evaluation on the event loop, as before issue #13) and ``isolated``
+(an EvaluationPool of 2 workers) -- then, per container count N, POSTs one N-container Pod review
+(``?timeout=30s``) while a probe loop sends a cheap 1-container review and ``GET /healthz`` every
+50 ms. Reported: latency and outcome of the big review, max/median latency of the cheap review and of
+/healthz while the big one ran, and peak RSS (server; workers summed) sampled every 20 ms from /proc.
+Inline runs stop at --inline-max containers (the 10,000-container Pod needed 6.3 GB inline).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import os
+import socket
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.component.server.isolated import big_pod_review, shipped_documents  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _handler() -> Any:
+    from webhook.admission.handler import AdmissionHandler
+    from webhook.policy import PolicyIndex
+    from webhook.policy.lookups import InMemoryLookups
+
+    docs = shipped_documents()
+    index = PolicyIndex()
+    for d in docs:
+        if d.get("kind") in ("ClusterAdmissionPolicy", "AdmissionPolicy"):
+            index.upsert(d)
+    return AdmissionHandler(index, InMemoryLookups(namespaces=[d for d in docs if d.get("kind") == "Namespace"],
+                                                   configmaps=[d for d in docs if d.get("kind") == "ConfigMap"]))
+
+
+# -- gil ---------------------------------------------------------------------------------------------------
+def gil(args: argparse.Namespace) -> None:
+    """A heartbeat thread stamps time while another thread evaluates a big review with the shipped policies."""
+    handler = _handler()
+    for n in args.sizes:
+        request = big_pod_review(n)["request"]
+        stamps: list[float] = []
+        stop = threading.Event()
+
+        def heartbeat(stop: threading.Event = stop, stamps: list[float] = stamps) -> None:
+            while not stop.is_set():
+                stamps.append(time.perf_counter())
+                time.sleep(0.001)
+
+        hb = threading.Thread(target=heartbeat)
+        hb.start()
+        time.sleep(0.05)
+        done: list[float] = []
+        ev = threading.Thread(target=lambda request=request, done=done: (
+            handler.validate(request), done.append(time.perf_counter())))
+        t0 = time.perf_counter()
+        ev.start()
+        ev.join()
+        t1 = done[0]
+        time.sleep(0.05)
+        stop.set()
+        hb.join()
+        inside = [t0] + [s for s in stamps if t0 < s < t1] + [t1]
+        gap = max(b - a for a, b in itertools.pairwise(inside))
+        expected = (t1 - t0) / 0.001
+        print(f"N={n:>5}: evaluation {1000 * (t1 - t0):8.1f} ms in a thread; heartbeat (1 ms sleep loop) ran "
+              f"{len(inside) - 2} times (~{expected:.0f} if the GIL were free); longest heartbeat gap "
+              f"{1000 * gap:8.1f} ms", flush=True)
+
+
+# -- cost --------------------------------------------------------------------------------------------------
+async def _cost(args: argparse.Namespace) -> None:
+    from webhook.admission.evalpool import EvaluationPool
+    from webhook.admission.isolation import Evaluator, InlineEvaluator, IsolatedEvaluator
+
+    handler = _handler()
+    request = big_pod_review(1, uid="cheap")["request"]
+    results: dict[str, list[float]] = {}
+    pool = EvaluationPool(workers=args.workers)
+    await pool.start()
+    try:
+        evaluators: dict[str, Evaluator] = {"inline": InlineEvaluator(handler),
+                                            f"isolated ({args.workers} workers)": IsolatedEvaluator(handler, pool)}
+        for _round in range(3):  # interleaved rounds against a noisy shared machine
+            for name, evaluator in evaluators.items():
+                for _ in range(50):  # warm-up (workers compile the policies on first sight)
+                    await evaluator("validate", request, 10)
+                times = results.setdefault(name, [])
+                for _ in range(args.reviews):
+                    t = time.perf_counter()
+                    decision = await evaluator("validate", request, 10)
+                    times.append(time.perf_counter() - t)
+                assert decision.decision == "allowed", decision
+    finally:
+        await pool.close()
+    base = statistics.median(results["inline"])
+    for name, times in results.items():
+        times.sort()
+        med, p99 = statistics.median(times), times[int(len(times) * 0.99)]
+        print(f"{name:<22} median {1e6 * med:7.0f} us  p99 {1e6 * p99:7.0f} us  "
+              f"(+{1e6 * (med - base):.0f} us over inline)", flush=True)
+
+
+# -- curve -------------------------------------------------------------------------------------------------
+SERVE = '''
+import asyncio, sys
+from pathlib import Path
+from aiohttp import web
+from webhook.app import CERTS, create_app
+from webhook.config import Settings
+from webhook.admission.server import AdmissionServer
+
+async def main(mode, port, cert_dir):
+    settings = Settings(local_dir=Path(sys.argv[4]), cert_file=Path(cert_dir) / "tls.crt",
+                        key_file=Path(cert_dir) / "tls.key", host="127.0.0.1", port=port, write_status=False)
+    app = create_app(settings)
+    server = next(r.handler.__self__ for r in app.router.routes()
+                  if isinstance(getattr(r.handler, "__self__", None), AdmissionServer))
+    pool = None
+    if mode == "isolated":
+        from webhook.admission.evalpool import EvaluationPool
+        from webhook.admission.isolation import IsolatedEvaluator
+        pool = EvaluationPool(workers=2)
+        await pool.start()
+        server.evaluator = IsolatedEvaluator(server.handler, pool)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port, ssl_context=app[CERTS].context).start()
+    print("READY", flush=True)
+    await asyncio.Event().wait()
+
+asyncio.run(main(sys.argv[1], int(sys.argv[2]), sys.argv[3]))
+'''
+
+
+def rss_tree(pid: int) -> tuple[int, int]:
+    """(server RSS, sum of its children's RSS) in bytes."""
+    def rss(p: int) -> int:
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        except OSError:
+            pass
+        return 0
+    children: list[int] = []
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            children += [int(c) for c in (task / "children").read_text().split()]
+    except OSError:
+        pass
+    return rss(pid), sum(rss(c) for c in children)
+
+
+async def _curve_one(url: str, ctx: ssl.SSLContext, pid: int, n: int) -> dict[str, Any]:
+    import aiohttp
+
+    cheap_body = json.dumps(big_pod_review(1, uid="cheap")).encode()
+    big_body = json.dumps(big_pod_review(n)).encode()
+    headers = {"Content-Type": "application/json"}
+    cheap: list[float] = []
+    health: list[float] = []
+    peak = [0, 0]
+    done = asyncio.Event()
+
+    async def sampler() -> None:
+        while not done.is_set():
+            server, workers = rss_tree(pid)
+            peak[0], peak[1] = max(peak[0], server), max(peak[1], workers)
+            await asyncio.sleep(0.02)
+
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx, limit=0),
+                                     timeout=aiohttp.ClientTimeout(total=120)) as session:
+        async def prober() -> None:
+            while not done.is_set():
+                t = time.perf_counter()
+                async with session.post(url + "/validate", data=cheap_body, headers=headers) as r:
+                    await r.read()
+                cheap.append(time.perf_counter() - t)
+                t = time.perf_counter()
+                async with session.get(url + "/healthz") as r:
+                    await r.read()
+                health.append(time.perf_counter() - t)
+                await asyncio.sleep(0.05)
+
+        tasks = [asyncio.ensure_future(sampler()), asyncio.ensure_future(prober())]
+        await asyncio.sleep(0.2)
+        t = time.perf_counter()
+        async with session.post(url + "/validate?timeout=30s", data=big_body, headers=headers) as r:
+            status = r.status
+            body = await r.json(content_type=None)
+        big = time.perf_counter() - t
+        done.set()
+        await asyncio.gather(*tasks)
+    response = body.get("response", {}) if isinstance(body, dict) else {}
+    outcome = "allowed" if response.get("allowed") else (response.get("status", {}).get("message", "")[:60]
+                                                         or f"HTTP {status}")
+    return {"n": n, "body_bytes": len(big_body), "big_s": big, "outcome": outcome,
+            "cheap_max_s": max(cheap) if cheap else None, "cheap_p50_s": statistics.median(cheap) if cheap else None,
+            "healthz_max_s": max(health) if health else None, "cheap_count": len(cheap),
+            "server_rss_mb": peak[0] / 2**20, "workers_rss_mb": peak[1] / 2**20}
+
+
+def curve(args: argparse.Namespace) -> None:
+    from webhook import certs
+
+    tmp = Path(tempfile.mkdtemp(prefix="tollgate-attacks-"))
+    paths = certs.write_certs(tmp, dns_names=["localhost"], ip_addresses=["127.0.0.1"], days=1)
+    ctx = ssl.create_default_context(cafile=str(paths.ca))
+    rows = []
+    for mode in args.modes:
+        port = free_port()
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        proc = subprocess.Popen([sys.executable, "-c", SERVE, mode, str(port), str(tmp), str(ROOT / "policies")],
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=ROOT)
+        try:
+            assert proc.stdout is not None
+            if proc.stdout.readline().strip() != b"READY":
+                raise RuntimeError(f"{mode} server did not start")
+            time.sleep(1.5)  # informers sync (--local polls every second)
+            for n in args.sizes:
+                if mode == "inline" and n > args.inline_max:
+                    continue
+                row = asyncio.run(_curve_one(f"https://localhost:{port}", ctx, proc.pid, n))
+                row["mode"] = mode
+                rows.append(row)
+                print(f"{mode:<9} N={n:>5} ({row['body_bytes'] / 2**20:5.2f} MiB): big {row['big_s']:6.2f} s "
+                      f"[{row['outcome']}]; cheap max {row['cheap_max_s'] or 0:6.3f} s p50 "
+                      f"{row['cheap_p50_s'] or 0:6.3f} s ({row['cheap_count']} sent); /healthz max "
+                      f"{row['healthz_max_s'] or 0:6.3f} s; peak RSS server {row['server_rss_mb']:6.0f} MB, "
+                      f"workers {row['workers_rss_mb']:6.0f} MB", flush=True)
+        finally:
+            proc.kill()
+            proc.wait()
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2))
+
+
+# -- sigterm ----------------------------------------------------------------------------------------------
+async def _sigterm(args: argparse.Namespace) -> None:
+    """Kept-alive clients loop on /validate against ``tollgate serve --local policies``; SIGTERM after 1 s."""
+    import signal
+
+    import aiohttp
+
+    from webhook import certs
+
+    tmp = Path(tempfile.mkdtemp(prefix="tollgate-sigterm-"))
+    paths = certs.write_certs(tmp, dns_names=["localhost"], ip_addresses=["127.0.0.1"], days=1)
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "webhook", "serve", "--local", str(ROOT / "policies"),
+                             "--cert-dir", str(tmp), "--port", str(port), "--log-level", "WARNING"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    ctx = ssl.create_default_context(cafile=str(paths.ca))
+    url = f"https://localhost:{port}/validate"
+    body = json.dumps(big_pod_review(1)).encode()
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            await asyncio.sleep(0.1)
+    await asyncio.sleep(2)  # informers sync
+    counts: dict[str, int] = {}
+
+    async def client() -> None:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx, limit=1)) as session:
+            while True:
+                try:
+                    async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as r:
+                        await r.read()
+                        key = f"HTTP {r.status}"
+                except aiohttp.ClientConnectorError:
+                    counts["refused (listener closed)"] = counts.get("refused (listener closed)", 0) + 1
+                    return
+                except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
+                    key = f"cut off ({type(e).__name__})"
+                counts[key] = counts.get(key, 0) + 1
+
+    tasks = [asyncio.ensure_future(client()) for _ in range(args.clients)]
+    await asyncio.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    started = time.perf_counter()
+    await asyncio.wait_for(asyncio.gather(*tasks), 60)
+    code = proc.wait(30)
+    print(f"exit {code} {time.perf_counter() - started:.1f} s after SIGTERM; {counts}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    g = sub.add_parser("gil")
+    g.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], default=[1000, 3000])
+    c = sub.add_parser("cost")
+    c.add_argument("--reviews", type=int, default=1000)
+    c.add_argument("--workers", type=int, default=2)
+    cv = sub.add_parser("curve")
+    cv.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], default=[10, 100, 1000, 3000, 10000])
+    cv.add_argument("--modes", type=lambda s: s.split(","), default=["isolated", "inline"])
+    cv.add_argument("--inline-max", type=int, default=3000)
+    cv.add_argument("--json", help="write the rows here")
+    st = sub.add_parser("sigterm")
+    st.add_argument("--clients", type=int, default=8)
+    args = parser.parse_args()
+    if args.command == "sigterm":
+        asyncio.run(_sigterm(args))
+    elif args.command == "gil":
+        gil(args)
+    elif args.command == "cost":
+        asyncio.run(_cost(args))
+    else:
+        curve(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""Issue #13, finding 1: a costly review runs in a worker process, never on the event loop.
+
+A real TLS listener serves an AdmissionServer whose IsolatedEvaluator sends
+every review to an EvaluationPool, with the shipped policies loaded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from prometheus_client import generate_latest
+
+from tests.component.server.isolated import big_pod_review, isolated_server
+
+CHEAP = 1.0  # seconds a cheap request or /healthz may take while the attack runs (generous)
+
+
+async def timed(session: aiohttp.ClientSession, method: str, url: str, **kw: Any) -> tuple[float, int, Any]:
+    started = time.perf_counter()
+    async with session.request(method, url, **kw) as resp:
+        body = await resp.json() if resp.content_type == "application/json" else await resp.text()
+        return time.perf_counter() - started, resp.status, body
+
+
+async def test_a_3000_container_pod_does_not_stall_cheap_requests_or_healthz(tmp_path: Path) -> None:
+    async with isolated_server(tmp_path) as s, aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(ssl=s.client_ssl, limit=0)) as session:
+        big = asyncio.ensure_future(timed(session, "POST", s.url + "/validate?timeout=20s", json=big_pod_review(3000)))
+        for _ in range(100):  # wait until a worker has the big review (at most 1 s)
+            if s.pool._idle.qsize() < 2:
+                break
+            await asyncio.sleep(0.01)
+        cheap = []
+        for i in range(5):
+            cheap.append(await timed(session, "POST", s.url + "/validate", json=big_pod_review(1, uid=f"cheap-{i}")))
+            cheap.append(await timed(session, "GET", s.url + "/healthz"))
+        assert not big.done(), "the big review finished before the cheap ones: nothing was measured"
+        for elapsed, status, _body in cheap:
+            assert status == 200
+            assert elapsed < CHEAP, f"a cheap request took {elapsed:.2f}s beside the 3000-container Pod"
+        assert [b["response"]["allowed"] for _, _, b in cheap[::2]] == [True] * 5
+        _elapsed, status, body = await big
+        assert status == 200
+        assert body["response"]["uid"] == "big"
+
+
+async def test_the_deadline_stops_the_evaluation_and_answers_per_failure_policy(tmp_path: Path) -> None:
+    async with isolated_server(tmp_path) as s, aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(ssl=s.client_ssl)) as session:
+        elapsed, status, body = await timed(session, "POST", s.url + "/validate?timeout=2s",
+                                            json=big_pod_review(10000))
+        # The shipped policies say failurePolicy: Fail, so the aborted review is denied with code 500.
+        assert status == 200
+        assert body["response"]["uid"] == "big"
+        assert body["response"]["allowed"] is False
+        assert body["response"]["status"]["code"] == 500
+        assert "did not finish within" in body["response"]["status"]["message"]
+        assert elapsed < 2.0 + 0.5  # answered before the API server's own 2 s deadline (+ slack for upload)
+        metrics = generate_latest(s.metrics.registry).decode()
+        assert 'tollgate_evaluation_aborted_total{endpoint="validate",reason="timeout"} 1.0' in metrics
+        assert 'tollgate_evaluation_worker_restarts_total{reason="timeout"} 1.0' in metrics
+        # The pool keeps answering (the other worker, then the replacement).
+        for i in range(3):
+            _e, status, body = await timed(session, "POST", s.url + "/validate", json=big_pod_review(1, uid=f"n{i}"))
+            assert (status, body["response"]["allowed"]) == (200, True)
+
+
+async def test_a_worker_over_its_memory_limit_fails_the_review_not_the_server(tmp_path: Path) -> None:
+    async with isolated_server(tmp_path, workers=1, memory_limit_bytes=200 * 1024 * 1024) as s, \
+            aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=s.client_ssl)) as session:
+        _e, status, body = await timed(session, "POST", s.url + "/validate?timeout=20s", json=big_pod_review(3000))
+        assert status == 200
+        assert body["response"]["allowed"] is False
+        assert "memory" in body["response"]["status"]["message"].lower() or \
+            "MemoryError" in body["response"]["status"]["message"]
+        _e, status, body = await timed(session, "POST", s.url + "/validate", json=big_pod_review(1, uid="after"))
+        assert (status, body["response"]["uid"], body["response"]["allowed"]) == (200, "after", True)
