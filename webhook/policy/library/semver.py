@@ -40,9 +40,11 @@ def parse(text: str, normalize: bool = False) -> tuple[int, int, int, tuple[str,
     """
     if normalize:
         text = text.removeprefix("v")
+        if text == "":
+            raise LibraryError("Version string empty")
         core, sep, tail = _split_core(text)
         nums = core.split(".")
-        if len(nums) > 3 or any(not n.isascii() or not n.isdigit() for n in nums if n):
+        if len(nums) > 3 or any(not n.isascii() or not n.isdigit() for n in nums):
             raise LibraryError("No Major.Minor.Patch elements found")
         nums = [n.lstrip("0") or "0" for n in nums] + ["0"] * (3 - len(nums))
         text = ".".join(nums) + sep + tail
