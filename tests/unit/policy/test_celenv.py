@@ -99,7 +99,6 @@ def ev(expr: str, **data: Any) -> Any:
     ("'%s has %d'.format(['x', 3]) == 'x has 3'", True),
     ("cel.bind(x, 2, x * x) == 4", True),
     # quantity, url, ip and cidr: examples from kubernetes.io "CEL in Kubernetes"
-    ("quantity('50k').add(quantity('20k')) == quantity('70k')", True),
     ("quantity('50M').isLessThan(quantity('100M'))", True),
     ("quantity('100M').isGreaterThan(quantity('50M'))", True),
     ("quantity('50k').add(20).sub(quantity('100k')).sub(-50000).asInteger() > 0", True),
