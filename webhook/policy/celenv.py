@@ -31,7 +31,7 @@ from typing import Any
 
 from cel_expr_python import cel
 
-from webhook.policy import celast, celcost, library, validators
+from webhook.policy import celast, celcost, celopt, library, validators
 from webhook.policy.library import comprehensions
 from webhook.policy.library._decl import LibraryError, T, function
 
@@ -365,7 +365,11 @@ class PolicyEnv:
             estimated = celcost.estimate(ast)
             if estimated.error:
                 raise RuntimeError(_error_at(source, 0, estimated.error))
-        if "transformMap" in source:
+        runtime_env = self.twin if "transformMap" in source else self.env
+        chunked = celopt.chunk_list_comprehensions(program.serialize())
+        if chunked is not None:
+            program = runtime_env.deserialize(chunked)
+        elif runtime_env is self.twin:
             program = self.twin.deserialize(program.serialize())
         return CompiledExpression(program, text, estimated)
 
