@@ -89,6 +89,7 @@ class Node:
     entries: list[tuple[Node | None, Node]] = field(default_factory=list)
     test_only: bool = False
     accu_var: str = ""
+    iter_var2: str = ""
     optional_indices: tuple[int, ...] = ()
 
     def walk(self) -> Iterator[Node]:
@@ -194,6 +195,8 @@ def decode_expr(buf: bytes) -> Node:
                     node.name = v.decode()
                 elif n == 3:
                     node.accu_var = v.decode()
+                elif n == 8:
+                    node.iter_var2 = v.decode()
             node.args = [parts.get(i, Node()) for i in (2, 4, 5, 6, 7)]
     return node
 

@@ -356,8 +356,9 @@ class PolicyEnv:
                 self.env.compile(text, disable_check=disable_check)  # prefer the author's positions
             raise
         estimated = None
+        serialized = program.serialize()
+        ast = celast.decode(serialized)
         if not disable_check:
-            ast = celast.decode(program.serialize())
             problems = validators.validate(ast, self._literal_ok)
             if problems:
                 offset, message = problems[0]
@@ -366,11 +367,11 @@ class PolicyEnv:
             if estimated.error:
                 raise RuntimeError(_error_at(source, 0, estimated.error))
         runtime_env = self.twin if "transformMap" in source else self.env
-        chunked = celopt.chunk_list_comprehensions(program.serialize())
+        chunked = celopt.chunk_list_comprehensions(serialized) if celopt.has_chunkable(ast) else None
         if chunked is not None:
             program = runtime_env.deserialize(chunked)
         elif runtime_env is self.twin:
-            program = self.twin.deserialize(program.serialize())
+            program = self.twin.deserialize(serialized)
         return CompiledExpression(program, text, estimated)
 
     def _literal_ok(self, call: str, literal: str) -> str | None:

@@ -25,7 +25,7 @@ no type map) and planned by ``Env.deserialize``, the same path ``disable_check``
 
 from __future__ import annotations
 
-from webhook.policy.celast import fields
+from webhook.policy.celast import CheckedAst, fields
 
 #: Elements per slice.
 CHUNK = 64
@@ -35,7 +35,12 @@ _L, _I = "__tg_chunk_l", "__tg_chunk_i"
 _ANY_PARSED = "type.googleapis.com/cel.expr.ParsedExpr"
 
 
+_SMALL = [bytes((i,)) for i in range(128)]
+
+
 def _varint(n: int) -> bytes:
+    if 0 <= n < 128:
+        return _SMALL[n]
     n &= (1 << 64) - 1
     out = bytearray()
     while True:
@@ -182,6 +187,12 @@ class _Rewriter:
                      b.call("_>_", size_l(), b.int_const(CHUNK)))
         body = b.call("_?_:_", big, chunked, plain)
         return b.comprehension("#unused", b.list_(), _L, rng, b.bool_const(False), b.ident(_L), body)
+
+
+def has_chunkable(ast: CheckedAst) -> bool:
+    """Whether :func:`chunk_list_comprehensions` would change ``ast`` (a cheap pre-check)."""
+    return any(n.kind == "comprehension" and not n.iter_var2 and n.args[1].kind == "list" and not n.args[1].args
+               and not (n.args[0].kind == "list" and not n.args[0].args) for n in ast.root.walk())
 
 
 def chunk_list_comprehensions(serialized: bytes) -> bytes | None:
