@@ -367,7 +367,7 @@ class PolicyEnv:
             if estimated.error:
                 raise RuntimeError(_error_at(source, 0, estimated.error))
         runtime_env = self.twin if "transformMap" in source else self.env
-        chunked = celopt.chunk_list_comprehensions(serialized) if celopt.has_chunkable(ast) else None
+        chunked = celopt.chunk_list_comprehensions(serialized, ast.types) if celopt.has_chunkable(ast) else None
         if chunked is not None:
             program = runtime_env.deserialize(chunked)
         elif runtime_env is self.twin:

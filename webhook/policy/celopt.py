@@ -26,6 +26,7 @@ no type map) and planned by ``Env.deserialize``, the same path ``disable_check``
 from __future__ import annotations
 
 from webhook.policy.celast import CheckedAst, fields
+from webhook.policy.library.lists import TYPED
 
 #: Elements per slice.
 CHUNK = 64
@@ -112,9 +113,34 @@ def _is_empty_list(expr: bytes) -> bool:
 
 
 class _Rewriter:
-    def __init__(self) -> None:
+    def __init__(self, types: dict[int, str]) -> None:
         self.b = _Builder()
         self.changed = False
+        self.types = types
+
+    def _typed_call(self, body: bytes) -> bytes | None:
+        """A ``sum``/``min``/``max`` call renamed to its typed variant, or None."""
+        function, target = "", b""
+        for num, _wt, val in fields(body):
+            if num == 2:
+                function = val.decode()
+            elif num == 1:
+                target = val
+        if function not in TYPED or not target:
+            return None
+        target_id = next((v for n, _w, v in fields(target) if n == 2), None)
+        rtype = self.types.get(target_id, "") if isinstance(target_id, int) else ""
+        name = TYPED[function].get(rtype[5:-1]) if rtype.startswith("list(") else None
+        if name is None:
+            return None
+        self.changed = True
+        out = b""
+        for num, wt, val in fields(body):
+            if num == 2:
+                out += _field(2, _LEN, name.encode())
+            else:
+                out += _field(num, wt, self.expr(val) if num in (1, 3) and wt == _LEN else val)
+        return self.b.expr(6, out)
 
     def expr(self, buf: bytes) -> bytes:
         """Re-encode one Expr with fresh ids, rewriting chunkable comprehensions."""
@@ -125,7 +151,8 @@ class _Rewriter:
         if kind_field == 5:
             return self.b.expr(5, self._children(body, {1}))
         if kind_field == 6:
-            return self.b.expr(6, self._children(body, {1, 3}))
+            typed = self._typed_call(body) if self.types else None
+            return typed if typed is not None else self.b.expr(6, self._children(body, {1, 3}))
         if kind_field == 7:
             return self.b.expr(7, self._children(body, {1}))
         if kind_field == 8:
@@ -191,15 +218,26 @@ class _Rewriter:
 
 def has_chunkable(ast: CheckedAst) -> bool:
     """Whether :func:`chunk_list_comprehensions` would change ``ast`` (a cheap pre-check)."""
-    return any(n.kind == "comprehension" and not n.iter_var2 and n.args[1].kind == "list" and not n.args[1].args
-               and not (n.args[0].kind == "list" and not n.args[0].args) for n in ast.root.walk())
+    for n in ast.root.walk():
+        if n.kind == "comprehension" and not n.iter_var2 and n.args[1].kind == "list" and not n.args[1].args \
+                and not (n.args[0].kind == "list" and not n.args[0].args):
+            return True
+        if n.kind == "call" and n.name in TYPED and n.target is not None and not n.args:
+            rtype = ast.type_of(n.target)
+            if rtype.startswith("list(") and rtype[5:-1] in TYPED[n.name]:
+                return True
+    return False
 
 
-def chunk_list_comprehensions(serialized: bytes) -> bytes | None:
+def chunk_list_comprehensions(serialized: bytes, types: dict[int, str] | None = None) -> bytes | None:
     """Rewrite ``Expression.serialize()`` output as described in the module docstring.
+
+    Also renames ``sum``/``min``/``max`` on lists whose element type the checker knows to their typed
+    variants (:data:`webhook.policy.library.lists.TYPED`).
 
     Args:
         serialized: an ``Any`` holding a ``CheckedExpr`` or ``ParsedExpr``.
+        types: the checker's types by node id (``CheckedAst.types``), when checked.
 
     Returns:
         A serialized ``ParsedExpr`` for ``Env.deserialize``, or None when nothing is chunkable.
@@ -214,7 +252,7 @@ def chunk_list_comprehensions(serialized: bytes) -> bytes | None:
     expr = next((val for num, _wt, val in fields(payload) if num == expr_field), None)
     if expr is None:
         return None
-    rewriter = _Rewriter()
+    rewriter = _Rewriter(types or {})
     new_expr = rewriter.expr(expr)
     if not rewriter.changed:
         return None

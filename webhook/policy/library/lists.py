@@ -102,10 +102,43 @@ def _equal(a: Any, b: Any) -> bool:
         isinstance(a, int | float) and isinstance(b, int | float) and not isinstance(a, bool) and a == b)
 
 
-def declarations() -> list[Any]:
-    """The list library's functions (receiver ``list(dyn)``)."""
+#: Typed variants the environment calls instead of ``sum``/``min``/``max`` when the checker knows the
+#: element type (cel-expr-python converts a Python result by the declared return type, so a ``dyn``
+#: overload cannot return a duration, and an empty list's zero must be typed): function → element
+#: type → hidden function name.
+TYPED = {
+    "sum": {"double": "__tg_sum_double", "uint": "__tg_sum_uint", "duration": "__tg_sum_duration"},
+    "min": {"duration": "__tg_min_duration", "timestamp": "__tg_min_timestamp"},
+    "max": {"duration": "__tg_max_duration", "timestamp": "__tg_max_timestamp"},
+}
+
+
+def _sum_double(items: list[Any]) -> float:
+    return float(list_sum(items)) if items else 0.0
+
+
+def _sum_duration(items: list[Any]) -> datetime.timedelta:
+    return sum(items, datetime.timedelta(0)) if items else datetime.timedelta(0)
+
+
+def _typed_declarations() -> list[Any]:
     dl = T.List(T.DYN)
     return [
+        member("__tg_sum_double", "tg_list_sum_double", T.DOUBLE, [dl], _sum_double),
+        member("__tg_sum_uint", "tg_list_sum_uint", T.UINT, [dl], list_sum),
+        member("__tg_sum_duration", "tg_list_sum_duration", T.DURATION, [dl], _sum_duration),
+        member("__tg_min_duration", "tg_list_min_duration", T.DURATION, [dl], list_min),
+        member("__tg_max_duration", "tg_list_max_duration", T.DURATION, [dl], list_max),
+        member("__tg_min_timestamp", "tg_list_min_timestamp", T.TIMESTAMP, [dl], list_min),
+        member("__tg_max_timestamp", "tg_list_max_timestamp", T.TIMESTAMP, [dl], list_max),
+    ]
+
+
+def declarations() -> list[Any]:
+    """The list library's functions (receiver ``list(dyn)``), and the typed variants of :data:`TYPED`."""
+    dl = T.List(T.DYN)
+    return [
+        *_typed_declarations(),
         member("isSorted", "tg_list_is_sorted", T.BOOL, [dl], is_sorted),
         member("sum", "tg_list_sum", T.DYN, [dl], list_sum),
         member("min", "tg_list_min", T.DYN, [dl], list_min),
