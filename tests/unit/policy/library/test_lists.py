@@ -52,8 +52,8 @@ CASES = [
 TYPED = [
     ("[duration('1m'), duration('1s')].sum() == duration('1m1s')", "value", True),
     ("[duration('1m'), duration('1s')].min() == duration('1s')", "value", True),
-    ("[timestamp('2024-01-01T00:00:00Z'), timestamp('2023-01-01T00:00:00Z')].max() == "
-     "timestamp('2024-01-01T00:00:00Z')", "value", True),
+    (("[timestamp('2024-01-01T00:00:00Z'), timestamp('2023-01-01T00:00:00Z')].max() == "
+     "timestamp('2024-01-01T00:00:00Z')"), "value", True),
     ("type([1.0].filter(x, false).sum()) == double", "value", True),
     ("[1.0, 3.0].filter(x, false).sum()", "value", 0.0),
     ("[1u, 2u].sum() == 3u", "value", True),
