@@ -231,14 +231,16 @@ def _has(_head: str, arg: str) -> str | None:
         # Kubernetes declares `variables` as an object with one field per declared variable, so
         # has(variables.x) is true for every declared x (undeclared ones fail to compile).
         return "true"
-    return f"cel.bind(__tg_has, {operand}, type(__tg_has) == map ? has(__tg_has.{fieldname}) : false)"
+    return (f"cel.bind(__tg_has, {operand}, type(__tg_has) == map || type(__tg_has) == list "
+            f"? has(__tg_has.{fieldname}) : false)")
 
 
 def rewrite_source(text: str) -> str:
     """Rewrite what cel-cpp cannot express as Kubernetes means it; leaves string literals alone.
 
-    * ``has(x.f)`` is false when ``x`` is not a map (cel-go's ``refQualify``: a presence test on
-      null, a string or a number is false, not an error; cel-cpp errors);
+    * ``has(x.f)`` is false when ``x`` is null, a string, a number or a bool (cel-go's
+      ``refQualify``: a presence test on a value that is not a map, list or message is false, not
+      an error; cel-cpp errors); on a list it still errors, as in cel-go;
       ``has(variables.v)`` is true (Kubernetes' ``variables`` object has every declared variable).
     * ``format.named(s)`` → ``__tg_format_named(s).first()`` and ``F.validate(s)`` →
       ``F.__tg_validate(s).first()``: Python cannot return optionals (see

@@ -231,6 +231,28 @@ def test_has_on_null_string_and_number_operands() -> None:
     assert ev("has(object.a.b)", object={"a": {}}) is False
 
 
+def test_gatekeeper_params_variable_chain() -> None:
+    # Gatekeeper's generated VAP: variables.params is null without parameters; templates test has() on it.
+    params_def = "!has(params.spec) ? null : !has(params.spec.parameters) ? null : params.spec.parameters"
+    rule = "!has(variables.params.exemptImages) || size(variables.params.exemptImages) == 0"
+    params_text = inline_variables(params_def, {})
+    assert params_text is not None
+    text = inline_variables(rule, {"params": params_text})
+    assert text is not None
+    program = ENV.compile(text, disable_check=True)
+    for params in (None, {"spec": None}, {"spec": {"parameters": None}}, {"spec": {"parameters": {}}}):
+        token = set_current_scope(VariableScope({}, None, params))
+        try:
+            assert program.eval(ENV.Activation({})).plain_value() is True, params
+        finally:
+            reset_scope(token)
+
+
+def test_has_on_a_list_operand_is_an_error_as_in_cel_go() -> None:
+    v = ENV.compile("has(object.a.b)").eval(ENV.Activation({"object": {"a": [1]}}))
+    assert v.type() == T.ERROR
+
+
 def test_has_still_errors_when_an_intermediate_field_is_missing() -> None:
     # Only the last selection is a presence test, in cel-go as in cel-cpp.
     v = ENV.compile("has(object.a.b)").eval(ENV.Activation({"object": {}}))
