@@ -240,7 +240,8 @@ def test_gatekeeper_params_variable_chain() -> None:
     text = inline_variables(rule, {"params": params_text})
     assert text is not None
     program = ENV.compile(text, disable_check=True)
-    for params in (None, {"spec": None}, {"spec": {"parameters": None}}, {"spec": {"parameters": {}}}):
+    cases: list[Any] = [None, {"spec": None}, {"spec": {"parameters": None}}, {"spec": {"parameters": {}}}]
+    for params in cases:
         token = set_current_scope(VariableScope({}, None, params))
         try:
             assert program.eval(ENV.Activation({})).plain_value() is True, params
