@@ -283,19 +283,22 @@ class CompiledExpression:
         source: the expression as written.
         estimated: static worst-case estimate (:class:`webhook.policy.celcost.Estimate`), or None
             when the expression was compiled without type checking.
+        checked_type: the checker's return type (``cel.Type``; ``DYN`` when unchecked). Kept
+            because a rewritten program (:mod:`webhook.policy.celopt`) is re-planned untyped.
     """
 
     program: Any
     source: str
     estimated: celcost.Estimate | None
+    checked_type: Any
 
     def eval(self, activation: Any) -> Any:
         """``program.eval(activation)``: a cel-expr-python ``Value`` (may be an error value)."""
         return self.program.eval(activation)
 
     def return_type(self) -> Any:
-        """The checked return type (``cel.Type``)."""
-        return self.program.return_type()
+        """The checked return type (``cel.Type``), as cel-expr-python's ``Expression.return_type``."""
+        return self.checked_type
 
 
 def _error_at(text: str, offset: int, message: str) -> str:
@@ -324,14 +327,14 @@ class PolicyEnv:
         """A cel-expr-python Activation over ``data`` (shared by every program of this env)."""
         return self.env.Activation(data)
 
-    def compile(self, text: str, disable_check: bool = False) -> Any:
-        """Compile ``text`` to a runtime program (see :meth:`compile_checked` for the details).
+    def compile(self, text: str, disable_check: bool = False) -> CompiledExpression:
+        """Compile ``text`` (see :meth:`compile_checked`); the result has ``eval`` and ``return_type``.
 
         Raises:
             RuntimeError: a compile error, worded as cel-cpp words them
                 (``ERROR: <input>:line:col: message``).
         """
-        return self.compile_checked(text, disable_check=disable_check).program
+        return self.compile_checked(text, disable_check=disable_check)
 
     def compile_checked(self, text: str, disable_check: bool = False) -> CompiledExpression:
         """Rewrite (:func:`rewrite_source`), compile, validate and estimate ``text``.
@@ -358,6 +361,7 @@ class PolicyEnv:
                 self.env.compile(text, disable_check=disable_check)  # prefer the author's positions
             raise
         estimated = None
+        checked_type = program.return_type()
         serialized = program.serialize()
         ast = celast.decode(serialized)
         if not disable_check:
@@ -374,7 +378,7 @@ class PolicyEnv:
             program = runtime_env.deserialize(chunked)
         elif runtime_env is self.twin:
             program = self.twin.deserialize(serialized)
-        return CompiledExpression(program, text, estimated)
+        return CompiledExpression(program, text, estimated, checked_type)
 
     def _literal_ok(self, call: str, literal: str) -> str | None:
         """Evaluate ``call(literal)`` (duration/timestamp); the error text or None."""

@@ -366,3 +366,9 @@ def test_inlined_variables_are_bound_once() -> None:
 def test_unused_erroring_inlined_variable_stays_harmless() -> None:
     text = inline_variables("true || variables.bad > 0", {"bad": "1 / 0"})
     assert text is not None and ev(text) is True
+
+
+def test_rewritten_programs_keep_the_checked_return_type() -> None:
+    # celopt re-plans list-building comprehensions untyped; the compiler's return-type check must still see the type.
+    assert ENV.compile("object.items.map(x, x > 0)").return_type() == T.List(T.BOOL)
+    assert ENV.compile("[1, 2].map(x, x).size() > 1").return_type() == T.BOOL
