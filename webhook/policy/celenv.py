@@ -365,10 +365,17 @@ class PolicyEnv:
         serialized = program.serialize()
         ast = celast.decode(serialized)
         if not disable_check:
-            problems = validators.validate(ast, self._literal_ok)
+            # Report positions in the author's text when the unrewritten source type-checks too.
+            checked_ast, positions_in = ast, source
+            if source != text:
+                try:
+                    checked_ast, positions_in = celast.decode(self.env.compile(text).serialize()), text
+                except RuntimeError:
+                    pass
+            problems = validators.validate(checked_ast, self._literal_ok)
             if problems:
                 offset, message = problems[0]
-                raise RuntimeError(_error_at(source, offset, message))
+                raise RuntimeError(_error_at(positions_in, offset, message))
             estimated = celcost.estimate(ast)
             if estimated.error:
                 raise RuntimeError(_error_at(source, 0, estimated.error))

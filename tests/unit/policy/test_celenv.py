@@ -372,3 +372,9 @@ def test_rewritten_programs_keep_the_checked_return_type() -> None:
     # celopt re-plans list-building comprehensions untyped; the compiler's return-type check must still see the type.
     assert ENV.compile("object.items.map(x, x > 0)").return_type() == T.List(T.BOOL)
     assert ENV.compile("[1, 2].map(x, x).size() > 1").return_type() == T.BOOL
+
+
+def test_validator_positions_refer_to_the_authors_text() -> None:
+    # has() is rewritten before compiling; the reported column is still the one in the source as written.
+    with pytest.raises(RuntimeError, match=r"<input>:1:37: invalid regex"):
+        ENV.compile("has(object.a.b) && object.s.matches('(?=x)')")
