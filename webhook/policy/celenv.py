@@ -23,6 +23,7 @@ instead binds each referenced variable once with ``cel.bind`` so cel-cpp evaluat
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import re
 from collections.abc import Callable
@@ -368,10 +369,8 @@ class PolicyEnv:
             # Report positions in the author's text when the unrewritten source type-checks too.
             checked_ast, positions_in = ast, source
             if source != text:
-                try:
+                with contextlib.suppress(RuntimeError):
                     checked_ast, positions_in = celast.decode(self.env.compile(text).serialize()), text
-                except RuntimeError:
-                    pass
             problems = validators.validate(checked_ast, self._literal_ok)
             if problems:
                 offset, message = problems[0]
