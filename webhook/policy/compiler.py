@@ -172,7 +172,8 @@ def compile_expression(source: str, path: str, *, expect: tuple[Any, ...], known
     text = inline_variables(source, inlined) if inlined is not None else None
     if text is not None:
         try:
-            fusable = text if "__tg_" not in text else None
+            # Self-contained: no call back into the per-policy scope (cel.bind names like __tg_v_x are fine).
+            fusable = text if "__tg_var(" not in text and "__tg_params(" not in text else None
             return Program(path, source, ENV.compile(text, disable_check=True), fusable)
         except RuntimeError:
             pass  # e.g. the parser's nesting limit: fall back to the lazy per-policy scope

@@ -19,6 +19,31 @@ from tests.component.server.isolated import big_pod_review, isolated_server
 CHEAP = 1.0  # seconds a cheap request or /healthz may take while the attack runs (generous)
 
 
+def costly_policy(*expressions: str) -> dict[str, Any]:
+    """A policy whose expressions are slow or memory-hungry on a Pod with a 100 KB annotation ``big``.
+
+    The shipped policies are linear and fast now (a 10,000-container Pod takes about a second), so the
+    deadline and memory tests bring their own cost: RE2 scans of a 100 KB string 9,000 times per validation,
+    or 9,000 fresh 100 KB strings.
+    """
+    return {"apiVersion": "tollgate.dev/v1alpha1", "kind": "ClusterAdmissionPolicy", "metadata": {"name": "costly"},
+            "spec": {"failurePolicy": "Fail", "match": {"resourceRules": [
+                {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}]},
+                "validations": [{"expression": e} for e in expressions]}}
+
+
+SLOW = costly_policy(*["!has(object.metadata.annotations) || !has(object.metadata.annotations.big) || "
+                       "lists.range(9000).all(i, !object.metadata.annotations.big.matches('a*b'))"] * 4)
+HUNGRY = costly_policy("!has(object.metadata.annotations) || !has(object.metadata.annotations.big) || "
+                       "size(lists.range(9000).map(i, object.metadata.annotations.big + string(i))) > 0")
+
+
+def annotated_review(uid: str = "big") -> dict[str, Any]:
+    review = big_pod_review(1, uid=uid)
+    review["request"]["object"]["metadata"]["annotations"] = {"big": "a" * 100_000}
+    return review
+
+
 async def timed(session: aiohttp.ClientSession, method: str, url: str, **kw: Any) -> tuple[float, int, Any]:
     started = time.perf_counter()
     async with session.request(method, url, **kw) as resp:
@@ -49,11 +74,11 @@ async def test_a_3000_container_pod_does_not_stall_cheap_requests_or_healthz(tmp
 
 
 async def test_the_deadline_stops_the_evaluation_and_answers_per_failure_policy(tmp_path: Path) -> None:
-    async with isolated_server(tmp_path) as s, aiohttp.ClientSession(
+    async with isolated_server(tmp_path, documents=[SLOW]) as s, aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(ssl=s.client_ssl)) as session:
         elapsed, status, body = await timed(session, "POST", s.url + "/validate?timeout=2s",
-                                            json=big_pod_review(10000))
-        # The shipped policies say failurePolicy: Fail, so the aborted review is denied with code 500.
+                                            json=annotated_review())
+        # The policy says failurePolicy: Fail, so the aborted review is denied with code 500.
         assert status == 200
         assert body["response"]["uid"] == "big"
         assert body["response"]["allowed"] is False
@@ -70,9 +95,9 @@ async def test_the_deadline_stops_the_evaluation_and_answers_per_failure_policy(
 
 
 async def test_a_worker_over_its_memory_limit_fails_the_review_not_the_server(tmp_path: Path) -> None:
-    async with isolated_server(tmp_path, workers=1, memory_limit_bytes=200 * 1024 * 1024) as s, \
+    async with isolated_server(tmp_path, documents=[HUNGRY], workers=1, memory_limit_bytes=200 * 1024 * 1024) as s, \
             aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=s.client_ssl)) as session:
-        _e, status, body = await timed(session, "POST", s.url + "/validate?timeout=20s", json=big_pod_review(3000))
+        _e, status, body = await timed(session, "POST", s.url + "/validate?timeout=20s", json=annotated_review())
         assert status == 200
         assert body["response"]["allowed"] is False
         assert "memory" in body["response"]["status"]["message"].lower() or \
