@@ -119,6 +119,9 @@ class PolicySpec:
     validations: tuple[Validation, ...]
     audit_annotations: tuple[AuditAnnotation, ...]
     mutations: tuple[Mutation, ...]
+    #: ``spec.background``: also evaluate existing objects in the background and
+    #: write the results to PolicyReports (default false; see policy-api.md).
+    background: bool = False
 
     @property
     def key(self) -> str:
@@ -238,7 +241,8 @@ def parse_policy(obj: dict[str, Any]) -> PolicySpec:
     match = spec.get("match") or {}
     if not isinstance(match, dict):
         raise PolicySpecError(f"{p}.match", "must be an object")
-    rules = tuple(_rule(r, f"{p}.match.resourceRules[{i}]") for i, r in enumerate(_list(match, "resourceRules", f"{p}.match")))
+    rules = tuple(_rule(r, f"{p}.match.resourceRules[{i}]")
+                  for i, r in enumerate(_list(match, "resourceRules", f"{p}.match")))
     if not rules:
         raise PolicySpecError(f"{p}.match.resourceRules", "at least one rule is required")
     excludes = tuple(
@@ -246,10 +250,12 @@ def parse_policy(obj: dict[str, Any]) -> PolicySpec:
         for i, r in enumerate(_list(match, "excludeResourceRules", f"{p}.match"))
     )
 
-    conditions = tuple(_named(c, f"{p}.matchConditions[{i}]", identifier=False) for i, c in enumerate(_list(spec, "matchConditions", p)))
+    conditions = tuple(_named(c, f"{p}.matchConditions[{i}]", identifier=False)
+                       for i, c in enumerate(_list(spec, "matchConditions", p)))
     if len(conditions) > MAX_MATCH_CONDITIONS:
         raise PolicySpecError(f"{p}.matchConditions", f"at most {MAX_MATCH_CONDITIONS} entries")
-    variables = tuple(_named(v, f"{p}.variables[{i}]", identifier=True) for i, v in enumerate(_list(spec, "variables", p)))
+    variables = tuple(_named(v, f"{p}.variables[{i}]", identifier=True)
+                      for i, v in enumerate(_list(spec, "variables", p)))
     for kind_name, entries in (("matchConditions", conditions), ("variables", variables)):
         seen: set[str] = set()
         for i, e in enumerate(entries):
@@ -323,6 +329,10 @@ def parse_policy(obj: dict[str, Any]) -> PolicySpec:
     if not isinstance(pod_controllers, bool):
         raise PolicySpecError(f"{p}.autogen.podControllers", "must be a boolean")
 
+    background = spec.get("background", False)
+    if not isinstance(background, bool):
+        raise PolicySpecError(f"{p}.background", "must be a boolean")
+
     generation = meta.get("generation", 0)
     return PolicySpec(
         kind=kind,
@@ -343,4 +353,5 @@ def parse_policy(obj: dict[str, Any]) -> PolicySpec:
         validations=tuple(validations),
         audit_annotations=tuple(audits),
         mutations=tuple(mutations),
+        background=background,
     )
