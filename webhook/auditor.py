@@ -17,7 +17,9 @@ Re-evaluation, as Kyverno's background controller does it:
 * any change of a policy (spec, annotations, deletion) or of the GVRs it
   resolves to (a CRD came or went) re-evaluates every object of its GVRs
   and drops the results of objects it no longer covers;
-* an informer stopped (no policy needs it, or over budget) drops its results.
+* an informer stopped (no policy needs it, or over budget) drops its results;
+  a GVR refused by the budget is reported as a ``skip`` result about the
+  policy, saying why.
 
 Nothing is evaluated until ``lookups`` reports its caches synced, so a
 result never depends on a half-filled Namespace or ConfigMap cache. One
@@ -79,6 +81,7 @@ class _Audited:
     policy: CompiledPolicy
     meta: ReportMeta
     parts: list[CompiledPolicy] | None
+    obj: dict[str, Any]
 
 
 class Auditor:
@@ -308,7 +311,12 @@ class Auditor:
 
     async def _full_pass(self, key: str, count: int) -> int:
         seen: set[tuple[GVR, str]] = set()
-        if key in self._audited:
+        audited = self._audited.get(key)
+        if audited is not None:
+            refused = self._dynamic.refused(key)
+            reason = "; ".join(f"informer {g} refused: {why}" for g, why in sorted(refused.items()))
+            self._note(key, (audited.policy.spec.namespace, not_auditable_result(
+                audited.obj, reason, now=int(self._clock()))) if refused else None)
             for gvr in sorted(self._dynamic.gvrs(key)):
                 inf = self._informers.get(gvr)
                 if inf is None:
@@ -347,7 +355,7 @@ class Auditor:
                 self._note(key, None)
             return
         self._note(key, None)
-        self._audited[key] = _Audited(compiled, report_meta(obj or {}), split_validations(compiled))
+        self._audited[key] = _Audited(compiled, report_meta(obj or {}), split_validations(compiled), obj or {})
         self._dirty_policies.add(key)
         await self._dynamic.want(key, audit_rules(spec))
 

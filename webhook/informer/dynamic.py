@@ -348,6 +348,10 @@ class DynamicInformers:
                 update=lambda old, new: None if old is new else self._kick.set(),
                 delete=lambda _o: self._kick.set()))
 
+    def request_refresh(self) -> None:
+        """Refresh discovery soon (after the debounce delay), e.g. on an external hint."""
+        self._kick.set()
+
     def add_listener(self, listener: OwnerListener) -> None:
         """Hear ``(owner, running_gvrs)`` when an owner's running GVRs change."""
         self._listeners.append(listener)

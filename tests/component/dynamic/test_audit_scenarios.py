@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tests.component.dynamic.conftest import LABELLED, NO_PRIV, POLICIES, Rig, cap, pod, start
+from webhook.informer.dynamic import Budget
 from webhook.informer.gvr import GVR
 
 PODS = GVR("", "v1", "pods")
@@ -223,3 +224,21 @@ async def test_d7_policy_that_reads_user_info_is_reported_not_auditable(rig: Rig
     (result,) = rig.reports()[None]["results"]
     assert "request.userInfo" in result["message"] and result["resources"][0]["kind"] == "ClusterAdmissionPolicy"
     assert rig.factory.informers == {}  # never informs on what it cannot audit
+
+
+async def test_d8_budget_refusal_is_reported_and_lifted(rig: Rig) -> None:
+    seed(rig, n=12)
+    rig.factory.budget = Budget(max_objects=5)
+    rig.fake.apply(POLICIES, cap("no-privileged", [NO_PRIV]))
+    await start(rig)
+    # The pods informer starts (nothing cached yet), its LIST brings 12 > 5: it is stopped and the policy says why.
+    await rig.converge(lambda: {None: {("no-privileged", "", "no-privileged", "skip")}})
+    assert rig.factory.informers == {}
+    (note,) = rig.reports()[None]["results"]
+    assert note["message"] == "informer v1/pods refused: stopped after its LIST: 12 objects > budget of 5"
+    assert len(rig.fake.log("list", "pods")) == 1
+    # A larger budget and the next discovery refresh start it again.
+    rig.factory.budget = Budget(max_objects=100)
+    rig.dynamic.request_refresh()
+    await rig.converge(oracle(rig, {"no-privileged": [not_privileged]}))
+    assert set(rig.factory.informers) == {PODS}
