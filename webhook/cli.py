@@ -90,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     _certs_parser(sub)
     sub.add_parser("test", help="evaluate policies against resource files offline (see `tollgate test --help`)",
                    add_help=False)
+    sub.add_parser("audit", help="print the PolicyReports the background audit would write (offline)", add_help=False)
     return parser
 
 
@@ -178,6 +179,10 @@ def main(argv: list[str] | None = None) -> int:
         from webhook.offline import main as offline_main
 
         return offline_main(argv[1:])
+    if argv and argv[0] == "audit":
+        from webhook.audit_cli import main as audit_main
+
+        return audit_main(argv[1:])
     args = build_parser().parse_args(argv)
     if args.command == "certs":
         return run_certs(args)

@@ -149,3 +149,48 @@ def test_not_auditable_result_names_the_policy() -> None:
     obj = policy("who", validations=[{"expression": "request.userInfo.username != ''"}])
     r = not_auditable_result(obj, "not auditable: x")
     assert (r.policy, r.result, r.resource.kind, r.resource.name) == ("who", "skip", "ClusterAdmissionPolicy", "who")
+
+
+def test_offline_audit_prints_the_reports_it_would_write(tmp_path: Any, capsys: Any) -> None:
+    import json
+
+    import yaml
+
+    from webhook.cli import main
+
+    audited = policy("no-priv", validations=[NO_PRIV], background=True, autogen={"podControllers": True})
+    audited["metadata"]["annotations"] = {SEVERITY_ANNOTATION: "medium"}
+    not_background = policy("quiet", validations=[{"expression": "false"}])
+    who = policy("who", validations=[{"expression": "request.userInfo.username != ''"}], background=True)
+    (tmp_path / "policies.yaml").write_text(yaml.safe_dump_all([audited, not_background, who]))
+    deploy = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "team-a"},
+              "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "x",
+                                                             "securityContext": {"privileged": True}}]}}}}
+    no_ns = pod("loose", privileged=True)
+    del no_ns["metadata"]["namespace"]
+    (tmp_path / "resources.yaml").write_text(yaml.safe_dump_all([pod("ok", "team-a"), deploy, no_ns]))
+    assert main(["audit", "-p", str(tmp_path / "policies.yaml"), "-r", str(tmp_path / "resources.yaml"),
+                 "-o", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    reports = {(r["kind"], r["metadata"].get("namespace")): r for r in out["items"]}
+    assert list(reports) == [("PolicyReport", "default"), ("PolicyReport", "team-a"), ("ClusterPolicyReport", None)]
+    team_a = reports[("PolicyReport", "team-a")]
+    assert team_a["summary"] == {"pass": 1, "fail": 1, "warn": 0, "error": 0, "skip": 0}
+    assert [(r["resources"][0]["kind"], r["result"], r.get("message", ""), r["severity"]) for r in team_a["results"]] \
+        == [("Deployment", "fail", "spec.template: privileged containers are not allowed", "medium"),
+            ("Pod", "pass", "", "medium")]
+    assert [r["resources"][0]["name"] for r in reports[("PolicyReport", "default")]["results"]] == ["loose"]
+    (note,) = reports[("ClusterPolicyReport", None)]["results"]
+    assert (note["policy"], note["result"]) == ("who", "skip")
+    # YAML output holds the same reports; --all adds the non-background policy.
+    assert main(["audit", "-p", str(tmp_path), "-r", str(tmp_path / "resources.yaml"), "--all"]) == 0
+    docs = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert {r["policy"] for d in docs for r in d["results"]} == {"no-priv", "quiet", "who"}
+
+
+def test_offline_audit_rejects_unusable_input(tmp_path: Any, capsys: Any) -> None:
+    from webhook.cli import main
+
+    (tmp_path / "empty.yaml").write_text("kind: ConfigMap\n")
+    assert main(["audit", "-p", str(tmp_path / "empty.yaml"), "-r", str(tmp_path / "empty.yaml")]) == 2
+    assert "no ClusterAdmissionPolicy or AdmissionPolicy" in capsys.readouterr().err
