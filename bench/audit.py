@@ -122,6 +122,11 @@ async def main(pods: int, namespaces: int) -> int:
                     and sum(len(r["results"]) for r in writer.desired().values()) == expected
                     and writer.writes >= namespaces)
 
+        pods_gvr = GVR("", "v1", "pods")
+        await wait(lambda: (i := factory.informer(pods_gvr)) is not None and i.has_synced())
+        synced = time.perf_counter() - started
+        await wait(lambda: auditor.evaluations >= pods and auditor.idle())
+        evaluated = time.perf_counter() - started
         try:
             await wait(complete)
         except TimeoutError:
@@ -153,6 +158,8 @@ async def main(pods: int, namespaces: int) -> int:
 
         print(json.dumps({
             "pods": pods, "namespaces": namespaces, "results": expected,
+            "start_to_informer_synced_s": round(synced, 2),
+            "start_to_all_evaluated_s": round(evaluated, 2),
             "start_to_complete_reports_s": round(to_reports, 2),
             "rss_growth_bytes_per_object": round(grown / pods),
             "json_bytes_per_object": round(usage.bytes / pods),

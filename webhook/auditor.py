@@ -17,6 +17,9 @@ Re-evaluation, as Kyverno's background controller does it:
 * any change of a policy (spec, annotations, deletion) or of the GVRs it
   resolves to (a CRD came or went) re-evaluates every object of its GVRs
   and drops the results of objects it no longer covers;
+* a Namespace change re-evaluates that namespace's objects for the policies
+  that read Namespaces; a params ConfigMap change re-evaluates the policies
+  with a ``paramRef`` (see :meth:`Auditor.context_handler`);
 * an informer stopped (no policy needs it, or over budget) drops its results;
   a GVR refused by the budget is reported as a ``skip`` result about the
   policy, saying why.
@@ -36,7 +39,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.informer import DeletedFinalStateUnknown, ResourceEventHandlerFuncs, SharedInformer, meta_namespace_key
+from webhook.informer import (
+    NAMESPACE_INDEX,
+    DeletedFinalStateUnknown,
+    ResourceEventHandlerFuncs,
+    SharedInformer,
+    meta_namespace_key,
+)
 from webhook.informer.dynamic import DynamicInformers
 from webhook.informer.gvr import GVR
 from webhook.policy import CompiledPolicy, compile_policy, policy_key
@@ -58,6 +67,14 @@ log = logging.getLogger("tollgate.audit")
 
 ReportSink = Callable[[str | None, dict[str, Any] | None], object]
 _Entry = tuple[str, GVR, str]  # (policy key, GVR, object key)
+
+
+def reads_namespace_object(spec: PolicySpec) -> bool:
+    """Whether any of the policy's CEL mentions ``namespaceObject`` (conservative, on the text)."""
+    exprs = [c.expression for c in spec.match_conditions] + [v.expression for v in spec.variables]
+    for v in spec.validations:
+        exprs += [v.expression, v.message_expression or ""]
+    return any("namespaceObject" in e for e in exprs)
 
 
 def audit_rules(spec: PolicySpec) -> list[ResourceRule]:
@@ -117,6 +134,8 @@ class Auditor:
         self._ns_of: dict[_Entry, str | None] = {}
         self._by_policy: dict[str, set[tuple[GVR, str]]] = {}
         self._informers: dict[GVR, SharedInformer] = {}
+        self._context_namespaces: set[str] = set()
+        self._context_params = False
         self._wake = asyncio.Event()
         self._busy = False
         self._task: asyncio.Task[None] | None = None
@@ -141,6 +160,28 @@ class Auditor:
         """A policy CR was deleted."""
         self._policy_events[policy_key(obj)] = None
         self._wake.set()
+
+    def context_handler(self, cache: str) -> ResourceEventHandlerFuncs:
+        """A handler for the Namespace (``cache="namespaces"``) or params ConfigMap (``"configmaps"``) informer.
+
+        A Namespace event re-evaluates, for every background policy that reads
+        Namespaces (a ``namespaceSelector`` or ``namespaceObject`` in its CEL),
+        the objects of that namespace only; a ConfigMap event re-evaluates every
+        object of the policies with a ``paramRef``. Initial-list adds are
+        ignored (nothing is evaluated before the caches have synced anyway).
+        """
+
+        def touched(obj: dict[str, Any] | DeletedFinalStateUnknown) -> None:
+            raw = obj.obj if isinstance(obj, DeletedFinalStateUnknown) else obj
+            if cache == NAMESPACES:
+                self._context_namespaces.add(str((raw.get("metadata") or {}).get("name", "")))
+            else:
+                self._context_params = True
+            self._wake.set()
+
+        return ResourceEventHandlerFuncs(
+            add=lambda obj, initial: None if initial else touched(obj),
+            update=lambda old, new: None if old is new else touched(new), delete=touched)
 
     def _on_owner_change(self, owner: str, _gvrs: frozenset[GVR]) -> None:
         if owner in self._audited:
@@ -274,6 +315,7 @@ class Auditor:
             await self._apply_policy(key, obj)
         while not self._synced():
             await asyncio.sleep(0.05)
+        self._expand_context_changes()
         count = 0
         while self._dirty_policies:
             key = min(self._dirty_policies)
@@ -291,6 +333,24 @@ class Auditor:
                 for key in policies_by_gvr.get(gvr, ()):
                     count = await self._evaluate(key, gvr, obj_key, obj, count)
         self._publish()
+
+    def _expand_context_changes(self) -> None:
+        """Turn Namespace / ConfigMap changes into dirty policies and objects."""
+        namespaces, self._context_namespaces = self._context_namespaces, set()
+        params, self._context_params = self._context_params, False
+        for key, audited in self._audited.items():
+            spec = audited.policy.spec
+            if params and spec.param_ref is not None:
+                self._dirty_policies.add(key)
+            if namespaces and (not spec.namespace_selector.empty or reads_namespace_object(spec)):
+                for gvr in self._dynamic.gvrs(key):
+                    inf = self._informers.get(gvr)
+                    if inf is None:
+                        continue
+                    for ns in namespaces:
+                        self._dirty_objects.setdefault(gvr, set()).update(inf.indexer.index_keys(NAMESPACE_INDEX, ns))
+                    if gvr.resource == "namespaces" and gvr.group == "":
+                        self._dirty_objects.setdefault(gvr, set()).update(namespaces)
 
     async def _evaluate(self, key: str, gvr: GVR, obj_key: str, obj: dict[str, Any] | None, count: int) -> int:
         audited = self._audited.get(key)

@@ -12,7 +12,8 @@ cluster-scoped ClusterPolicyReport key, see ``webhook.policy.audit``) with
   last written or read is not written again;
 * batched: submissions within ``batch_delay`` seconds are written together,
   the latest desired state of a namespace winning;
-* rate-limited: a token bucket of ``writes_per_second`` with ``burst``;
+* rate-limited: a token bucket of ``writes_per_second`` with ``burst``, at
+  most ``max_in_flight`` requests at a time;
 * create with POST (409 → read and replace), update with PUT carrying the
   last known ``resourceVersion`` (409 Conflict → read and retry), delete
   when a namespace has no results left; failures retry with backoff.
@@ -111,6 +112,7 @@ class PolicyReportWriter:
         batch_delay: seconds to gather submissions before writing.
         writes_per_second, burst: the write rate limit.
         idle_poll: seconds between leadership checks while not leading.
+        max_in_flight: concurrent write requests (each still takes a token).
         backoff_factory: backoff after a failed write.
 
     Attributes:
@@ -120,12 +122,13 @@ class PolicyReportWriter:
 
     def __init__(self, api_client: client.ApiClient, *, is_leader: Callable[[], bool], batch_delay: float = 0.5,
                  writes_per_second: float = 10.0, burst: int = 20, idle_poll: float = 1.0,
-                 backoff_factory: Callable[[], Backoff] = Backoff) -> None:
+                 max_in_flight: int = 4, backoff_factory: Callable[[], Backoff] = Backoff) -> None:
         self._api = api_client
         self._is_leader = is_leader
         self._batch_delay = batch_delay
         self._bucket = TokenBucket(writes_per_second, burst)
         self._idle_poll = idle_poll
+        self._max_in_flight = max(1, max_in_flight)
         self._backoff = backoff_factory()
         self._desired: dict[str | None, dict[str, Any]] = {}
         #: namespace → (content, resourceVersion) of the report on the server, as last written or read.
@@ -213,19 +216,22 @@ class PolicyReportWriter:
         self._adopted = True
 
     async def flush(self) -> None:
-        """Write every dirty namespace now (only while leading); failures stay dirty and are re-raised."""
+        """Write every dirty namespace now (only while leading), ``max_in_flight`` at a time.
+
+        Failed namespaces stay dirty and the first failure is re-raised.
+        """
         self._busy = True
         try:
             while self._dirty:
                 if not self._is_leader():
                     return
-                ns = min(self._dirty, key=lambda n: n or "")
-                self._dirty.discard(ns)
-                try:
-                    await self._write(ns)
-                except BaseException:
-                    self._dirty.add(ns)
-                    raise
+                batch = sorted(self._dirty, key=lambda n: n or "")[: self._max_in_flight]
+                self._dirty.difference_update(batch)
+                outcomes = await asyncio.gather(*(self._write(ns) for ns in batch), return_exceptions=True)
+                failed = [(ns, o) for ns, o in zip(batch, outcomes, strict=True) if isinstance(o, BaseException)]
+                self._dirty.update(ns for ns, _ in failed)
+                if failed:
+                    raise failed[0][1]
         finally:
             self._busy = False
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.fakeapi.server import FakeApiServer
+from webhook.admission.lookups import InformerLookups
 from webhook.auditor import Auditor
 from webhook.informer import Backoff, ReflectorOptions, SharedInformer
 from webhook.informer.dynamic import DynamicInformerFactory, DynamicInformers, crd_informer
@@ -23,7 +24,6 @@ from webhook.kube.client import api_client_for_url
 from webhook.kube.discovery import Discovery
 from webhook.kube.listwatch import KubeListerWatcher
 from webhook.kube.reports import PolicyReportWriter
-from webhook.policy import InMemoryLookups
 
 POLICIES = "clusteradmissionpolicies"
 NO_PRIV = {"expression": "object.spec.containers.all(c, !(c.?securityContext.?privileged.orValue(false)))",
@@ -44,12 +44,13 @@ def pod(name: str, ns: str, *, privileged: bool = False, team: str | None = None
 
 
 def cap(name: str, validations: list[dict[str, Any]], *, background: bool = True, group: str = "",
-        resources: tuple[str, ...] = ("pods",), **meta: Any) -> dict[str, Any]:
+        resources: tuple[str, ...] = ("pods",), match: dict[str, Any] | None = None, **meta: Any) -> dict[str, Any]:
     return {"apiVersion": "tollgate.dev/v1alpha1", "kind": "ClusterAdmissionPolicy",
             "metadata": {"name": name, **meta},
             "spec": {"background": background,
                      "match": {"resourceRules": [{"apiGroups": [group], "apiVersions": ["*"],
-                                                  "resources": list(resources), "operations": ["CREATE", "UPDATE"]}]},
+                                                  "resources": list(resources), "operations": ["CREATE", "UPDATE"]}],
+                               **(match or {})},
                      "validations": validations}}
 
 
@@ -62,6 +63,7 @@ class Rig:
     writer: PolicyReportWriter
     policies: SharedInformer
     leader: list[bool] = field(default_factory=lambda: [True])
+    caches: list[SharedInformer] = field(default_factory=list)
 
     def reports(self) -> dict[str | None, dict[str, Any]]:
         """The reports on the server by namespace (None: the ClusterPolicyReport)."""
@@ -110,11 +112,17 @@ async def rig() -> AsyncIterator[Rig]:
                                crd_informer=crd_informer(lw, opts), debounce=0.05)
     leader = [True]
     writer = PolicyReportWriter(api, is_leader=lambda: leader[0], batch_delay=0.02, idle_poll=0.02)
-    auditor = Auditor(dynamic, InMemoryLookups(), writer.submit)
     policies = SharedInformer(lw(GVR("tollgate.dev", "v1alpha1", POLICIES)), name=POLICIES, reflector_options=opts)
+    namespaces = SharedInformer(lw(GVR("", "v1", "namespaces")), name="namespaces", reflector_options=opts)
+    configmaps = SharedInformer(lw(GVR("", "v1", "configmaps")), name="configmaps", reflector_options=opts)
+    auditor = Auditor(dynamic, InformerLookups(namespaces, configmaps, policies.has_synced), writer.submit)
     policies.add_event_handler(auditor.policy_handler())
-    r = Rig(fake, factory, dynamic, auditor, writer, policies, leader)
+    namespaces.add_event_handler(auditor.context_handler("namespaces"))
+    configmaps.add_event_handler(auditor.context_handler("configmaps"))
+    r = Rig(fake, factory, dynamic, auditor, writer, policies, leader, [namespaces, configmaps])
     yield r
+    for inf in r.caches:
+        await inf.stop()
     await auditor.stop()
     await writer.stop()
     await dynamic.stop()
@@ -125,6 +133,8 @@ async def rig() -> AsyncIterator[Rig]:
 
 async def start(r: Rig) -> None:
     """Start in the order the app would: discovery and dynamic informers, auditor, writer, policy informer."""
+    for inf in r.caches:
+        await inf.start()
     await r.dynamic.start()
     assert await r.dynamic.wait_discovered(5)
     await r.auditor.start()

@@ -1,4 +1,4 @@
-"""Background audit scenarios D1-D7: reports converge to the server's truth after start, policy edits,
+"""Background audit scenarios D1-D9: reports converge to the server's truth after start, policy edits,
 watch cuts and CRD churn; dynamic informers start and stop with the policies and CRDs that need them.
 
 Each test compares every report on the fake API server with an oracle computed from the server's own
@@ -242,3 +242,29 @@ async def test_d8_budget_refusal_is_reported_and_lifted(rig: Rig) -> None:
     rig.dynamic.request_refresh()
     await rig.converge(oracle(rig, {"no-privileged": [not_privileged]}))
     assert set(rig.factory.informers) == {PODS}
+
+
+async def test_d9_namespace_label_change_reevaluates_that_namespace(rig: Rig) -> None:
+    seed(rig, n=9)
+    for ns, audited in (("ns0", "true"), ("ns1", "false"), ("ns2", "true")):
+        rig.fake.apply("namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                      "metadata": {"name": ns, "labels": {"audit": audited}}})
+    rig.fake.apply(POLICIES, cap("no-privileged", [NO_PRIV],
+                                 match={"namespaceSelector": {"matchLabels": {"audit": "true"}}}))
+    await start(rig)
+
+    def selected(ns: str) -> bool:
+        return rig.fake.state("namespaces")[ns]["metadata"]["labels"]["audit"] == "true"
+
+    def expected() -> Rows:
+        rows = oracle(rig, {"no-privileged": [not_privileged]})()
+        return {ns: r for ns, r in rows.items() if ns is not None and selected(ns)}
+
+    await rig.converge(expected)
+    assert set(rig.reports()) == {"ns0", "ns2"}
+    evaluations = rig.auditor.evaluations
+    rig.fake.apply("namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                  "metadata": {"name": "ns1", "labels": {"audit": "true"}}})
+    await rig.converge(expected)
+    assert set(rig.reports()) == {"ns0", "ns1", "ns2"}
+    assert rig.auditor.evaluations - evaluations == 3  # only ns1's three pods were re-evaluated
