@@ -254,7 +254,7 @@ async def test_d9_namespace_label_change_reevaluates_that_namespace(rig: Rig) ->
     await start(rig)
 
     def selected(ns: str) -> bool:
-        return rig.fake.state("namespaces")[ns]["metadata"]["labels"]["audit"] == "true"
+        return bool(rig.fake.state("namespaces")[ns]["metadata"]["labels"]["audit"] == "true")
 
     def expected() -> Rows:
         rows = oracle(rig, {"no-privileged": [not_privileged]})()
