@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import time
 from collections.abc import Callable
@@ -84,6 +85,11 @@ async def call_json(api_client: client.ApiClient, method: str, path: str, body: 
     return data
 
 
+def digest(report: dict[str, Any]) -> bytes:
+    """SHA-256 of a report's owned content (``summary`` + ``results``, keys sorted): what "changed" compares."""
+    return hashlib.sha256(orjson.dumps(content(report), option=orjson.OPT_SORT_KEYS)).digest()
+
+
 class TokenBucket:
     """``rate`` tokens per second, at most ``burst`` saved (client-go's flowcontrol rate limiter)."""
 
@@ -131,8 +137,8 @@ class PolicyReportWriter:
         self._max_in_flight = max(1, max_in_flight)
         self._backoff = backoff_factory()
         self._desired: dict[str | None, dict[str, Any]] = {}
-        #: namespace → (content, resourceVersion) of the report on the server, as last written or read.
-        self._server: dict[str | None, tuple[dict[str, Any], str]] = {}
+        #: namespace → (content digest, resourceVersion) of the report on the server, as last written or read.
+        self._server: dict[str | None, tuple[bytes, str]] = {}
         self._dirty: set[str | None] = set()
         self._wake = asyncio.Event()
         self._adopted = False
@@ -203,14 +209,14 @@ class PolicyReportWriter:
     async def _adopt(self) -> None:
         """Learn the managed reports on the server; mark the ones nobody wants for deletion."""
         selector = f"{MANAGED_BY[0]}={MANAGED_BY[1]}"
-        found: dict[str | None, tuple[dict[str, Any], str]] = {}
+        found: dict[str | None, tuple[bytes, str]] = {}
         for kind in ("policyreports", "clusterpolicyreports"):
             data = await call_json(self._api, "GET", f"{BASE}/{kind}", query=[("labelSelector", selector)])
             for item in data.get("items") or ():
                 meta = item.get("metadata") or {}
                 ns = meta.get("namespace") or None
                 if meta.get("name") == report_name(ns):
-                    found[ns] = (content(item), str(meta.get("resourceVersion", "")))
+                    found[ns] = (digest(item), str(meta.get("resourceVersion", "")))
         self._server = found
         self._dirty |= set(found) | set(self._desired)
         self._adopted = True
@@ -255,7 +261,7 @@ class PolicyReportWriter:
                 self.writes += 1
                 self._server.pop(ns, None)
             return
-        body_content = content(want)
+        body_content = digest(want)
         if have is not None and have[0] == body_content:
             return  # unchanged: no write
         await self._throttle()
