@@ -69,6 +69,12 @@ ReportSink = Callable[[str | None, dict[str, Any] | None], object]
 _Entry = tuple[str, GVR, str]  # (policy key, GVR, object key)
 
 
+def _same_version(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """A resync (``old is new``) or an update that did not change the resourceVersion."""
+    rv = (new.get("metadata") or {}).get("resourceVersion")
+    return old is new or (rv is not None and rv == (old.get("metadata") or {}).get("resourceVersion"))
+
+
 def reads_namespace_object(spec: PolicySpec) -> bool:
     """Whether any of the policy's CEL mentions ``namespaceObject`` (conservative, on the text)."""
     exprs = [c.expression for c in spec.match_conditions] + [v.expression for v in spec.variables]
@@ -145,10 +151,13 @@ class Auditor:
 
     # -- inputs (synchronous: they only record what changed) ------------------------------------------
     def policy_handler(self) -> ResourceEventHandlerFuncs:
-        """A handler for the ClusterAdmissionPolicy and AdmissionPolicy informers."""
+        """A handler for the ClusterAdmissionPolicy and AdmissionPolicy informers.
+
+        Resyncs (same resourceVersion) are ignored: re-auditing is driven by real changes.
+        """
         return ResourceEventHandlerFuncs(
             add=lambda obj, _initial: self.upsert_policy(obj),
-            update=lambda _old, new: self.upsert_policy(new),
+            update=lambda old, new: None if _same_version(old, new) else self.upsert_policy(new),
             delete=lambda obj: self.remove_policy(obj.obj if isinstance(obj, DeletedFinalStateUnknown) else obj))
 
     def upsert_policy(self, obj: dict[str, Any]) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tests.fakeapi.memory import MemoryCluster
-from webhook.informer import ReflectorOptions
+from webhook.informer import Backoff, ReflectorOptions
 from webhook.informer.dynamic import Budget, BudgetExceededError, DynamicInformerFactory, DynamicInformers, json_size
 from webhook.informer.gvr import GVR, APIResource, DiscoverySnapshot
 from webhook.policy.model import ResourceRule
@@ -148,3 +148,28 @@ async def test_rules_follow_discovery_and_owner_changes() -> None:
     assert heard == [("pol", frozenset({PODS})), ("pol", frozenset({PODS, WIDGETS})), ("other", frozenset({PODS})),
                      ("pol", frozenset({WIDGETS})), ("pol", frozenset()), ("other", frozenset())]
     await dyn.stop()
+
+
+async def test_failed_discovery_is_retried_and_nothing_starts_meanwhile() -> None:
+    cluster = MemoryCluster()
+    await cluster.apply("pods", obj("a"))
+    calls = 0
+
+    async def discover() -> DiscoverySnapshot:
+        nonlocal calls
+        calls += 1
+        if calls < 3:
+            raise ConnectionError("discovery is down")
+        return snap(PODS)
+
+    f = factory(cluster)
+    dyn = DynamicInformers(f, discover, refresh_interval=0, backoff_factory=lambda: Backoff(initial=0.01, cap=0.01))
+    await dyn.want("pol", [rule("", "pods")])
+    assert f.informers == {}
+    await dyn.start()
+    assert await dyn.wait_discovered(5)
+    assert calls == 3 and dyn.gvrs("pol") == {PODS}
+    await settle(f)
+    assert f.informer(PODS).indexer.list_keys() == ["default/a"]  # type: ignore[union-attr]
+    await dyn.stop()
+    assert f.informers == {}
