@@ -136,7 +136,8 @@ class PolicyReportWriter:
         self._idle_poll = idle_poll
         self._max_in_flight = max(1, max_in_flight)
         self._backoff = backoff_factory()
-        self._desired: dict[str | None, dict[str, Any]] = {}
+        #: namespace → desired report as compact JSON (a few times smaller than the dict while it waits).
+        self._desired: dict[str | None, bytes] = {}
         #: namespace → (content digest, resourceVersion) of the report on the server, as last written or read.
         self._server: dict[str | None, tuple[bytes, str]] = {}
         self._dirty: set[str | None] = set()
@@ -153,13 +154,13 @@ class PolicyReportWriter:
         if report is None:
             self._desired.pop(namespace, None)
         else:
-            self._desired[namespace] = report
+            self._desired[namespace] = orjson.dumps(report)
         self._dirty.add(namespace)
         self._wake.set()
 
     def desired(self) -> dict[str | None, dict[str, Any]]:
         """The desired reports by namespace (a copy)."""
-        return dict(self._desired)
+        return {ns: orjson.loads(raw) for ns, raw in self._desired.items()}
 
     def idle(self) -> bool:
         """Nothing left to write (as far as this replica knows) and no write in flight."""
@@ -247,7 +248,8 @@ class PolicyReportWriter:
             await asyncio.sleep(delay)
 
     async def _write(self, ns: str | None) -> None:
-        want = self._desired.get(ns)
+        raw = self._desired.get(ns)
+        want: dict[str, Any] | None = orjson.loads(raw) if raw is not None else None
         have = self._server.get(ns)
         name = report_name(ns)
         if want is None:
@@ -265,7 +267,7 @@ class PolicyReportWriter:
         if have is not None and have[0] == body_content:
             return  # unchanged: no write
         await self._throttle()
-        body = orjson.loads(orjson.dumps(want))
+        body = want
         if have is None:
             try:
                 stored = await call_json(self._api, "POST", report_path(ns), body)
