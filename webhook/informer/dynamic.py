@@ -44,6 +44,14 @@ log = logging.getLogger("tollgate.informer.dynamic")
 #: The resource whose events trigger a discovery refresh.
 CRDS = GVR("apiextensions.k8s.io", "v1", "customresourcedefinitions")
 
+#: ``(group, resource)`` never informed dynamically by default: high-churn objects no policy should
+#: scan in the background and the reports the audit itself writes (as Kyverno's default
+#: ``resourceFilters`` leave out Events, Leases and its own reports).
+DEFAULT_EXCLUDE = frozenset({
+    ("", "events"), ("events.k8s.io", "events"), ("coordination.k8s.io", "leases"),
+    ("wgpolicyk8s.io", "policyreports"), ("wgpolicyk8s.io", "clusterpolicyreports"),
+})
+
 
 def json_size(obj: KubeObject) -> int:
     """Bytes of ``obj`` as compact JSON: the byte measure of the budget and metrics (not RSS)."""
@@ -319,6 +327,8 @@ class DynamicInformers:
             stopped here).
         debounce: seconds to gather CRD events into one refresh.
         backoff_factory: backoff between failed discoveries.
+        exclude: ``(group, resource)`` pairs never resolved, even when a rule names them
+            (default :data:`DEFAULT_EXCLUDE`).
 
     Listeners added with :meth:`add_listener` hear ``(owner, gvrs)`` whenever
     an owner's resolved set of *running* GVRs changes.
@@ -326,8 +336,10 @@ class DynamicInformers:
 
     def __init__(self, factory: DynamicInformerFactory, discover: Callable[[], Awaitable[DiscoverySnapshot]], *,
                  refresh_interval: float = 300.0, crd_informer: SharedInformer | None = None,
-                 debounce: float = 0.5, backoff_factory: Callable[[], Backoff] = Backoff) -> None:
+                 debounce: float = 0.5, backoff_factory: Callable[[], Backoff] = Backoff,
+                 exclude: frozenset[tuple[str, str]] = DEFAULT_EXCLUDE) -> None:
         self.factory = factory
+        self._exclude = exclude
         self._discover = discover
         self._interval = refresh_interval
         self._crd_informer = crd_informer
@@ -396,7 +408,8 @@ class DynamicInformers:
         elif self.snapshot is None:
             return
         else:
-            want = frozenset(resolve_rules(rules, self.snapshot))
+            want = frozenset(g for g in resolve_rules(rules, self.snapshot)
+                             if (g.group, g.resource) not in self._exclude)
         held = self._held.get(owner, frozenset())
         for gvr in sorted(held - want):
             await self.factory.release(gvr, owner)

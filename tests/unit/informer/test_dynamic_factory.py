@@ -173,3 +173,18 @@ async def test_failed_discovery_is_retried_and_nothing_starts_meanwhile() -> Non
     assert f.informer(PODS).indexer.list_keys() == ["default/a"]  # type: ignore[union-attr]
     await dyn.stop()
     assert f.informers == {}
+
+
+async def test_default_exclusions_keep_reports_and_events_out_of_wildcards() -> None:
+    reports = GVR("wgpolicyk8s.io", "v1alpha2", "policyreports")
+    events = GVR("", "v1", "events")
+
+    async def discover() -> DiscoverySnapshot:
+        return snap(PODS, events, reports)
+
+    dyn = DynamicInformers(factory(MemoryCluster()), discover, refresh_interval=0)
+    await dyn.refresh()
+    everything = ResourceRule(frozenset({"*"}), frozenset({"*"}), frozenset({"*"}), frozenset({"*"}))
+    assert await dyn.want("all", [everything]) == {PODS}
+    assert await dyn.want("named", [rule("wgpolicyk8s.io", "policyreports")]) == frozenset()
+    await dyn.stop()
