@@ -28,6 +28,7 @@ No I/O.
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -264,23 +265,46 @@ def _sort_key(r: AuditResult) -> tuple[str, ...]:
     return (r.policy, r.rule, r.resource.namespace or "", r.resource.kind, r.resource.name, r.resource.api_version)
 
 
-def build_report(namespace: str | None, results: Iterable[AuditResult]) -> dict[str, Any]:
+#: Default cap on one report's JSON size: under etcd's 1.5 MiB request limit with room for metadata.
+MAX_REPORT_BYTES = 1024 * 1024
+TRUNCATED_ANNOTATION = "tollgate.dev/omitted-results"
+_KEEP_ORDER = {"fail": 0, "error": 1, "warn": 2, "skip": 3, "pass": 4}
+
+
+def build_report(namespace: str | None, results: Iterable[AuditResult], *,
+                 max_bytes: int | None = MAX_REPORT_BYTES) -> dict[str, Any]:
     """A ``PolicyReport`` for ``namespace`` (``ClusterPolicyReport`` when None) holding ``results``.
 
     Results are sorted by policy, rule and resource, so equal inputs build
-    equal reports; ``summary`` counts ``pass``/``fail``/``warn``/``error``/``skip``.
+    equal reports; ``summary`` counts ``pass``/``fail``/``warn``/``error``/``skip``
+    over *all* results. When the results' JSON would exceed ``max_bytes``,
+    results are kept fail first, then error, warn, skip, pass, until the cap,
+    and ``metadata.annotations["tollgate.dev/omitted-results"]`` says how many
+    were left out (an object that large could not be stored: etcd takes 1.5 MiB).
     """
     rows = sorted(results, key=_sort_key)
     counts = Counter(r.result for r in rows)
     metadata: dict[str, Any] = {"name": report_name(namespace), "labels": {MANAGED_BY[0]: MANAGED_BY[1]}}
     if namespace:
         metadata["namespace"] = namespace
+    items = [r.as_dict() for r in rows]
+    if max_bytes is not None and len(json.dumps(items, separators=(",", ":"))) > max_bytes:
+        sizes = [len(json.dumps(i, separators=(",", ":"))) + 1 for i in items]
+        keep: set[int] = set()
+        total = 0
+        for idx in sorted(range(len(rows)), key=lambda i: (_KEEP_ORDER.get(rows[i].result, 5), i)):
+            if total + sizes[idx] > max_bytes:
+                break
+            keep.add(idx)
+            total += sizes[idx]
+        metadata["annotations"] = {TRUNCATED_ANNOTATION: str(len(items) - len(keep))}
+        items = [item for i, item in enumerate(items) if i in keep]
     return {
         "apiVersion": REPORT_API_VERSION,
         "kind": "PolicyReport" if namespace else "ClusterPolicyReport",
         "metadata": metadata,
         "summary": {k: counts.get(k, 0) for k in RESULTS},
-        "results": [r.as_dict() for r in rows],
+        "results": items,
     }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -194,3 +195,17 @@ def test_offline_audit_rejects_unusable_input(tmp_path: Any, capsys: Any) -> Non
     (tmp_path / "empty.yaml").write_text("kind: ConfigMap\n")
     assert main(["audit", "-p", str(tmp_path / "empty.yaml"), "-r", str(tmp_path / "empty.yaml")]) == 2
     assert "no ClusterAdmissionPolicy or AdmissionPolicy" in capsys.readouterr().err
+
+
+def test_oversized_report_keeps_failures_first_and_says_what_it_left_out() -> None:
+    p = compiled(policy(validations=[NO_PRIV]))
+    results = [r for i in range(40) for r in evaluate(p, pod(f"p{i:02d}", privileged=i % 10 == 0))]
+    full = build_report("default", results, max_bytes=None)
+    one_row = len(json.dumps(full["results"][0], separators=(",", ":"))) + 1
+    capped = build_report("default", results, max_bytes=6 * one_row)
+    assert capped["summary"] == full["summary"] == {"pass": 36, "fail": 4, "warn": 0, "error": 0, "skip": 0}
+    kept = [(r["result"], r["resources"][0]["name"]) for r in capped["results"]]
+    assert [k for k in kept if k[0] == "fail"] == [("fail", "p00"), ("fail", "p10"), ("fail", "p20"), ("fail", "p30")]
+    assert len(kept) in (5, 6) and kept == sorted(kept, key=lambda k: k[1])  # still in report order
+    assert capped["metadata"]["annotations"] == {"tollgate.dev/omitted-results": str(40 - len(kept))}
+    assert "annotations" not in full["metadata"]
