@@ -156,6 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
                    add_help=False)
     sub.add_parser("lint", help="check policy files against the CRD schema and compile their CEL "
                                 "(see `tollgate lint --help`)", add_help=False)
+    sub.add_parser("audit", help="print the PolicyReports the background audit would write (offline)", add_help=False)
     return parser
 
 
@@ -362,6 +363,10 @@ def _dispatch(argv: list[str]) -> int:
         from webhook.lint import main as lint_main
 
         return lint_main(argv[1:])
+    if argv and argv[0] == "audit":
+        from webhook.audit_cli import main as audit_main
+
+        return audit_main(argv[1:])
     args = build_parser().parse_args(argv)
     if args.command == "certs":
         try:

@@ -5,7 +5,11 @@ Names follow Prometheus conventions (``_total`` counters, ``_seconds`` units).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 
 class Metrics:
@@ -131,3 +135,41 @@ class ManagedCertMetrics:
         self.expiry = Gauge("tollgate_managed_certificate_expiry_timestamp_seconds",
                             "notAfter of the self-managed CA and serving certificate (Unix time)", ["what"],
                             registry=r)
+
+
+class DynamicInformerCollector(Collector):
+    """Scrape-time metrics of the dynamic informers and the background auditor (nothing to update by hand).
+
+    Args:
+        usage: ``{gvr: (objects, json_bytes)}`` of running dynamic informers
+            (e.g. ``{str(g): (u.objects, u.bytes) for g, u in factory.usage().items()}``).
+        refused: ``{gvr: reason}`` of informers refused by the budget.
+        counters: ``{name: value}`` exported as ``tollgate_<name>_total`` counters
+            (e.g. ``audit_evaluations``, ``policy_report_writes``).
+    """
+
+    def __init__(self, usage: Callable[[], Mapping[str, tuple[int, int]]],
+                 refused: Callable[[], Mapping[str, str]],
+                 counters: Callable[[], Mapping[str, int]] = dict) -> None:
+        self._usage = usage
+        self._refused = refused
+        self._counters = counters
+
+    def collect(self) -> Iterator[Metric]:
+        """Yield the current values."""
+        objects = GaugeMetricFamily("tollgate_dynamic_informer_objects", "Objects cached by a dynamic informer",
+                                    labels=["gvr"])
+        nbytes = GaugeMetricFamily("tollgate_dynamic_informer_bytes",
+                                   "Bytes cached by a dynamic informer, as compact JSON", labels=["gvr"])
+        for gvr, (count, size) in sorted(self._usage().items()):
+            objects.add_metric([gvr], count)
+            nbytes.add_metric([gvr], size)
+        refused = GaugeMetricFamily("tollgate_dynamic_informer_refused",
+                                    "1 for a dynamic informer refused by the budget", labels=["gvr", "reason"])
+        for gvr, reason in sorted(self._refused().items()):
+            refused.add_metric([gvr, reason], 1)
+        yield from (objects, nbytes, refused)
+        for name, value in sorted(self._counters().items()):
+            counter = CounterMetricFamily(f"tollgate_{name}", f"Tollgate {name.replace('_', ' ')}")
+            counter.add_metric([], value)
+            yield counter

@@ -42,6 +42,8 @@ from typing import Any
 import jsonpatch
 from aiohttp import web
 
+from tests.fakeapi.discovery import FakeDiscovery
+
 TRUE = {"1", "t", "T", "true", "TRUE", "True"}
 
 
@@ -168,6 +170,7 @@ class FakeApiServer:
         self._site: web.TCPSite | None = None
         self.port = 0
         self.too_large_wait = 0.05
+        self.discovery = FakeDiscovery(self)
 
     # -- lifecycle -----------------------------------------------------------------------------------
     @property
@@ -306,6 +309,10 @@ class FakeApiServer:
         return None
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        if request.method == "GET" and self.discovery.is_discovery_path(request.path):
+            self.requests.append({"verb": "discovery", "resource": request.path, "namespace": None, "query": {}})
+            doc = self.discovery.document(request.path)
+            return web.json_response(doc) if doc else _status(404, "NotFound", "the server could not find it")
         t = self._parse(request.path)
         q = request.query
         watch = q.get("watch") in TRUE

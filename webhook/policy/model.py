@@ -127,6 +127,9 @@ class PolicySpec:
     validations: tuple[Validation, ...]
     audit_annotations: tuple[AuditAnnotation, ...]
     mutations: tuple[Mutation, ...]
+    #: ``spec.background``: also evaluate existing objects in the background and
+    #: write the results to PolicyReports (default false; see policy-api.md).
+    background: bool = False
 
     @property
     def key(self) -> str:
@@ -407,6 +410,10 @@ def parse_policy(obj: dict[str, Any]) -> PolicySpec:
             parameter_not_found_action=_enum(raw_ref, "parameterNotFoundAction", rp, NOT_FOUND_ACTIONS, "Deny"),
         )
 
+    background = spec.get("background", False)
+    if not isinstance(background, bool):
+        raise PolicySpecError(f"{p}.background", "must be a boolean")
+
     return PolicySpec(
         kind=head.kind, name=head.name, namespace=namespace, generation=head.generation,
         failure_policy=head.failure_policy, validation_actions=head.validation_actions, on_unsynced=head.on_unsynced,
@@ -414,4 +421,5 @@ def parse_policy(obj: dict[str, Any]) -> PolicySpec:
         object_selector=head.object_selector, pod_controllers=head.pod_controllers, match_conditions=conditions,
         param_ref=param_ref, variables=variables,
         validations=tuple(validations), audit_annotations=tuple(audits), mutations=tuple(mutations),
+        background=background,
     )

@@ -1,0 +1,91 @@
+"""The Auditor over the in-memory cluster: what triggers re-evaluation, and what does not."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+from tests.fakeapi.memory import MemoryCluster
+from tests.unit.informer.test_dynamic_factory import PODS, factory, obj, snap
+from webhook.auditor import Auditor, audit_rules
+from webhook.informer.dynamic import DynamicInformers
+from webhook.informer.gvr import DiscoverySnapshot
+from webhook.policy import InMemoryLookups
+from webhook.policy.model import parse_policy
+
+NO_PRIV = {"expression": "object.spec.containers.all(c, !(c.?securityContext.?privileged.orValue(false)))"}
+
+
+def cap(**spec: Any) -> dict[str, Any]:
+    body = {"background": True, "validations": [NO_PRIV], "match": {"resourceRules": [
+        {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}]}}
+    body.update(spec)
+    return {"apiVersion": "tollgate.dev/v1alpha1", "kind": "ClusterAdmissionPolicy",
+            "metadata": {"name": "p", "resourceVersion": "1"}, "spec": body}
+
+
+async def idle(a: Auditor) -> None:
+    for _ in range(300):
+        if a.idle():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("auditor did not settle")
+
+
+def podspec(privileged: bool) -> dict[str, Any]:
+    return {"containers": [{"name": "c", "image": "x", "securityContext": {"privileged": privileged}}]}
+
+
+async def test_resyncs_are_ignored_and_real_policy_changes_reevaluate_everything() -> None:
+    cluster = MemoryCluster()
+    for i in range(4):
+        await cluster.apply("pods", obj(f"p{i}", spec=podspec(i == 0)))
+
+    async def discover() -> DiscoverySnapshot:
+        return snap(PODS)
+
+    dyn = DynamicInformers(factory(cluster), discover, refresh_interval=0)
+    reports: dict[str | None, Any] = {}
+    auditor = Auditor(dyn, InMemoryLookups(), reports.__setitem__)
+    await dyn.refresh()
+    await auditor.start()
+    handler = auditor.policy_handler()
+    policy = cap()
+    handler.on_add(policy, True)
+    await idle(auditor)
+    assert auditor.evaluations == 4 and reports["default"]["summary"]["fail"] == 1
+    handler.on_update(policy, policy)  # resync
+    handler.on_update(policy, copy.deepcopy(policy))  # same resourceVersion
+    await idle(auditor)
+    assert auditor.evaluations == 4
+    edited = cap(validations=[NO_PRIV, {"expression": "false", "message": "never"}])
+    edited["metadata"]["resourceVersion"] = "2"
+    handler.on_update(policy, edited)
+    await idle(auditor)
+    assert auditor.evaluations == 8 and reports["default"]["summary"]["fail"] == 5
+    # An object update re-evaluates that object only; a burst of updates to one object is coalesced.
+    for _ in range(5):
+        await cluster.apply("pods", obj("p1", spec=podspec(True)))
+    inf = dyn.factory.informer(PODS)
+    assert inf is not None
+    for _ in range(300):
+        if inf.last_sync_resource_version == str(cluster.rv):
+            break
+        await asyncio.sleep(0.005)
+    await idle(auditor)
+    assert 9 <= auditor.evaluations <= 13 and reports["default"]["summary"]["fail"] == 6
+    handler.on_delete(edited)
+    await idle(auditor)
+    assert reports["default"] is None and dyn.factory.informers == {}
+    await auditor.stop()
+    await dyn.stop()
+
+
+def test_audit_rules_skip_non_create_rules_and_add_pod_controllers() -> None:
+    spec = parse_policy(cap(autogen={"podControllers": True}, match={"resourceRules": [
+        {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]},
+        {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["services"], "operations": ["DELETE"]}]}))
+    rules = audit_rules(spec)
+    assert [sorted(r.resources)[0] for r in rules] == ["pods", "replicationcontrollers", "daemonsets", "deployments",
+                                                       "replicasets", "statefulsets", "cronjobs", "jobs"]

@@ -1,0 +1,521 @@
+"""Dynamic informers: one SharedInformer per GVR, reference-counted by owner, resolved through discovery.
+
+Two layers, as client-go's ``dynamicinformer.DynamicSharedInformerFactory``
+plus the discovery-driven restart controller-runtime and Kyverno build on it:
+
+* :class:`DynamicInformerFactory` hands out one :class:`SharedInformer` per
+  :class:`~webhook.informer.gvr.GVR`, started when its first owner acquires
+  it and stopped when its last owner releases it (reference counting by
+  owner name, so acquiring twice is idempotent). It keeps a per-GVR count of
+  cached objects and of their JSON bytes (``managedFields`` are dropped on
+  ingest, as for every informer), and enforces a :class:`Budget`: an
+  informer is refused while the budget is spent, and an informer whose
+  initial LIST pushes the total past the budget is stopped again; either way
+  the reason is recorded in :attr:`DynamicInformerFactory.refused`.
+* :class:`DynamicInformers` maps owners (a policy) to admission resource
+  rules, resolves them through a discovery snapshot into GVRs, and
+  reconciles the factory. Discovery is refreshed on a timer and, debounced,
+  on every CustomResourceDefinition event, so a CRD that appears starts the
+  informers rules already asked for, and a CRD that goes away stops them.
+
+Pure of transports: the ListerWatcher per GVR and the discovery fetch are
+injected (``webhook.kube.listwatch`` and ``webhook.kube.discovery``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, replace
+
+import orjson
+
+from webhook.informer.backoff import Backoff
+from webhook.informer.gvr import GVR, DiscoverySnapshot, RuleLike, resolve_rules
+from webhook.informer.informer import ResourceEventHandlerFuncs, SharedInformer
+from webhook.informer.reflector import ReflectorOptions
+from webhook.informer.store import DeletedFinalStateUnknown
+from webhook.informer.types import KubeObject, ListerWatcher
+
+log = logging.getLogger("tollgate.informer.dynamic")
+
+#: The resource whose events trigger a discovery refresh.
+CRDS = GVR("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+
+#: ``(group, resource)`` never informed dynamically by default: high-churn objects no policy should
+#: scan in the background and the reports the audit itself writes (as Kyverno's default
+#: ``resourceFilters`` leave out Events, Leases and its own reports).
+DEFAULT_EXCLUDE = frozenset({
+    ("", "events"), ("events.k8s.io", "events"), ("coordination.k8s.io", "leases"),
+    ("wgpolicyk8s.io", "policyreports"), ("wgpolicyk8s.io", "clusterpolicyreports"),
+})
+
+
+def json_size(obj: KubeObject) -> int:
+    """Bytes of ``obj`` as compact JSON: the byte measure of the budget and metrics (not RSS)."""
+    return len(orjson.dumps(obj))
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """Limits over every dynamic informer together; None means unlimited.
+
+    Attributes:
+        max_objects: cached objects.
+        max_bytes: cached bytes, measured as compact JSON (:func:`json_size`).
+    """
+
+    max_objects: int | None = None
+    max_bytes: int | None = None
+
+    def exceeded(self, objects: int, nbytes: int) -> str | None:
+        """Why ``objects``/``nbytes`` are over the budget, or None."""
+        if self.max_objects is not None and objects > self.max_objects:
+            return f"{objects} objects > budget of {self.max_objects}"
+        if self.max_bytes is not None and nbytes > self.max_bytes:
+            return f"{nbytes} bytes > budget of {self.max_bytes}"
+        return None
+
+    def spent(self, objects: int, nbytes: int) -> str | None:
+        """Why nothing more may start at ``objects``/``nbytes``, or None."""
+        if self.max_objects is not None and objects >= self.max_objects:
+            return f"{objects} objects cached, budget is {self.max_objects}"
+        if self.max_bytes is not None and nbytes >= self.max_bytes:
+            return f"{nbytes} bytes cached, budget is {self.max_bytes}"
+        return None
+
+
+@dataclass(slots=True)
+class Usage:
+    """Objects and JSON bytes cached for one GVR."""
+
+    objects: int = 0
+    bytes: int = 0
+
+
+class BudgetExceededError(Exception):
+    """An informer was refused because of the :class:`Budget`; the message says why."""
+
+    def __init__(self, gvr: GVR, reason: str) -> None:
+        super().__init__(f"{gvr}: refused: {reason}")
+        self.gvr = gvr
+        self.reason = reason
+
+
+class _SizeTracker:
+    """Handler keeping a GVR's :class:`Usage` in step with its cache."""
+
+    def __init__(self, usage: Usage, measure: Callable[[KubeObject], int], on_change: Callable[[], None]) -> None:
+        self.usage = usage
+        self._measure = measure
+        self._on_change = on_change
+
+    def funcs(self) -> ResourceEventHandlerFuncs:
+        return ResourceEventHandlerFuncs(add=self._add, update=self._update, delete=self._delete)
+
+    def _add(self, obj: KubeObject, _initial: bool) -> None:
+        self.usage.objects += 1
+        self.usage.bytes += self._measure(obj)
+        self._on_change()
+
+    def _update(self, old: KubeObject, new: KubeObject) -> None:
+        if old is not new:
+            self.usage.bytes += self._measure(new) - self._measure(old)
+            self._on_change()
+
+    def _delete(self, obj: KubeObject | DeletedFinalStateUnknown) -> None:
+        last = obj.obj if isinstance(obj, DeletedFinalStateUnknown) else obj
+        self.usage.objects -= 1
+        self.usage.bytes -= self._measure(last)
+        self._on_change()
+
+
+InformerListener = Callable[[GVR, SharedInformer], object]
+StopListener = Callable[[GVR], object]
+
+
+class DynamicInformerFactory:
+    """One SharedInformer per GVR, started on first acquire and stopped on last release.
+
+    Args:
+        lister_watcher_for: builds the ListerWatcher of a GVR (e.g. a
+            ``KubeListerWatcher(api, group=..., version=..., plural=...)``).
+        reflector_options: defaults for every informer.
+        budget: limits over all informers of this factory.
+        measure: byte size of one object (default :func:`json_size`).
+
+    Listeners added with :meth:`add_listener` hear ``on_start(gvr, informer)``
+    *before* the informer starts (so a handler registered there receives the
+    initial LIST as adds) and ``on_stop(gvr)`` after it stopped.
+    """
+
+    def __init__(self, lister_watcher_for: Callable[[GVR], ListerWatcher], *,
+                 reflector_options: ReflectorOptions | None = None, budget: Budget | None = None,
+                 measure: Callable[[KubeObject], int] = json_size) -> None:
+        self._lw_for = lister_watcher_for
+        self._options = reflector_options or ReflectorOptions()
+        self.budget = budget or Budget()
+        self._measure = measure
+        self._informers: dict[GVR, SharedInformer] = {}
+        self._owners: dict[GVR, set[str]] = {}
+        self._usage: dict[GVR, Usage] = {}
+        self._started_order: list[GVR] = []
+        self._last_size: dict[GVR, Usage] = {}
+        #: GVR → why it is not running although owners want it.
+        self.refused: dict[GVR, str] = {}
+        self._start_listeners: list[InformerListener] = []
+        self._stop_listeners: list[StopListener] = []
+        self._over_budget = asyncio.Event()
+        self._lock = asyncio.Lock()
+
+    def add_listener(self, on_start: InformerListener | None = None, on_stop: StopListener | None = None) -> None:
+        """Hear about informers starting (before ``start()``) and stopping (after ``stop()``)."""
+        if on_start is not None:
+            self._start_listeners.append(on_start)
+        if on_stop is not None:
+            self._stop_listeners.append(on_stop)
+
+    # -- reads --------------------------------------------------------------------------------------
+    def informer(self, gvr: GVR) -> SharedInformer | None:
+        """The running informer of ``gvr``, or None."""
+        return self._informers.get(gvr)
+
+    @property
+    def informers(self) -> dict[GVR, SharedInformer]:
+        """Every running informer."""
+        return dict(self._informers)
+
+    def owners(self, gvr: GVR) -> frozenset[str]:
+        """Who holds ``gvr`` (running or refused)."""
+        return frozenset(self._owners.get(gvr, ()))
+
+    def usage(self) -> dict[GVR, Usage]:
+        """Objects and bytes per running informer (copies)."""
+        return {g: Usage(u.objects, u.bytes) for g, u in self._usage.items()}
+
+    def total(self) -> Usage:
+        """Objects and bytes over every running informer."""
+        return Usage(sum(u.objects for u in self._usage.values()), sum(u.bytes for u in self._usage.values()))
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+    async def acquire(self, gvr: GVR, owner: str) -> SharedInformer:
+        """Hold ``gvr`` for ``owner``; start its informer if it is the first holder.
+
+        Raises:
+            BudgetExceededError: the budget is spent (the holder is still
+                recorded, so a later :meth:`retry_refused` may start it).
+        """
+        async with self._lock:
+            self._owners.setdefault(gvr, set()).add(owner)
+            inf = self._informers.get(gvr)
+            if inf is not None:
+                return inf
+            total = self.total()
+            last = self._last_size.get(gvr)
+            reason = self.budget.spent(total.objects, total.bytes)
+            if reason is None and last is not None:
+                reason = self.budget.exceeded(total.objects + last.objects, total.bytes + last.bytes)
+                if reason is not None:
+                    reason = f"its last LIST would make {reason}"
+            if reason is not None:
+                self.refused[gvr] = reason
+                log.warning("dynamic informer %s refused: %s", gvr, reason)
+                raise BudgetExceededError(gvr, reason)
+            self.refused.pop(gvr, None)
+            return await self._start(gvr)
+
+    async def _start(self, gvr: GVR) -> SharedInformer:
+        inf = SharedInformer(self._lw_for(gvr), name=str(gvr), reflector_options=self._options)
+        usage = self._usage[gvr] = Usage()
+        inf.add_event_handler(_SizeTracker(usage, self._measure, self._check_budget).funcs())
+        for listener in self._start_listeners:
+            listener(gvr, inf)
+        self._informers[gvr] = inf
+        self._started_order.append(gvr)
+        await inf.start()
+        log.info("dynamic informer %s started", gvr)
+        return inf
+
+    def _check_budget(self) -> None:
+        total = self.total()
+        if self.budget.exceeded(total.objects, total.bytes) is not None:
+            self._over_budget.set()
+
+    async def enforce_budget(self) -> list[GVR]:
+        """Stop the most recently started informers until the total is within budget.
+
+        Returns:
+            The GVRs stopped (each recorded in :attr:`refused` with the reason).
+        """
+        stopped: list[GVR] = []
+        async with self._lock:
+            self._over_budget.clear()
+            while self._started_order:
+                total = self.total()
+                reason = self.budget.exceeded(total.objects, total.bytes)
+                if reason is None:
+                    break
+                gvr = self._started_order[-1]
+                self._last_size[gvr] = self._usage.get(gvr, Usage())
+                self.refused[gvr] = f"stopped after its LIST: {reason}"
+                log.warning("dynamic informer %s stopped: %s", gvr, reason)
+                await self._stop(gvr)
+                stopped.append(gvr)
+        return stopped
+
+    async def wait_over_budget(self) -> None:
+        """Return once the total went over budget (for a task that calls :meth:`enforce_budget`)."""
+        await self._over_budget.wait()
+
+    async def release(self, gvr: GVR, owner: str) -> None:
+        """Drop ``owner``'s hold on ``gvr``; stop its informer when nobody holds it any more."""
+        async with self._lock:
+            owners = self._owners.get(gvr)
+            if owners is None:
+                return
+            owners.discard(owner)
+            if owners:
+                return
+            del self._owners[gvr]
+            self.refused.pop(gvr, None)
+            self._last_size.pop(gvr, None)
+            if gvr in self._informers:
+                await self._stop(gvr)
+
+    async def _stop(self, gvr: GVR) -> None:
+        inf = self._informers.pop(gvr)
+        self._usage.pop(gvr, None)
+        self._started_order.remove(gvr)
+        await inf.stop()
+        log.info("dynamic informer %s stopped", gvr)
+        for listener in self._stop_listeners:
+            listener(gvr)
+
+    async def retry_refused(self) -> dict[GVR, str]:
+        """Try again to start every refused GVR that still has holders; returns those still refused."""
+        for gvr in list(self.refused):
+            owners = sorted(self._owners.get(gvr, ()))
+            if owners:
+                with contextlib.suppress(BudgetExceededError):
+                    await self.acquire(gvr, owners[0])
+        return dict(self.refused)
+
+    async def stop(self) -> None:
+        """Stop every informer (holders are forgotten)."""
+        async with self._lock:
+            for gvr in list(self._informers):
+                await self._stop(gvr)
+            self._owners.clear()
+            self.refused.clear()
+
+
+OwnerListener = Callable[[str, frozenset[GVR]], object]
+
+
+class DynamicInformers:
+    """Owners' resource rules → GVRs through discovery → informers of a :class:`DynamicInformerFactory`.
+
+    Args:
+        factory: where informers come from.
+        discover: fetches a fresh :class:`DiscoverySnapshot` (e.g.
+            ``webhook.kube.discovery.Discovery(api).snapshot``); may raise.
+        refresh_interval: seconds between discovery refreshes (0 disables the timer).
+        crd_informer: an informer of CustomResourceDefinitions; each event
+            triggers a refresh after ``debounce`` seconds (it is started and
+            stopped here).
+        debounce: seconds to gather CRD events into one refresh.
+        backoff_factory: backoff between failed discoveries.
+        exclude: ``(group, resource)`` pairs never resolved, even when a rule names them
+            (default :data:`DEFAULT_EXCLUDE`).
+
+    Listeners added with :meth:`add_listener` hear ``(owner, gvrs)`` whenever
+    an owner's resolved set of *running* GVRs changes.
+    """
+
+    def __init__(self, factory: DynamicInformerFactory, discover: Callable[[], Awaitable[DiscoverySnapshot]], *,
+                 refresh_interval: float = 300.0, crd_informer: SharedInformer | None = None,
+                 debounce: float = 0.5, backoff_factory: Callable[[], Backoff] = Backoff,
+                 exclude: frozenset[tuple[str, str]] = DEFAULT_EXCLUDE) -> None:
+        self.factory = factory
+        self._exclude = exclude
+        self._discover = discover
+        self._interval = refresh_interval
+        self._crd_informer = crd_informer
+        self._debounce = debounce
+        self._backoff = backoff_factory()
+        self.snapshot: DiscoverySnapshot | None = None
+        self._rules: dict[str, tuple[RuleLike, ...]] = {}
+        self._held: dict[str, frozenset[GVR]] = {}
+        self._running: dict[str, frozenset[GVR]] = {}
+        self._listeners: list[OwnerListener] = []
+        self._kick = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._lock = asyncio.Lock()
+        self.refreshes = 0
+        if crd_informer is not None:
+            crd_informer.add_event_handler(ResourceEventHandlerFuncs(
+                add=lambda _o, initial: None if initial else self._kick.set(),
+                update=lambda old, new: None if old is new else self._kick.set(),
+                delete=lambda _o: self._kick.set()))
+
+    def request_refresh(self) -> None:
+        """Refresh discovery soon (after the debounce delay), e.g. on an external hint."""
+        self._kick.set()
+
+    def add_listener(self, listener: OwnerListener) -> None:
+        """Hear ``(owner, running_gvrs)`` when an owner's running GVRs change."""
+        self._listeners.append(listener)
+
+    def gvrs(self, owner: str) -> frozenset[GVR]:
+        """The GVRs ``owner`` holds whose informers are running."""
+        return self._running.get(owner, frozenset())
+
+    def wanted(self, owner: str) -> frozenset[GVR]:
+        """Every GVR ``owner``'s rules resolve to (running or refused)."""
+        return self._held.get(owner, frozenset())
+
+    def refused(self, owner: str) -> dict[GVR, str]:
+        """GVRs ``owner`` wants that are not running, with the reason."""
+        return {g: r for g, r in self.factory.refused.items() if g in self._held.get(owner, ())}
+
+    def owners(self) -> list[str]:
+        """Every owner with rules."""
+        return sorted(self._rules)
+
+    async def want(self, owner: str, rules: Iterable[RuleLike]) -> frozenset[GVR]:
+        """Set ``owner``'s rules and reconcile its informers now; returns its running GVRs.
+
+        Before the first discovery succeeds nothing starts; the rules are
+        kept and resolved by the first refresh.
+        """
+        async with self._lock:
+            self._rules[owner] = tuple(rules)
+            await self._reconcile(owner)
+            return self.gvrs(owner)
+
+    async def forget(self, owner: str) -> None:
+        """Drop ``owner`` and release everything it held."""
+        async with self._lock:
+            self._rules.pop(owner, None)
+            await self._reconcile(owner)
+
+    async def _reconcile(self, owner: str) -> None:
+        rules = self._rules.get(owner)
+        if rules is None:
+            want: frozenset[GVR] = frozenset()
+        elif self.snapshot is None:
+            return
+        else:
+            want = frozenset(g for g in resolve_rules(rules, self.snapshot)
+                             if (g.group, g.resource) not in self._exclude)
+        held = self._held.get(owner, frozenset())
+        for gvr in sorted(held - want):
+            await self.factory.release(gvr, owner)
+        for gvr in sorted(want):
+            if gvr not in held or self.factory.informer(gvr) is None:
+                with contextlib.suppress(BudgetExceededError):
+                    await self.factory.acquire(gvr, owner)
+        if want:
+            self._held[owner] = want
+        else:
+            self._held.pop(owner, None)
+        self._publish(owner)
+
+    def _publish(self, owner: str) -> None:
+        running = frozenset(g for g in self._held.get(owner, ()) if self.factory.informer(g) is not None)
+        if running == self._running.get(owner, frozenset()) and owner in self._running:
+            return
+        if running or owner in self._rules:
+            self._running[owner] = running
+        else:
+            self._running.pop(owner, None)
+        for listener in self._listeners:
+            listener(owner, running)
+
+    async def refresh(self) -> DiscoverySnapshot:
+        """Fetch discovery and re-resolve every owner (starting and stopping informers).
+
+        Raises:
+            Exception: whatever ``discover`` raised (nothing is changed then).
+        """
+        snapshot = await self._discover()
+        async with self._lock:
+            self.snapshot = snapshot
+            self.refreshes += 1
+            for owner in sorted(set(self._rules) | set(self._held)):
+                await self._reconcile(owner)
+        return snapshot
+
+    async def enforce_budget(self) -> None:
+        """Apply :meth:`DynamicInformerFactory.enforce_budget` and tell owners what stopped."""
+        async with self._lock:
+            stopped = await self.factory.enforce_budget()
+            for owner in sorted(o for o, held in self._held.items() if held & set(stopped)):
+                self._publish(owner)
+
+    # -- tasks --------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Start the refresh loop (first discovery at once) and the CRD informer; returns at once."""
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self._refresh_loop(), name="dynamic-discovery"))
+        self._tasks.append(loop.create_task(self._budget_loop(), name="dynamic-budget"))
+        if self._crd_informer is not None:
+            await self._crd_informer.start()
+
+    async def wait_discovered(self, timeout: float | None = None) -> bool:
+        """Wait for the first successful discovery; False on timeout (seconds)."""
+        try:
+            async with asyncio.timeout(timeout):
+                while self.snapshot is None:
+                    await asyncio.sleep(0.01)
+        except TimeoutError:
+            return False
+        return True
+
+    async def _refresh_loop(self) -> None:
+        while True:
+            try:
+                await self.refresh()
+                await self.factory.retry_refused()
+                async with self._lock:
+                    for owner in sorted(self._held):
+                        self._publish(owner)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - a failed discovery keeps the last snapshot
+                log.warning("discovery failed: %s", e)
+                await asyncio.sleep(self._backoff.next_delay())
+                continue
+            self._kick.clear()
+            try:
+                async with asyncio.timeout(self._interval or None):
+                    await self._kick.wait()
+                await asyncio.sleep(self._debounce)  # gather a burst of CRD events into one refresh
+            except TimeoutError:
+                pass
+
+    async def _budget_loop(self) -> None:
+        while True:
+            await self.factory.wait_over_budget()
+            await self.enforce_budget()
+
+    async def stop(self) -> None:
+        """Stop the loops, the CRD informer and every dynamic informer."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        if self._crd_informer is not None:
+            await self._crd_informer.stop()
+        await self.factory.stop()
+
+
+def crd_informer(lister_watcher_for: Callable[[GVR], ListerWatcher],
+                 reflector_options: ReflectorOptions | None = None) -> SharedInformer:
+    """An informer of CustomResourceDefinitions, for :class:`DynamicInformers`' refresh trigger."""
+    return SharedInformer(lister_watcher_for(CRDS), name=str(CRDS),
+                          reflector_options=replace(reflector_options or ReflectorOptions()))
