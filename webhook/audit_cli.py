@@ -26,7 +26,6 @@ from typing import Any
 
 import yaml
 
-from webhook.offline import InputError, load_yaml_documents, plural
 from webhook.policy import InMemoryLookups, compile_policy
 from webhook.policy.audit import (
     AuditResult,
@@ -38,6 +37,8 @@ from webhook.policy.audit import (
     split_validations,
 )
 from webhook.policy.lookups import Lookups
+from webhook.resources import plural
+from webhook.yamlio import InputError, load_file
 
 POLICY_KINDS = frozenset({"ClusterAdmissionPolicy", "AdmissionPolicy"})
 #: Built-in cluster-scoped kinds (everything else is treated as namespaced).
@@ -54,7 +55,7 @@ def _documents(paths: list[Path]) -> list[dict[str, Any]]:
     for path in paths:
         files = sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml")) if path.is_dir() else [path]
         for f in files:
-            out.extend(load_yaml_documents(f))
+            out.extend(doc.obj for doc in load_file(f))
     return out
 
 

@@ -579,3 +579,30 @@ class FakeApiServer:
                     await send("BOOKMARK", {"kind": "ConfigMap", "apiVersion": "v1",
                                             "metadata": {"resourceVersion": str(self.rv)}})
                     since = max(since, self.rv)
+
+
+class Cluster:
+    """The fake API server as tests drive it: ``await apply(resource, obj)``, ``await delete(...)``, ``rv``.
+
+    With an ApiClient, :meth:`lister_watcher` gives the production KubeListerWatcher for a core resource.
+    """
+
+    def __init__(self, fake: FakeApiServer, api: Any = None) -> None:
+        self.fake = fake
+        self.api = api
+
+    @property
+    def rv(self) -> int:
+        return self.fake.rv
+
+    async def apply(self, resource: str, obj: dict[str, Any]) -> dict[str, Any]:
+        return self.fake.apply(resource, obj)
+
+    async def delete(self, resource: str, key: str) -> None:
+        self.fake.delete(resource, key)
+
+    def lister_watcher(self, resource: str) -> Any:
+        """A KubeListerWatcher on ``resource`` (core group, v1) through the real ApiClient."""
+        from webhook.kube.listwatch import KubeListerWatcher
+
+        return KubeListerWatcher(self.api, group="", version="v1", plural=resource)

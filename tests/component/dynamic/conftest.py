@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from tests.fakeapi.server import FakeApiServer
-from webhook.admission.lookups import InformerLookups
+from tests.fakeapi.server import Cluster, FakeApiServer
+from webhook.admission.informer_lookups import InformerLookups
 from webhook.auditor import Auditor
 from webhook.informer import Backoff, ReflectorOptions, SharedInformer
 from webhook.informer.dynamic import DynamicInformerFactory, DynamicInformers, crd_informer
@@ -140,3 +140,16 @@ async def start(r: Rig) -> None:
     await r.auditor.start()
     await r.writer.start()
     await r.policies.start()
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[Cluster]:
+    """A started fake API server with a real ApiClient, driven as a :class:`Cluster`."""
+    fake = FakeApiServer()
+    await fake.start()
+    api = api_client_for_url(fake.url)
+    try:
+        yield Cluster(fake, api)
+    finally:
+        await api.close()
+        await fake.stop()

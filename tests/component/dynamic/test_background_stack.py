@@ -8,7 +8,7 @@ from prometheus_client import CollectorRegistry
 
 from tests.component.dynamic.conftest import NO_PRIV, POLICIES, cap, pod
 from tests.fakeapi.server import FakeApiServer
-from webhook.admission.lookups import InformerLookups
+from webhook.admission.informer_lookups import InformerLookups
 from webhook.background import BackgroundAudit
 from webhook.informer import Backoff, ReflectorOptions, SharedInformer
 from webhook.informer.dynamic import Budget

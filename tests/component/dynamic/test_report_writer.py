@@ -8,38 +8,18 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from aiohttp import web
 
-from tests.fakeapi.server import FakeApiServer, _status
+from tests.fakeapi.server import FakeApiServer
 from webhook.informer import Backoff
 from webhook.kube.client import api_client_for_url
 from webhook.kube.reports import PolicyReportWriter, TokenBucket
 from webhook.policy.audit import AuditResult, ResourceRef, build_report
 
 
-class StrictFake(FakeApiServer):
-    """The fake plus 409 Conflict / AlreadyExists on writes, for the report resources."""
-
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
-        if request.method in ("PUT", "POST") and "policyreports" in request.path:
-            body = await request.json()
-            resource, namespace, _name = self._parse(request.path)
-            key = f"{namespace}/{body['metadata']['name']}" if namespace else body["metadata"]["name"]
-            stored = self.objects.get(resource, {}).get(key)
-            if request.method == "POST" and stored is not None:
-                self.requests.append({"verb": "post", "resource": resource, "namespace": namespace, "query": {}})
-                return _status(409, "AlreadyExists", f'{resource} "{key}" already exists')
-            if request.method == "PUT" and stored is not None and \
-                    body["metadata"].get("resourceVersion") != stored["metadata"]["resourceVersion"]:
-                self.requests.append({"verb": "put", "resource": resource, "namespace": namespace, "query": {}})
-                return _status(409, "Conflict", "the object has been modified; please apply your changes to the "
-                                                "latest version and try again")
-        return await super()._handle(request)
-
-
 @pytest.fixture
-async def fake() -> AsyncIterator[StrictFake]:
-    server = StrictFake()
+async def fake() -> AsyncIterator[FakeApiServer]:
+    # The fake answers 409 AlreadyExists to a POST of an existing object and 409 Conflict to a stale PUT.
+    server = FakeApiServer()
     await server.start()
     yield server
     await server.stop()
@@ -62,7 +42,7 @@ def verbs(fake: FakeApiServer) -> list[str]:
     return [r["verb"] for r in fake.requests if r["resource"] == "policyreports"]
 
 
-async def test_conflicts_are_resolved_by_reading_the_latest_version(fake: StrictFake) -> None:
+async def test_conflicts_are_resolved_by_reading_the_latest_version(fake: FakeApiServer) -> None:
     api = api_client_for_url(fake.url)
     writer = PolicyReportWriter(api, is_leader=lambda: True, batch_delay=0.01, idle_poll=0.02,
                                 backoff_factory=lambda: Backoff(initial=0.01, cap=0.02))

@@ -13,28 +13,11 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from tests.fakeapi.server import FakeApiServer
+from tests.fakeapi.server import Cluster, FakeApiServer
 from webhook import certs
 from webhook.app import CERTS, create_app
 from webhook.config import Settings
 from webhook.kube.client import api_client_for_url
-
-
-class Cluster:
-    """The fake API server as the tests drive it: ``await apply(resource, obj)``, ``await delete(...)``, ``rv``."""
-
-    def __init__(self, fake: FakeApiServer) -> None:
-        self.fake = fake
-
-    @property
-    def rv(self) -> int:
-        return self.fake.rv
-
-    async def apply(self, resource: str, obj: dict[str, Any]) -> dict[str, Any]:
-        return self.fake.apply(resource, obj)
-
-    async def delete(self, resource: str, key: str) -> None:
-        self.fake.delete(resource, key)
 
 
 @dataclass

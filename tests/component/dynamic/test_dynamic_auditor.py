@@ -6,8 +6,8 @@ import asyncio
 import copy
 from typing import Any
 
-from tests.fakeapi.memory import MemoryCluster
-from tests.unit.informer.test_dynamic_factory import PODS, factory, obj, snap
+from tests.component.dynamic.test_dynamic_factory import PODS, factory, obj, snap
+from tests.fakeapi.server import Cluster
 from webhook.auditor import Auditor, audit_rules
 from webhook.informer.dynamic import DynamicInformers
 from webhook.informer.gvr import DiscoverySnapshot
@@ -26,8 +26,10 @@ def cap(**spec: Any) -> dict[str, Any]:
 
 
 async def idle(a: Auditor) -> None:
-    for _ in range(300):
-        if a.idle():
+    """Every running dynamic informer has synced over HTTP and the auditor has nothing left to evaluate."""
+    for _ in range(600):
+        informers = a._dynamic.factory.informers.values()
+        if all(i.has_synced() and i.handlers_idle() for i in informers) and a.idle():
             return
         await asyncio.sleep(0.005)
     raise AssertionError("auditor did not settle")
@@ -37,8 +39,7 @@ def podspec(privileged: bool) -> dict[str, Any]:
     return {"containers": [{"name": "c", "image": "x", "securityContext": {"privileged": privileged}}]}
 
 
-async def test_resyncs_are_ignored_and_real_policy_changes_reevaluate_everything() -> None:
-    cluster = MemoryCluster()
+async def test_resyncs_are_ignored_and_real_policy_changes_reevaluate_everything(cluster: Cluster) -> None:
     for i in range(4):
         await cluster.apply("pods", obj(f"p{i}", spec=podspec(i == 0)))
 
