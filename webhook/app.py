@@ -139,9 +139,10 @@ def self_managed_certs(settings: Settings, api_client: Any, *, is_leader: Callab
     if settings.cert_dir is None:
         raise ValueError("self-managed certificates need a cert_dir")
     names = tuple(certs.service_dns_names(settings.webhook_service, settings.namespace))
-    return SelfManagedCerts(api_client, namespace=settings.namespace, cert_dir=settings.cert_dir,
-                            policy=RotationPolicy(dns_names=names), webhook_name=settings.webhook_config_name,
-                            is_leader=is_leader, **({"metrics": metrics.managed_certs} if metrics else {}))
+    manager = SelfManagedCerts(api_client, namespace=settings.namespace, cert_dir=settings.cert_dir,
+                               policy=RotationPolicy(dns_names=names), webhook_name=settings.webhook_config_name,
+                               is_leader=is_leader, metrics=metrics.managed_certs if metrics else None)
+    return manager
 
 
 async def bootstrap_certificates(settings: Settings, api_client: Any) -> None:
@@ -187,9 +188,12 @@ def _leader_only(settings: Settings, api_client: Any, metrics: Metrics, policy_i
 
     def started_leading() -> None:
         # A new leader re-queues every policy's condition and reconciles what it now owns.
-        for component in (writer, reconciler, cert_manager):
-            if component is not None:
-                (component.resync if component is writer else component.trigger)()
+        if writer is not None:
+            writer.resync()
+        if reconciler is not None:
+            reconciler.trigger()
+        if cert_manager is not None:
+            cert_manager.trigger()
 
     identity = settings.pod_name or os.environ.get("POD_NAME") or socket.gethostname()
     elector = LeaderElector(api_client, LeaderElectionConfig(

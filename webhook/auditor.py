@@ -32,13 +32,13 @@ task does all the work; handlers only mark keys dirty.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from webhook.aio import cancel_and_wait
 from webhook.informer import (
     NAMESPACE_INDEX,
     DeletedFinalStateUnknown,
@@ -292,9 +292,7 @@ class Auditor:
     async def stop(self) -> None:
         """Stop the work task."""
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
             self._task = None
 
     def _synced(self) -> bool:

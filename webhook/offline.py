@@ -20,7 +20,7 @@ from typing import Any
 
 from webhook import report
 from webhook.argparsing import OneLineParser
-from webhook.policy import InMemoryLookups, evaluate_mutating, evaluate_validating
+from webhook.policy import InMemoryLookups, Result, evaluate_mutating, evaluate_validating
 from webhook.policy.compiler import CompiledPolicy
 from webhook.testsuite import (
     DEFAULT_PARAMS_SELECTOR,
@@ -183,7 +183,7 @@ def evaluate_pair(policy: CompiledPolicy, request: dict[str, Any], lookups: InMe
         mut = evaluate_mutating(request, [policy], lookups)
         for r in mut.results:
             if str(r.result) == "pass" and mut.patch:
-                results.append(type(r)(r.policy, "pass", "patch: " + json.dumps(mut.patch, sort_keys=True)))
+                results.append(type(r)(r.policy, Result.PASS, "patch: " + json.dumps(mut.patch, sort_keys=True)))
             else:
                 results.append(r)
     if not results:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 
 import orjson
 
+from webhook.aio import cancel_and_wait
 from webhook.informer.backoff import Backoff
 from webhook.informer.gvr import GVR, DiscoverySnapshot, RuleLike, resolve_rules
 from webhook.informer.informer import ResourceEventHandlerFuncs, SharedInformer
@@ -504,10 +505,7 @@ class DynamicInformers:
     async def stop(self) -> None:
         """Stop the loops, the CRD informer and every dynamic informer."""
         for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
         self._tasks.clear()
         if self._crd_informer is not None:
             await self._crd_informer.stop()

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from webhook.aio import cancel_and_wait
 from webhook.informer.reflector import Reflector, ReflectorOptions
 from webhook.informer.store import (
     DeletedFinalStateUnknown,
@@ -134,7 +135,7 @@ class HandlerRegistration:
                     await result
             except asyncio.CancelledError:
                 raise
-            except Exception:  # noqa: BLE001 - a handler's bug must not stop its notifications
+            except Exception:
                 log.exception("%s: event handler failed on %s", self._name, kind)
             finally:
                 self._undelivered -= 1
@@ -144,11 +145,7 @@ class HandlerRegistration:
     async def stop(self) -> None:
         """Cancel the consumer task and wait for it (pending notifications are dropped)."""
         if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+            await cancel_and_wait(self._task)
             self._task = None
 
 
@@ -183,7 +180,8 @@ class SharedInformer:
         self.events_applied = 0
 
     # -- public ---------------------------------------------------------------
-    def add_event_handler(self, handler: ResourceEventHandler, *, resync_period: float | None = None) -> HandlerRegistration:
+    def add_event_handler(self, handler: ResourceEventHandler, *,
+                          resync_period: float | None = None) -> HandlerRegistration:
         """Register a handler; after start it first receives synthetic adds for the whole store."""
         reg = HandlerRegistration(handler, resync_period=resync_period, name=self.name)
         self._handlers.append(reg)
@@ -233,12 +231,7 @@ class SharedInformer:
     async def stop(self) -> None:
         """Stop every task; the watch connection is closed by cancelling the reflector."""
         for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+            await cancel_and_wait(task)
         self._tasks.clear()
         for reg in self._handlers:
             await reg.stop()

@@ -127,7 +127,7 @@ class Reflector:
         if self._error_handler is not None:
             try:
                 self._error_handler(err)
-            except Exception:  # noqa: BLE001 - a hook must not kill the reflector
+            except Exception:
                 log.exception("watch error handler failed")
 
     async def _backoff_sleep(self, retry_after: float | None = None) -> None:
@@ -264,7 +264,7 @@ class Reflector:
             except (LineTooLongError, VeryShortWatchError, ConnectError, StreamError) as e:
                 self._report(e)
                 log.warning("%s: %s; backing off, then relisting", self.name, e)
-            except Exception as e:  # noqa: BLE001 - never let one resource's failure end the loop
+            except Exception as e:
                 self._report(e)
                 log.exception("%s: unexpected list/watch failure", self.name)
             await self._backoff_sleep(retry_after)

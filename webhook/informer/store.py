@@ -13,6 +13,7 @@ Pure; no I/O.
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -90,11 +91,11 @@ class Indexer:
         """The stored object with the same key as ``obj``."""
         return self._items.get(self._key_func(obj))
 
-    def list_keys(self) -> list[str]:
+    def list_keys(self) -> builtins.list[str]:
         """Every key (a new list)."""
         return list(self._items)
 
-    def list(self) -> list[KubeObject]:
+    def list(self) -> builtins.list[KubeObject]:
         """Every object (a new list; O(n): not for the request path)."""
         return list(self._items.values())
 
@@ -112,7 +113,7 @@ class Indexer:
         """
         return frozenset(self._indices[index_name].get(value, ()))
 
-    def by_index(self, index_name: str, value: str) -> list[KubeObject]:
+    def by_index(self, index_name: str, value: str) -> builtins.list[KubeObject]:
         """Objects whose ``index_name`` values include ``value``.
 
         Raises:
@@ -120,7 +121,7 @@ class Indexer:
         """
         return [self._items[k] for k in self._indices[index_name].get(value, ())]
 
-    def index_values(self, index_name: str) -> list[str]:
+    def index_values(self, index_name: str) -> builtins.list[str]:
         """Every indexed value of ``index_name`` that has at least one object."""
         return list(self._indices[index_name])
 
@@ -143,11 +144,11 @@ class Indexer:
             self._indexers[name] = indexers[name]
             self._indices[name] = index
 
-    def _values(self, obj: KubeObject) -> dict[str, list[str]]:
+    def _values(self, obj: KubeObject) -> dict[str, builtins.list[str]]:
         # Computed before any mutation, so a failing IndexFunc leaves the store intact.
         return {name: fn(obj) for name, fn in self._indexers.items()}
 
-    def _unindex(self, key: str, values: dict[str, list[str]]) -> None:
+    def _unindex(self, key: str, values: dict[str, builtins.list[str]]) -> None:
         for name, vals in values.items():
             index = self._indices[name]
             for v in vals:
@@ -157,7 +158,7 @@ class Indexer:
                     if not keys:
                         del index[v]
 
-    def _index(self, key: str, values: dict[str, list[str]]) -> None:
+    def _index(self, key: str, values: dict[str, builtins.list[str]]) -> None:
         for name, vals in values.items():
             index = self._indices[name]
             for v in vals:

@@ -50,6 +50,7 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from kubernetes_asyncio.client import ApiClient
 
 from webhook import certs
+from webhook.aio import cancel_and_wait
 from webhook.kube.api import ApiException, call_json, collection_path, object_path
 from webhook.kube.webhooks import GROUP, RESOURCES, VERSION
 from webhook.metrics import ManagedCertMetrics
@@ -344,9 +345,7 @@ class SelfManagedCerts:
         """Cancel the checks."""
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
 
     async def _run(self) -> None:
         while True:

@@ -19,7 +19,7 @@ async def new_api_client(*, kubeconfig: str | None = None, context: str | None =
     """
     configuration = client.Configuration()
     if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-        config.load_incluster_config(client_configuration=configuration)
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     else:
         await config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration)
     return client.ApiClient(configuration)

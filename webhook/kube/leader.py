@@ -31,7 +31,6 @@ restarted.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import random
@@ -42,6 +41,7 @@ from typing import Any
 
 from kubernetes_asyncio.client import ApiClient
 
+from webhook.aio import cancel_and_wait
 from webhook.kube.api import ApiException, call_json
 
 __all__ = [
@@ -273,9 +273,7 @@ class LeaderElector:
         """
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
         if not self._leading:
             return
         do_release = self._config.release_on_stop if release is None else release

@@ -18,9 +18,8 @@ the Reflector needs (docs/design/informer.md §B, "What the informer must add"):
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import orjson
@@ -110,20 +109,20 @@ class KubeListerWatcher:
             )
         except aiohttp.ClientConnectorError as e:
             raise ConnectError(str(e)) from e
-        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+        except (TimeoutError, aiohttp.ClientError) as e:
             raise StreamError(f"request failed: {e!r}") from e
         if resp.status >= 300:
             try:
                 body = await resp.read()
                 status = orjson.loads(body) if body else {}
-            except (aiohttp.ClientError, orjson.JSONDecodeError, asyncio.TimeoutError):
+            except (TimeoutError, aiohttp.ClientError, orjson.JSONDecodeError):
                 status = {}
             finally:
                 resp.release()
             if not isinstance(status, dict):
                 status = {}
             raise status_error(resp.status, status, _retry_after(resp, status))
-        return resp
+        return cast(aiohttp.ClientResponse, resp)
 
     async def list(self, options: ListOptions) -> ListResult:
         """One LIST page as raw dicts.
@@ -135,7 +134,7 @@ class KubeListerWatcher:
         resp = await self._open(_query(options, watch=False), aiohttp.ClientTimeout(total=LIST_TIMEOUT))
         try:
             body = await resp.read()
-        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+        except (TimeoutError, aiohttp.ClientError) as e:
             raise StreamError(f"list body: {e!r}") from e
         finally:
             resp.release()
@@ -148,7 +147,7 @@ class KubeListerWatcher:
                           continue_token=meta.get("continue") or None,
                           remaining_item_count=meta.get("remainingItemCount"))
 
-    async def watch(self, options: ListOptions) -> AsyncIterator[WatchEvent]:  # type: ignore[override]
+    async def watch(self, options: ListOptions) -> AsyncIterator[WatchEvent]:
         """Yield decoded watch events until the server ends the stream.
 
         Raises:
@@ -165,8 +164,8 @@ class KubeListerWatcher:
             while True:
                 try:
                     chunk = await resp.content.readany()
-                except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError,
-                        asyncio.TimeoutError) as e:
+                except (TimeoutError, aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError,
+                        aiohttp.ClientOSError) as e:
                     raise StreamError(f"watch stream broke: {e!r}") from e
                 if not chunk:
                     return  # clean end; an unterminated tail is a fragment and is dropped

@@ -22,7 +22,6 @@ cluster-scoped ClusterPolicyReport key, see ``webhook.policy.audit``) with
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 import time
@@ -33,6 +32,7 @@ import aiohttp
 import orjson
 from kubernetes_asyncio import client
 
+from webhook.aio import cancel_and_wait
 from webhook.informer.backoff import Backoff
 from webhook.informer.errors import ApiStatusError, ConnectError, StreamError
 from webhook.kube.listwatch import status_error
@@ -175,9 +175,7 @@ class PolicyReportWriter:
     async def stop(self) -> None:
         """Stop the task; unwritten changes are dropped (the next leader rewrites them)."""
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
             self._task = None
 
     async def _run(self) -> None:

@@ -51,6 +51,7 @@ from typing import Any, NotRequired, TypedDict
 
 from kubernetes_asyncio.client import ApiClient
 
+from webhook.aio import cancel_and_wait
 from webhook.informer import Backoff
 from webhook.kube.api import MERGE_PATCH, ApiException, call_json
 from webhook.metrics import StatusMetrics
@@ -336,9 +337,7 @@ class StatusWriter:
         """Cancel the worker and wait for it to end."""
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
 
     async def wait_idle(self) -> None:
         """Wait until the worker has nothing it may do now: no pending write, or not the leader.

@@ -45,6 +45,7 @@ from typing import Any
 
 from kubernetes_asyncio.client import ApiClient
 
+from webhook.aio import cancel_and_wait
 from webhook.informer import Backoff
 from webhook.kube.api import ApiException, call_json, collection_path
 from webhook.metrics import WebhookConfigMetrics
@@ -183,9 +184,7 @@ class WebhookConfigReconciler:
         """Cancel the worker and wait for it to end."""
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
 
     async def wait_idle(self) -> None:
         """Wait until no trigger is pending or being handled (tests, shutdown)."""

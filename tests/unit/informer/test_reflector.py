@@ -90,10 +90,12 @@ async def run_until_idle(inf: SharedInformer, lw: ScriptedListerWatcher) -> None
 async def test_paginated_list_then_watch_from_list_rv() -> None:
     lw = ScriptedListerWatcher()
     lw.lists = [ListResult([cm("a", "5")], "10", continue_token="t1"), ListResult([cm("b", "7")], "10")]
-    lw.watches = [[WatchEvent("MODIFIED", cm("a", "11", k="v")), WatchEvent("BOOKMARK", {"metadata": {"resourceVersion": "15"}})]]
+    lw.watches = [[WatchEvent("MODIFIED", cm("a", "11", k="v")),
+                   WatchEvent("BOOKMARK", {"metadata": {"resourceVersion": "15"}})]]
     inf, events = make(lw)
     await run_until_idle(inf, lw)
-    assert [(o.resource_version, o.limit, o.continue_token) for o in lw.list_calls] == [("0", 500, None), (None, 500, "t1")]
+    assert [(o.resource_version, o.limit, o.continue_token) for o in lw.list_calls] == [("0", 500, None),
+                                                                                       (None, 500, "t1")]
     # First watch at the list's RV; the re-watch after the clean end at the bookmark's RV (no relist).
     assert [o.resource_version for o in lw.watch_calls] == ["10", "15"]
     assert all(o.allow_watch_bookmarks and o.timeout_seconds for o in lw.watch_calls)

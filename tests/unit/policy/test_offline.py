@@ -32,7 +32,8 @@ def test_json_rows_for_files_and_exit_1_on_a_fail_row(capsys: pytest.CaptureFixt
     assert rows[2]["message"].startswith("spec.template: ")
 
 
-def test_missing_configmap_is_an_error_under_parameter_not_found_action_deny(capsys: pytest.CaptureFixture[str]) -> None:
+def test_missing_configmap_is_an_error_under_parameter_not_found_action_deny(
+        capsys: pytest.CaptureFixture[str]) -> None:
     # VAP: with parameterNotFoundAction Deny, missing params are "subject to the failurePolicy" (Fail here).
     code = main(["--policy", str(EXAMPLE / "policy.yaml"), "--resource", str(EXAMPLE / "resources.yaml"),
                  "--output", "json"])
@@ -81,5 +82,6 @@ def test_a_broken_policy_is_answered_per_its_failure_policy_offline(
     captured = capsys.readouterr()
     rows = json.loads(captured.out)
     assert [(r["policy"], r["result"]) for r in rows] == [("broken", result)]
-    assert "policy is not ready: spec.validations[0].expression: ERROR: <input>:1:7: undeclared reference" in rows[0]["message"]
+    assert ("policy is not ready: spec.validations[0].expression: ERROR: <input>:1:7: undeclared reference"
+            in rows[0]["message"])
     assert "not Ready" in captured.err and "answered per its failurePolicy" in captured.err
