@@ -57,6 +57,7 @@ class Components:
         reconciler: keeps the webhook configurations as the policies need
             (``settings.manage_webhooks``), or None.
         cert_manager: rotates self-managed certificates (``settings.self_managed_certs``), or None.
+        background: the background audit into PolicyReports (``settings.background_audit``), or None.
         plans_pending: set when the index has fused programs to compile (see :func:`compile_plans`).
         local_sources: with ``--local``, the file ListerWatchers (their ``errors`` go to ``/readyz``).
     """
@@ -74,6 +75,7 @@ class Components:
     status_writer: Any | None
     reconciler: Any | None
     cert_manager: Any | None
+    background: Any | None
     plans_pending: asyncio.Event
     local_sources: list[LocalDirectoryListerWatcher]
 
@@ -243,7 +245,8 @@ def build_components(settings: Settings, *, api_client: Any = None,
 
     leader = None
     if api_client is not None and settings.local_dir is None and (
-            settings.write_status or settings.manage_webhooks or settings.self_managed_certs):
+            settings.write_status or settings.manage_webhooks or settings.self_managed_certs
+            or settings.background_audit):
         leader = _leader_only(settings, api_client, metrics, policy_informers, policies_synced)
     writer = leader.writer if leader else None
     reconciler = leader.reconciler if leader else None
@@ -254,13 +257,30 @@ def build_components(settings: Settings, *, api_client: Any = None,
                                 on_change=reconciler.trigger if reconciler is not None else None)
     registrations.extend(inf.add_event_handler(events) for inf in policy_informers)
 
-    handler = AdmissionHandler(index, InformerLookups(namespaces, configmaps, policies_synced))
+    lookups = InformerLookups(namespaces, configmaps, policies_synced)
+    handler = AdmissionHandler(index, lookups)
+    background = None
+    if leader is not None and settings.background_audit:
+        from webhook.background import BackgroundAudit
+        from webhook.informer.dynamic import Budget
+
+        # Existing objects of the kinds background policies select, evaluated by the same engine;
+        # reports written by the leader only.
+        background = BackgroundAudit(api_client, lookups, leader.elector.is_leader,
+                                     budget=Budget(max_objects=settings.audit_max_objects,
+                                                   max_bytes=settings.audit_max_bytes),
+                                     discovery_interval=settings.discovery_interval)
+        for inf in policy_informers:
+            inf.add_event_handler(background.policy_handler())
+        namespaces.add_event_handler(background.context_handler("namespaces"))
+        configmaps.add_event_handler(background.context_handler("configmaps"))
+        metrics.registry.register(background.collector())
     # Until the policy caches sync, reviews get 503: the API server applies the webhook's own failurePolicy.
     server = AdmissionServer(handler, metrics, max_request_bytes=settings.max_request_bytes,
                              default_timeout=settings.default_timeout, ready=policies_synced)
     return Components(settings, metrics, index, factory, namespaces, configmaps, policy_informers, server, certs,
                       leader.elector if leader else None, writer, reconciler,
-                      leader.cert_manager if leader else None, plans_pending, local_sources)
+                      leader.cert_manager if leader else None, background, plans_pending, local_sources)
 
 
 async def compile_plans(c: Components) -> None:
@@ -363,9 +383,13 @@ def create_app(settings: Settings, *, api_client: Any = None,
         for component in started:
             await component.start()
         await c.factory.start()
+        if c.background is not None:
+            await c.background.start()
         try:
             yield
         finally:
+            if c.background is not None:
+                await c.background.stop()
             await c.factory.stop()
             for component in reversed(started):
                 await component.stop()

@@ -14,8 +14,7 @@ Prometheus registry, and calls :meth:`start` / :meth:`stop`.
 from __future__ import annotations
 
 from collections.abc import Callable
-
-from kubernetes_asyncio import client
+from typing import Any
 
 from webhook.auditor import Auditor
 from webhook.informer import ReflectorOptions, ResourceEventHandlerFuncs
@@ -41,7 +40,7 @@ class BackgroundAudit:
         report_writes_per_second: the report writer's rate limit.
     """
 
-    def __init__(self, api_client: client.ApiClient, lookups: Lookups, is_leader: Callable[[], bool], *,
+    def __init__(self, api_client: Any, lookups: Lookups, is_leader: Callable[[], bool], *,
                  budget: Budget | None = None, discovery_interval: float = 300.0,
                  reflector_options: ReflectorOptions | None = None,
                  report_writes_per_second: float = 10.0) -> None:

@@ -113,6 +113,11 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument("--shutdown-delay", type=float, metavar="SECONDS",
                    help="after SIGTERM, keep serving this long with Connection: close before closing the "
                         "listener (default 5, 0 with --local)")
+    p.add_argument("--background-audit", action="store_true",
+                   help="evaluate existing objects for policies with spec.background: true and write "
+                        "PolicyReports (leader only; needs the background-audit RBAC overlay)")
+    p.add_argument("--audit-max-objects", type=int, default=200_000, metavar="N",
+                   help="refuse to cache more objects than this for the background audit (default 200000)")
     p.add_argument("--create-webhooks", action="store_true",
                    help="create a missing webhook configuration (needs RBAC create)")
     p.add_argument("--self-managed-certs", action="store_true",
@@ -330,6 +335,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         eval_workers=max(args.eval_workers, 0), isolate_above_bytes=max(args.isolate_above_bytes, 0),
         eval_memory_limit_bytes=args.eval_memory_limit,
         shutdown_delay=args.shutdown_delay if args.shutdown_delay is not None else (0.0 if args.local else 5.0),
+        background_audit=args.background_audit and args.local is None, audit_max_objects=args.audit_max_objects,
     )
     runner: Callable[[Coroutine[Any, Any, None]], None]
     try:

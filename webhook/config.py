@@ -52,6 +52,11 @@ class Settings:
         eval_memory_limit_bytes: address-space limit of each worker.
         shutdown_delay: seconds of service after SIGTERM with ``Connection: close``, so
             kept-alive clients move to another replica before the listener closes.
+        background_audit: evaluate existing objects for policies with ``spec.background: true``
+            and have the leader write PolicyReports (needs the background-audit RBAC overlay).
+        audit_max_objects: budget of objects over every dynamic informer (None: unbounded).
+        audit_max_bytes: budget of cached JSON bytes over every dynamic informer (None: unbounded).
+        discovery_interval: seconds between API discovery refreshes (besides CRD events).
     """
 
     local_dir: Path | None = None
@@ -83,3 +88,7 @@ class Settings:
     isolate_above_bytes: int = 32 * 1024
     eval_memory_limit_bytes: int = 1024**3
     shutdown_delay: float = 5.0
+    background_audit: bool = False
+    audit_max_objects: int | None = 200_000
+    audit_max_bytes: int | None = 512 * 1024 * 1024
+    discovery_interval: float = 300.0

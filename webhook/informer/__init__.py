@@ -6,11 +6,15 @@ Pure of transports: everything here talks to the API server through the
 
 from webhook.informer.backoff import Backoff
 from webhook.informer.informer import (
+    AddNotification,
+    DeleteNotification,
     InformerKey,
+    Notification,
     ResourceEventHandler,
     ResourceEventHandlerFuncs,
     SharedInformer,
     SharedInformerFactory,
+    UpdateNotification,
 )
 from webhook.informer.reflector import Reflector, ReflectorOptions
 from webhook.informer.store import NAMESPACE_INDEX, DeletedFinalStateUnknown, Indexer, meta_namespace_key
@@ -18,19 +22,23 @@ from webhook.informer.types import ListerWatcher, ListOptions, ListResult, Watch
 
 __all__ = [
     "NAMESPACE_INDEX",
+    "AddNotification",
     "Backoff",
+    "DeleteNotification",
     "DeletedFinalStateUnknown",
     "Indexer",
     "InformerKey",
     "ListOptions",
     "ListResult",
     "ListerWatcher",
+    "Notification",
     "Reflector",
     "ReflectorOptions",
     "ResourceEventHandler",
     "ResourceEventHandlerFuncs",
     "SharedInformer",
     "SharedInformerFactory",
+    "UpdateNotification",
     "WatchEvent",
     "meta_namespace_key",
 ]

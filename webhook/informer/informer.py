@@ -79,6 +79,32 @@ class ResourceEventHandlerFuncs:
         return self.delete(obj) if self.delete else None
 
 
+@dataclass(frozen=True, slots=True)
+class AddNotification:
+    """client-go ``addNotification``: ``obj`` appeared (``is_in_initial_list`` during the first sync)."""
+
+    obj: Any
+    is_in_initial_list: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateNotification:
+    """client-go ``updateNotification``: ``old`` became ``new`` (equal objects on a resync)."""
+
+    old: Any
+    new: Any
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteNotification:
+    """client-go ``deleteNotification``: ``obj`` was deleted (a tombstone when its final state is unknown)."""
+
+    obj: Any
+
+
+Notification = AddNotification | UpdateNotification | DeleteNotification
+
+
 class HandlerRegistration:
     """One handler's queue and task (client-go ``processorListener``)."""
 
@@ -86,7 +112,7 @@ class HandlerRegistration:
         self.handler = handler
         self.resync_period = resync_period
         self.next_resync = time.monotonic() + resync_period if resync_period else None
-        self._queue: asyncio.Queue[tuple[str, Any, Any] | None] = asyncio.Queue()
+        self._queue: asyncio.Queue[Notification | None] = asyncio.Queue()
         self._pending_initial = 0
         self._undelivered = 0
         self._initial_done = False
@@ -102,12 +128,12 @@ class HandlerRegistration:
         """True once every initial add queued for this handler was delivered."""
         return self._initial_done and self._pending_initial == 0
 
-    def push(self, kind: str, a: Any, b: Any = None) -> None:
-        """Queue a notification: ``("add", obj, is_in_initial_list)``, ``("update", old, new)``, ``("delete", obj)``."""
-        if kind == "add" and b is True:
+    def push(self, notification: Notification) -> None:
+        """Queue a notification for the handler (delivered in order by its task)."""
+        if isinstance(notification, AddNotification) and notification.is_in_initial_list:
             self._pending_initial += 1
         self._undelivered += 1
-        self._queue.put_nowait((kind, a, b))
+        self._queue.put_nowait(notification)
 
     @property
     def undelivered(self) -> int:
@@ -123,23 +149,22 @@ class HandlerRegistration:
             item = await self._queue.get()
             if item is None:
                 return
-            kind, a, b = item
             try:
-                if kind == "add":
-                    result = self.handler.on_add(a, bool(b))
-                elif kind == "update":
-                    result = self.handler.on_update(a, b)
+                if isinstance(item, AddNotification):
+                    result = self.handler.on_add(item.obj, item.is_in_initial_list)
+                elif isinstance(item, UpdateNotification):
+                    result = self.handler.on_update(item.old, item.new)
                 else:
-                    result = self.handler.on_delete(a)
+                    result = self.handler.on_delete(item.obj)
                 if asyncio.iscoroutine(result):
                     await result
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("%s: event handler failed on %s", self._name, kind)
+                log.exception("%s: event handler failed on %s", self._name, type(item).__name__)
             finally:
                 self._undelivered -= 1
-                if kind == "add" and b is True:
+                if isinstance(item, AddNotification) and item.is_in_initial_list:
                     self._pending_initial -= 1
 
     async def stop(self) -> None:
@@ -189,7 +214,7 @@ class SharedInformer:
             reg.start()
         if self._initial_list_done:
             for obj in self.indexer.list():
-                reg.push("add", obj, True)
+                reg.push(AddNotification(obj, True))
             reg.mark_initial_queued()
         return reg
 
@@ -241,9 +266,9 @@ class SharedInformer:
     def _ingest(self, obj: KubeObject) -> KubeObject:
         return self._transform(obj) if self._transform is not None else obj
 
-    def _notify(self, kind: str, a: Any, b: Any = None) -> None:
+    def _notify(self, notification: Notification) -> None:
         for reg in self._handlers:
-            reg.push(kind, a, b)
+            reg.push(notification)
 
     def replace(self, items: list[KubeObject], resource_version: str) -> None:
         """Apply a full LIST: adds, real updates, and tombstones for vanished keys."""
@@ -257,13 +282,13 @@ class SharedInformer:
             new_keys.add(key)
             old = old_items.get(key)
             if old is None:
-                self._notify("add", obj, initial)
+                self._notify(AddNotification(obj, initial))
             elif _rv(old) != _rv(obj):
-                self._notify("update", old, obj)
+                self._notify(UpdateNotification(old, obj))
             # An unchanged resourceVersion is a sync: handlers hear of it only on resync.
         for key, old in old_items.items():
             if key not in new_keys:
-                self._notify("delete", DeletedFinalStateUnknown(key, old))
+                self._notify(DeleteNotification(DeletedFinalStateUnknown(key, old)))
         self.events_applied += 1
         if initial:
             self._initial_list_done = True
@@ -277,9 +302,9 @@ class SharedInformer:
         old = self.indexer.upsert(obj)
         self.events_applied += 1
         if old is None:
-            self._notify("add", obj, False)
+            self._notify(AddNotification(obj, False))
         else:
-            self._notify("update", old, obj)
+            self._notify(UpdateNotification(old, obj))
 
     def update(self, obj: KubeObject) -> None:
         """Watch MODIFIED."""
@@ -290,7 +315,7 @@ class SharedInformer:
         obj = self._ingest(obj)
         self.indexer.delete(obj)
         self.events_applied += 1
-        self._notify("delete", obj)
+        self._notify(DeleteNotification(obj))
 
     def bookmark(self, resource_version: str) -> None:
         """RV progress only; nothing to notify."""
@@ -298,10 +323,6 @@ class SharedInformer:
     def handlers_idle(self) -> bool:
         """True when every handler has been told of everything applied to the store so far."""
         return all(r.undelivered == 0 for r in self._handlers)
-
-    def handlers_synced(self) -> bool:
-        """True when the informer and every registration have synced."""
-        return self.has_synced() and all(r.has_synced() for r in self._handlers)
 
     # -- resync ------------------------------------------------------------------
     async def _resync_loop(self) -> None:
@@ -313,7 +334,7 @@ class SharedInformer:
                 continue
             for obj in self.indexer.list():
                 for reg in due:
-                    reg.push("update", obj, obj)
+                    reg.push(UpdateNotification(obj, obj))
             for reg in due:
                 assert reg.resync_period is not None
                 reg.next_resync = now + reg.resync_period
@@ -372,8 +393,3 @@ class SharedInformerFactory:
         """Stop every informer."""
         for inf in self._informers.values():
             await inf.stop()
-
-    async def wait_for_cache_sync(self, timeout: float | None = None) -> bool:
-        """Wait until every informer has synced (client-go ``WaitForCacheSync``)."""
-        results = await asyncio.gather(*(inf.wait_for_sync(timeout) for inf in self._informers.values()))
-        return all(results)

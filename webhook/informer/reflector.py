@@ -88,7 +88,7 @@ class Reflector:
     Attributes:
         last_sync_resource_version: the RV of the last applied list, event or bookmark.
         last_event_time: ``time.monotonic()`` of the last event or bookmark (or list).
-        relists / rewatches / events: counters for metrics and tests.
+        events: events applied, for metrics and tests.
     """
 
     def __init__(self, lister_watcher: ListerWatcher, store: ReflectorStore, *, name: str = "",
@@ -105,8 +105,6 @@ class Reflector:
         self.last_sync_resource_version = ""
         self._rv_unavailable = False
         self.last_event_time: float | None = None
-        self.relists = 0
-        self.rewatches = 0
         self.events = 0
 
     # -- helpers -------------------------------------------------------------
@@ -172,7 +170,6 @@ class Reflector:
             self._rv_unavailable = True
             items, list_rv = await self._list_pages(self.relist_resource_version())
         self._rv_unavailable = False
-        self.relists += 1
         self._store.replace(items, list_rv)
         self.last_sync_resource_version = list_rv
         self.last_event_time = time.monotonic()
@@ -240,7 +237,6 @@ class Reflector:
                 self._report(e)
                 log.info("%s: watch stream broke (%s); re-watching from %s", self.name, e,
                          self.last_sync_resource_version)
-            self.rewatches += 1
 
     async def _list_and_watch(self) -> None:
         await self._list()

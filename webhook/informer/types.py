@@ -70,14 +70,11 @@ class ListResult:
         resource_version: the list's ``metadata.resourceVersion`` (constant
             across pages), never an item's.
         continue_token: ``metadata.continue``; ``None`` or ``""`` on the last page.
-        remaining_item_count: ``metadata.remainingItemCount`` when the server
-            reports it.
     """
 
     items: list[KubeObject]
     resource_version: str
     continue_token: str | None = None
-    remaining_item_count: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

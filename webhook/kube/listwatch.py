@@ -144,8 +144,7 @@ class KubeListerWatcher:
             raise StreamError(f"list body is not JSON: {e}") from e
         meta = data.get("metadata") or {}
         return ListResult(items=data.get("items") or [], resource_version=str(meta.get("resourceVersion", "")),
-                          continue_token=meta.get("continue") or None,
-                          remaining_item_count=meta.get("remainingItemCount"))
+                          continue_token=meta.get("continue") or None)
 
     async def watch(self, options: ListOptions) -> AsyncIterator[WatchEvent]:
         """Yield decoded watch events until the server ends the stream.

@@ -7,9 +7,9 @@ until a policy changes. It holds
 * the static half of matching, done once: each candidate with the view its
   resource rules select (isolation, rules, excludes, autogen) — only label
   selectors, params and matchConditions remain per request;
-* **fused groups**: the candidates that are Ready, have validations but no
-  auditAnnotations, selectors, paramRef or matchConditions, and whose
-  expressions are self-contained, are evaluated together as one CEL program
+* **fused groups**: the candidates that are Ready, enforce with Deny, have
+  validations but no auditAnnotations, selectors, paramRef or matchConditions,
+  and whose expressions are self-contained, are evaluated together as one CEL program
   ``(v1) && (v2) && ...`` per object view, with identical conjuncts shared.
   CEL's ``&&`` is true only when every operand is true, so a ``true`` result
   proves that each of those policies passes; then the prebuilt pass results
@@ -33,7 +33,7 @@ from webhook.policy.celenv import ENV
 from webhook.policy.compiler import CompiledPolicy
 from webhook.policy.matching import View, has_selectors, rules_view
 from webhook.policy.request import RequestCoordinates
-from webhook.policy.vocabulary import PolicyResult, Result
+from webhook.policy.vocabulary import Action, PolicyResult, Result
 
 #: Characters of fused CEL per program: compiling ~2,000 characters takes 2-6 ms on this 2-core machine
 #: (cel-cpp parse + plan), so one background step never holds the event loop for long.
@@ -41,9 +41,14 @@ CHUNK_CHARS = 2000
 
 
 def fusable(policy: CompiledPolicy) -> bool:
-    """Whether a policy's validations can join a fused program (see the module docstring)."""
+    """Whether a policy's validations can join a fused program (see the module docstring).
+
+    Only Deny policies are fused: a Warn or Audit policy is written to report what it finds, so it is
+    often false, and one false conjunct sends its whole group down the per-policy path.
+    """
     spec = policy.spec
     return (policy.error is None and bool(policy.validations) and not policy.audit_annotations
+            and Action.DENY in spec.validation_actions
             and not policy.match_conditions and spec.param_ref is None and not has_selectors(spec)
             and all(v.expression.fusable_source is not None for v in policy.validations))
 

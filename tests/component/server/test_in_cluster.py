@@ -201,3 +201,38 @@ async def test_the_app_keeps_the_webhook_configurations_as_the_policies_need(tmp
         await runner.cleanup()
         await client.close()
         await fake.stop()
+
+
+async def test_serve_with_background_audit_reports_existing_objects(tmp_path: Path) -> None:
+    """``--background-audit``'s wiring: existing Pods are evaluated and the leader writes their PolicyReport."""
+    fake = FakeApiServer()
+    await fake.start()
+    for name, privileged in (("good", False), ("bad", True)):
+        container: dict[str, Any] = {"name": "app", "image": "registry.example.com/app:1"}
+        if privileged:
+            container["securityContext"] = {"privileged": True}
+        fake.apply("pods", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+                            "spec": {"containers": [container]}})
+    background = copy.deepcopy(PRIVILEGED_POLICY)
+    background["spec"]["background"] = True
+    fake.apply(POLICIES, background)
+    paths = certs.write_certs(tmp_path, dns_names=["localhost"], days=1)
+    client = api_client_for_url(fake.url)
+    app = create_app(Settings(cert_file=paths.cert, key_file=paths.key, write_status=False, background_audit=True,
+                              pod_name="replica-1"), api_client=client)
+    runner, _port = await serve_tls(app)
+
+    async def reported() -> bool:
+        report = fake.get("policyreports", "default/tollgate-polr-ns-default")
+        return bool(report) and report["summary"]["pass"] == 1 and report["summary"]["fail"] == 1
+
+    try:
+        await until(reported, timeout=15)
+        report = fake.get("policyreports", "default/tollgate-polr-ns-default")
+        assert report is not None
+        failed = [r for r in report["results"] if r["result"] == "fail"]
+        assert [(r["policy"], r["resources"][0]["name"]) for r in failed] == [("no-privileged", "bad")]
+    finally:
+        await runner.cleanup()
+        await client.close()
+        await fake.stop()

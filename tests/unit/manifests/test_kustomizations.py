@@ -184,3 +184,26 @@ def test_webhook_config_options(tmp_path: Path, capsys: pytest.CaptureFixture[st
         assert hook["clientConfig"]["caBundle"] == certs.ca_bundle(paths.ca.read_bytes())
         assert "gate-ns" in hook["namespaceSelector"]["matchExpressions"][0]["values"]
     assert main(["webhook-config", "--policies", str(tmp_path / "missing")]) == 2
+
+
+def test_background_audit_overlay() -> None:
+    docs = build(MANIFESTS / "overlays" / "background-audit")
+    container = _one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert "--background-audit" in container["args"]
+    read = _one(docs, "ClusterRole", "tollgate-background-read")
+    # Read only, and on no more than the Pod Security policies' kinds plus CRDs for discovery refreshes.
+    assert all(rule["verbs"] == ["get", "list", "watch"] for rule in read["rules"])
+    kinds = {(g, r) for rule in read["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
+    assert kinds == {*POD_CONTROLLERS, ("", "pods"), ("apiextensions.k8s.io", "customresourcedefinitions")}
+    reports = _one(docs, "ClusterRole", "tollgate-policy-reports")
+    assert reports["rules"] == [{"apiGroups": ["wgpolicyk8s.io"], "resources": ["policyreports",
+                                                                              "clusterpolicyreports"],
+                                 "verbs": ["get", "list", "create", "update", "delete"]}]
+    for name in ("tollgate-background-read", "tollgate-policy-reports"):
+        binding = _one(docs, "ClusterRoleBinding", name)
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "tollgate",
+                                        "namespace": "tollgate-system"}]
+    # The reports' CRDs ship with the policy CRDs.
+    crds = build(MANIFESTS / "crds")
+    assert {d["metadata"]["name"] for d in crds} >= {"policyreports.wgpolicyk8s.io",
+                                                     "clusterpolicyreports.wgpolicyk8s.io"}

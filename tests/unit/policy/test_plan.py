@@ -174,9 +174,11 @@ def test_what_is_fused_and_what_is_not() -> None:
     index = _index(EXTRA)
     plan = build_plan(RequestCoordinates.of(request(pod())), index.candidates(RequestCoordinates.of(request(pod()))))
     fused = {plan.entries[i][0].name for i in plan.fused}
-    # paramRef, auditAnnotations, selectors and broken/unready policies are never fused; mutations never are.
+    # paramRef, auditAnnotations, selectors, Warn/Audit-only and broken policies are never fused; mutations
+    # never are.
     assert "allowed-registries" not in fused and "zz-labels" not in fused and "add-default-labels" not in fused
-    assert {"disallow-privileged-containers", "zz-errors", "zz-warn"} <= fused
+    assert "zz-warn" not in fused and "zz-audit" not in fused and "disallow-latest-tag" not in fused
+    assert {"disallow-privileged-containers", "zz-errors"} <= fused
     assert all(len(g.positions) > 1 for g in plan.groups)
 
 
