@@ -8,6 +8,8 @@ overlay and the policy sets are checked from the files themselves.
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -207,3 +209,15 @@ def test_background_audit_overlay() -> None:
     crds = build(MANIFESTS / "crds")
     assert {d["metadata"]["name"] for d in crds} >= {"policyreports.wgpolicyk8s.io",
                                                      "clusterpolicyreports.wgpolicyk8s.io"}
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
+@pytest.mark.parametrize("directory", ["manifests/overlays/cert-manager", "manifests/overlays/self-managed",
+                                       "manifests/overlays/background-audit", "policies/pod-security/baseline",
+                                       "policies/pod-security/restricted", "policies/examples"])
+def test_real_kustomize_builds_what_the_structural_expansion_builds(directory: str) -> None:
+    out = subprocess.run(["kubectl", "kustomize", str(ROOT / directory)], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    real = {(d["kind"], d["metadata"]["name"]) for d in yaml.safe_load_all(out.stdout) if d}
+    assert real == {(d["kind"], d["metadata"]["name"]) for d in build(ROOT / directory)}
