@@ -60,23 +60,12 @@ def generate(*, dns_names: list[str], ip_addresses: list[str] = (), days: int = 
         ``(ca_pem, cert_pem, key_pem)`` as PEM bytes.
     """
     now = dt.datetime.now(dt.UTC)
-    ca_key = _key(algorithm)
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "tollgate-ca")])
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name).issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=days))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        # Key identifiers let a caBundle hold the old and the new CA during a rotation: both are
-        # named "tollgate-ca", and verifiers pick the issuer by key identifier.
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
-        .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                     content_commitment=False, key_encipherment=False, data_encipherment=False,
-                                     key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )
+    ca_pem, ca_key_pem = new_ca(days=days, now=now, algorithm=algorithm)
+    ca = x509.load_pem_x509_certificate(ca_pem)
+    ca_name = ca.subject
+    ca_key = serialization.load_pem_private_key(ca_key_pem, password=None)
+    if not isinstance(ca_key, (ec.EllipticCurvePrivateKey, rsa.RSAPrivateKey)):  # pragma: no cover - new_ca's
+        raise TypeError(f"unexpected CA key type {type(ca_key).__name__}")
     key = _key(algorithm)
     sans: list[x509.GeneralName] = [x509.DNSName(n) for n in dns_names]
     sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ip_addresses]

@@ -10,6 +10,7 @@ follow ValidatingAdmissionPolicy (VAP) and MutatingAdmissionPolicy.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -212,22 +213,6 @@ def _selector(raw: Any, path: str) -> LabelSelector:
         raise PolicySpecError(e.path, str(e).split(": ", 1)[1]) from None
 
 
-@dataclass(frozen=True, slots=True)
-class _MatchPart:
-    kind: str
-    name: str
-    namespace: str | None
-    generation: int
-    failure_policy: str
-    validation_actions: frozenset[str]
-    on_unsynced: str
-    rules: tuple[ResourceRule, ...]
-    excludes: tuple[ResourceRule, ...]
-    namespace_selector: LabelSelector
-    object_selector: LabelSelector
-    pod_controllers: bool
-
-
 def _actions(spec: dict[str, Any], p: str) -> frozenset[str]:
     actions = _strset(spec, "validationActions", p, ("Deny",))
     if not actions or actions - VALIDATION_ACTIONS:
@@ -237,8 +222,11 @@ def _actions(spec: dict[str, Any], p: str) -> frozenset[str]:
     return actions
 
 
-def _match_part(obj: dict[str, Any], *, lenient: bool) -> tuple[_MatchPart, dict[str, Any]]:
-    """Identity, failurePolicy, actions and match rules; ``lenient`` defaults a bad failurePolicy or action."""
+def _match_part(obj: dict[str, Any], *, lenient: bool) -> tuple[PolicySpec, dict[str, Any]]:
+    """Identity, failurePolicy, actions and match rules as a spec without expressions, and the raw spec.
+
+    ``lenient`` reads an unreadable failurePolicy as ``Fail`` and unreadable actions as ``[Deny]``.
+    """
     kind = obj.get("kind")
     if kind not in KINDS:
         raise PolicySpecError("kind", f"must be one of {sorted(KINDS)}, got {kind!r}")
@@ -285,12 +273,14 @@ def _match_part(obj: dict[str, Any], *, lenient: bool) -> tuple[_MatchPart, dict
     if not isinstance(pod_controllers, bool):
         raise PolicySpecError(f"{p}.autogen.podControllers", "must be a boolean")
     generation = meta.get("generation", 0)
-    part = _MatchPart(
+    part = PolicySpec(
         kind=kind, name=name, namespace=namespace, generation=generation if isinstance(generation, int) else 0,
-        failure_policy=failure_policy, validation_actions=actions, on_unsynced=on_unsynced, rules=rules,
-        excludes=excludes, namespace_selector=_selector(match.get("namespaceSelector"), f"{p}.match.namespaceSelector"),
+        failure_policy=failure_policy, validation_actions=actions, on_unsynced=on_unsynced, resource_rules=rules,
+        exclude_resource_rules=excludes,
+        namespace_selector=_selector(match.get("namespaceSelector"), f"{p}.match.namespaceSelector"),
         object_selector=_selector(match.get("objectSelector"), f"{p}.match.objectSelector"),
-        pod_controllers=pod_controllers,
+        pod_controllers=pod_controllers, match_conditions=(), param_ref=None, variables=(), validations=(),
+        audit_annotations=(), mutations=(),
     )
     return part, spec
 
@@ -311,14 +301,7 @@ def parse_policy_match(obj: dict[str, Any]) -> PolicySpec:
     Raises:
         PolicySpecError: the identity or the match rules themselves are malformed.
     """
-    m, _spec = _match_part(obj, lenient=True)
-    return PolicySpec(
-        kind=m.kind, name=m.name, namespace=m.namespace, generation=m.generation, failure_policy=m.failure_policy,
-        validation_actions=m.validation_actions, on_unsynced=m.on_unsynced, resource_rules=m.rules,
-        exclude_resource_rules=m.excludes, namespace_selector=m.namespace_selector, object_selector=m.object_selector,
-        pod_controllers=m.pod_controllers, match_conditions=(), param_ref=None, variables=(), validations=(),
-        audit_annotations=(), mutations=(),
-    )
+    return _match_part(obj, lenient=True)[0]
 
 
 def parse_policy(obj: dict[str, Any]) -> PolicySpec:
@@ -414,12 +397,6 @@ def parse_policy(obj: dict[str, Any]) -> PolicySpec:
     if not isinstance(background, bool):
         raise PolicySpecError(f"{p}.background", "must be a boolean")
 
-    return PolicySpec(
-        kind=head.kind, name=head.name, namespace=namespace, generation=head.generation,
-        failure_policy=head.failure_policy, validation_actions=head.validation_actions, on_unsynced=head.on_unsynced,
-        resource_rules=head.rules, exclude_resource_rules=head.excludes, namespace_selector=head.namespace_selector,
-        object_selector=head.object_selector, pod_controllers=head.pod_controllers, match_conditions=conditions,
-        param_ref=param_ref, variables=variables,
-        validations=tuple(validations), audit_annotations=tuple(audits), mutations=tuple(mutations),
-        background=background,
-    )
+    return dataclasses.replace(
+        head, match_conditions=conditions, param_ref=param_ref, variables=variables, validations=tuple(validations),
+        audit_annotations=tuple(audits), mutations=tuple(mutations), background=background)
