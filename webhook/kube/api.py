@@ -12,8 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import aiohttp
+import orjson
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
+
+from webhook.informer.errors import ConnectError, StreamError
+from webhook.kube.listwatch import status_error
 
 __all__ = [
     "JSON",
@@ -97,3 +102,53 @@ async def call_json(
         _request_timeout=timeout,
     )
     return result if isinstance(result, dict) else {}
+
+
+async def request_json(api: ApiClient, method: str, path: str, *, body: Any = None,
+                       query: list[tuple[str, str]] | None = None, timeout: float = 30.0) -> dict[str, Any]:
+    """Send one JSON request and decode the answer, with the informer's error types.
+
+    For callers that handle API errors the way the Reflector does (discovery, report writing);
+    :func:`call_json` raises kubernetes_asyncio's ``ApiException`` instead.
+
+    Args:
+        api: a configured kubernetes_asyncio ``ApiClient`` (not closed here).
+        method: ``GET``, ``POST``, ``PUT`` or ``DELETE``.
+        path: REST path.
+        body: JSON body, or None.
+        query: query parameters, e.g. ``[("labelSelector", "a=b")]``.
+        timeout: seconds for the whole request.
+
+    Returns:
+        The decoded body (``{}`` when empty or not a JSON object).
+
+    Raises:
+        ApiStatusError: a non-2xx answer (``code`` 404, 409, ...), with the ``metav1.Status``.
+        ConnectError: the API server could not be reached.
+        StreamError: the request or the body did not complete.
+    """
+    try:
+        resp = await api.call_api(
+            path, method, query_params=query or [], body=body,
+            header_params={"Accept": JSON, "Content-Type": JSON}, auth_settings=["BearerToken"],
+            _preload_content=False, _return_http_data_only=True,
+            _request_timeout=aiohttp.ClientTimeout(total=timeout))
+    except aiohttp.ClientConnectorError as e:
+        raise ConnectError(str(e)) from e
+    except (TimeoutError, aiohttp.ClientError) as e:
+        raise StreamError(f"{method} {path}: {e!r}") from e
+    try:
+        raw = await resp.read()
+    except (TimeoutError, aiohttp.ClientError) as e:
+        raise StreamError(f"{method} {path}: {e!r}") from e
+    finally:
+        resp.release()
+    try:
+        data = orjson.loads(raw) if raw else {}
+    except orjson.JSONDecodeError:
+        data = {}
+    if not isinstance(data, dict):
+        data = {}
+    if resp.status >= 300:
+        raise status_error(resp.status, data)
+    return data

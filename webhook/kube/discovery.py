@@ -15,52 +15,20 @@ import asyncio
 import logging
 from typing import Any
 
-import aiohttp
-import orjson
 from kubernetes_asyncio import client
 
 from webhook.informer.errors import ApiStatusError, ConnectError, StreamError
 from webhook.informer.gvr import DiscoverySnapshot, group_versions, snapshot_from_documents
-from webhook.kube.listwatch import status_error
+from webhook.kube.api import request_json
 
 log = logging.getLogger("tollgate.discovery")
 
 DISCOVERY_TIMEOUT = 30.0
 
 
-async def get_json(api_client: client.ApiClient, path: str, *, timeout: float = DISCOVERY_TIMEOUT) -> dict[str, Any]:
-    """``GET path`` and decode the JSON body.
-
-    Raises:
-        ApiStatusError: a non-2xx answer.
-        ConnectError / StreamError: transport failures or a body that is not a JSON object.
-    """
-    try:
-        resp = await api_client.call_api(
-            path, "GET", header_params={"Accept": "application/json"}, auth_settings=["BearerToken"],
-            _preload_content=False, _return_http_data_only=True,
-            _request_timeout=aiohttp.ClientTimeout(total=timeout))
-    except aiohttp.ClientConnectorError as e:
-        raise ConnectError(str(e)) from e
-    except (TimeoutError, aiohttp.ClientError) as e:
-        raise StreamError(f"GET {path}: {e!r}") from e
-    try:
-        body = await resp.read()
-    except (TimeoutError, aiohttp.ClientError) as e:
-        raise StreamError(f"GET {path}: {e!r}") from e
-    finally:
-        resp.release()
-    try:
-        data = orjson.loads(body) if body else {}
-    except orjson.JSONDecodeError as e:
-        if resp.status >= 300:
-            raise status_error(resp.status, {}) from e
-        raise StreamError(f"GET {path}: body is not JSON") from e
-    if resp.status >= 300:
-        raise status_error(resp.status, data if isinstance(data, dict) else {})
-    if not isinstance(data, dict):
-        raise StreamError(f"GET {path}: body is not a JSON object")
-    return data
+async def get_json(api_client: Any, path: str, *, timeout: float = DISCOVERY_TIMEOUT) -> dict[str, Any]:
+    """``GET path`` and decode the JSON body (see :func:`webhook.kube.api.request_json` for the errors)."""
+    return await request_json(api_client, "GET", path, timeout=timeout)
 
 
 class Discovery:

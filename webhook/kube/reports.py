@@ -28,14 +28,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import aiohttp
 import orjson
 from kubernetes_asyncio import client
 
 from webhook.aio import cancel_and_wait
 from webhook.informer.backoff import Backoff
-from webhook.informer.errors import ApiStatusError, ConnectError, StreamError
-from webhook.kube.listwatch import status_error
+from webhook.informer.errors import ApiStatusError
+from webhook.kube.api import request_json
 from webhook.policy.audit import MANAGED_BY, REPORT_API_VERSION, content, report_name
 
 log = logging.getLogger("tollgate.reports")
@@ -50,39 +49,10 @@ def report_path(namespace: str | None, name: str | None = None) -> str:
     return f"{coll}/{name}" if name else coll
 
 
-async def call_json(api_client: client.ApiClient, method: str, path: str, body: Any = None,
+async def call_json(api_client: Any, method: str, path: str, body: Any = None,
                     query: list[tuple[str, str]] | None = None) -> dict[str, Any]:
-    """One JSON request; returns the decoded body.
-
-    Raises:
-        ApiStatusError: a non-2xx answer (``code`` 404, 409, ...).
-        ConnectError / StreamError: transport failures.
-    """
-    try:
-        resp = await api_client.call_api(
-            path, method, query_params=query or [], body=body,
-            header_params={"Accept": "application/json", "Content-Type": "application/json"},
-            auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True,
-            _request_timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT))
-    except aiohttp.ClientConnectorError as e:
-        raise ConnectError(str(e)) from e
-    except (TimeoutError, aiohttp.ClientError) as e:
-        raise StreamError(f"{method} {path}: {e!r}") from e
-    try:
-        raw = await resp.read()
-    except (TimeoutError, aiohttp.ClientError) as e:
-        raise StreamError(f"{method} {path}: {e!r}") from e
-    finally:
-        resp.release()
-    try:
-        data = orjson.loads(raw) if raw else {}
-    except orjson.JSONDecodeError:
-        data = {}
-    if not isinstance(data, dict):
-        data = {}
-    if resp.status >= 300:
-        raise status_error(resp.status, data)
-    return data
+    """One JSON request with the report writer's timeout (see :func:`webhook.kube.api.request_json`)."""
+    return await request_json(api_client, method, path, body=body, query=query, timeout=REQUEST_TIMEOUT)
 
 
 def digest(report: dict[str, Any]) -> bytes:

@@ -102,7 +102,9 @@ async def test_a_worker_over_its_memory_limit_fails_the_review_not_the_server(tm
         _e, status, body = await timed(session, "POST", s.url + "/validate?timeout=20s", json=annotated_review())
         assert status == 200
         assert body["response"]["allowed"] is False
-        assert "memory" in body["response"]["status"]["message"].lower() or \
-            "MemoryError" in body["response"]["status"]["message"]
+        # Over RLIMIT_AS the worker either raises MemoryError (an allocation in Python) or dies (one in cel-cpp,
+        # which cannot unwind): both answer the review per failurePolicy and leave the server serving.
+        message = body["response"]["status"]["message"]
+        assert "memory" in message.lower() or "worker died" in message
         _e, status, body = await timed(session, "POST", s.url + "/validate", json=big_pod_review(1, uid="after"))
         assert (status, body["response"]["uid"], body["response"]["allowed"]) == (200, "after", True)
