@@ -194,6 +194,10 @@ class RequestContext:
     def __init__(self, request: dict[str, Any], lookups: Lookups, *, deadline: float | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.request = request
+        # VAP's `request` variable is the AdmissionRequest without object and oldObject (the API server's
+        # CreateAdmissionRequest); they are the separate `object`/`oldObject` variables. Leaving them out
+        # also spares cel-expr-python converting the object a second time (it converts a variable whole).
+        self.request_variable = {k: v for k, v in request.items() if k not in ("object", "oldObject")}
         self.lookups = lookups
         self.coords = RequestCoordinates.of(request)
         self.deadline = deadline
@@ -224,7 +228,7 @@ class RequestContext:
         return ENV.Activation({
             "object": obj,
             "oldObject": old,
-            "request": self.request,
+            "request": self.request_variable,
             "namespaceObject": self.namespace_object(),
             "params": None,
             "variables": None,

@@ -257,3 +257,11 @@ def test_an_admission_policy_never_matches_cluster_scoped_objects_not_even_its_n
     req["name"] = "team-a"
     out = decide(tenant, req=req)
     assert out.allowed and out.results == []
+
+
+def test_the_request_variable_carries_no_object_as_in_vap() -> None:
+    # The API server's CreateAdmissionRequest leaves object and oldObject out of `request`: they are the
+    # `object` and `oldObject` variables.
+    out = decide(policy("p", validations=[{"expression": "!has(request.object) && !has(request.oldObject) && "
+                                                         "request.operation == 'CREATE' && object.kind == 'Pod'"}]))
+    assert out.allowed and [r.result for r in out.results] == ["pass"]
