@@ -17,8 +17,8 @@ import orjson
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from webhook.informer.errors import ConnectError, StreamError
-from webhook.kube.listwatch import status_error
+from webhook.informer.errors import StreamError
+from webhook.kube.listwatch import open_response
 
 __all__ = [
     "JSON",
@@ -127,16 +127,8 @@ async def request_json(api: ApiClient, method: str, path: str, *, body: Any = No
         ConnectError: the API server could not be reached.
         StreamError: the request or the body did not complete.
     """
-    try:
-        resp = await api.call_api(
-            path, method, query_params=query or [], body=body,
-            header_params={"Accept": JSON, "Content-Type": JSON}, auth_settings=["BearerToken"],
-            _preload_content=False, _return_http_data_only=True,
-            _request_timeout=aiohttp.ClientTimeout(total=timeout))
-    except aiohttp.ClientConnectorError as e:
-        raise ConnectError(str(e)) from e
-    except (TimeoutError, aiohttp.ClientError) as e:
-        raise StreamError(f"{method} {path}: {e!r}") from e
+    resp = await open_response(api, method, path, query=query, body=body,
+                               timeout=aiohttp.ClientTimeout(total=timeout))
     try:
         raw = await resp.read()
     except (TimeoutError, aiohttp.ClientError) as e:
@@ -147,8 +139,4 @@ async def request_json(api: ApiClient, method: str, path: str, *, body: Any = No
         data = orjson.loads(raw) if raw else {}
     except orjson.JSONDecodeError:
         data = {}
-    if not isinstance(data, dict):
-        data = {}
-    if resp.status >= 300:
-        raise status_error(resp.status, data)
-    return data
+    return data if isinstance(data, dict) else {}

@@ -76,6 +76,44 @@ def status_error(code: int, status: dict[str, Any], retry_after: float | None = 
                           str(status.get("message") or ""), retry_after=retry_after, causes=causes)
 
 
+async def open_response(api: Any, method: str, path: str, *, timeout: aiohttp.ClientTimeout,
+                        query: list[tuple[str, Any]] | None = None, body: Any = None) -> aiohttp.ClientResponse:
+    """Send one request through the ApiClient without decoding it; the caller reads and releases the body.
+
+    Transport failures and non-2xx answers are mapped as the Reflector expects them.
+
+    Raises:
+        ApiStatusError: a non-2xx answer, with its ``metav1.Status`` and ``Retry-After``.
+        ConnectError: the API server could not be reached.
+        StreamError: the request did not complete.
+    """
+    headers = {"Accept": "application/json"}
+    if body is not None:
+        headers["Content-Type"] = "application/json"
+    try:
+        resp = await api.call_api(
+            path, method, query_params=query or [], body=body, header_params=headers,
+            auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True,
+            _request_timeout=timeout,
+        )
+    except aiohttp.ClientConnectorError as e:
+        raise ConnectError(str(e)) from e
+    except (TimeoutError, aiohttp.ClientError) as e:
+        raise StreamError(f"{method} {path}: {e!r}") from e
+    if resp.status >= 300:
+        try:
+            raw = await resp.read()
+            status = orjson.loads(raw) if raw else {}
+        except (TimeoutError, aiohttp.ClientError, orjson.JSONDecodeError):
+            status = {}
+        finally:
+            resp.release()
+        if not isinstance(status, dict):
+            status = {}
+        raise status_error(resp.status, status, _retry_after(resp, status))
+    return cast(aiohttp.ClientResponse, resp)
+
+
 class KubeListerWatcher:
     """A :class:`~webhook.informer.types.ListerWatcher` for one resource.
 
@@ -101,28 +139,7 @@ class KubeListerWatcher:
         self._max_line = max_line_bytes
 
     async def _open(self, query: list[tuple[str, Any]], timeout: aiohttp.ClientTimeout) -> aiohttp.ClientResponse:
-        try:
-            resp = await self._api.call_api(
-                self.path, "GET", query_params=query, header_params={"Accept": "application/json"},
-                auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True,
-                _request_timeout=timeout,
-            )
-        except aiohttp.ClientConnectorError as e:
-            raise ConnectError(str(e)) from e
-        except (TimeoutError, aiohttp.ClientError) as e:
-            raise StreamError(f"request failed: {e!r}") from e
-        if resp.status >= 300:
-            try:
-                body = await resp.read()
-                status = orjson.loads(body) if body else {}
-            except (TimeoutError, aiohttp.ClientError, orjson.JSONDecodeError):
-                status = {}
-            finally:
-                resp.release()
-            if not isinstance(status, dict):
-                status = {}
-            raise status_error(resp.status, status, _retry_after(resp, status))
-        return cast(aiohttp.ClientResponse, resp)
+        return await open_response(self._api, "GET", self.path, query=query, timeout=timeout)
 
     async def list(self, options: ListOptions) -> ListResult:
         """One LIST page as raw dicts.
