@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any, cast
 
 from webhook.admission.patch import encode_patch
 from webhook.admission.review import (
@@ -67,6 +68,13 @@ class AdmissionHandler:
             raise ReviewError(503, "tollgate: the policy caches have not synced yet")
         return self.index.plan(RequestCoordinates.of(request))
 
+    def _failed(self, uid: str, endpoint: str, plan: Plan | None, exc: Exception) -> AdmissionDecision:
+        """Log an exception the engine did not contain and answer it (see :meth:`engine_failed`)."""
+        candidates = [policy for policy, _view in plan.entries] if plan is not None else []
+        log.exception("evaluation failed", extra={"uid": uid, "endpoint": endpoint,
+                                                  "policies": [label(p) for p in candidates]})
+        return self.engine_failed(uid, candidates, exc)
+
     @staticmethod
     def engine_failed(uid: str, candidates: list[CompiledPolicy], exc: Exception) -> AdmissionDecision:
         """Answer an exception raised by the engine itself per the candidates' failurePolicy.
@@ -100,17 +108,14 @@ class AdmissionHandler:
             ReviewError: 503 until the policy caches have synced.
         """
         uid = request["uid"]
-        candidates: list[CompiledPolicy] = []
+        plan: Plan | None = None
         try:
             plan = self._plan(request)
-            candidates = [policy for policy, _ in plan.entries]
-            outcome = evaluate_validating(dict(request), plan, self.lookups, deadline=deadline)
+            outcome = evaluate_validating(cast(dict[str, Any], request), plan, self.lookups, deadline=deadline)
         except ReviewError:
             raise
-        except Exception as e:
-            log.exception("evaluation failed", extra={"uid": uid, "endpoint": "validate",
-                                                      "policies": [label(p) for p in candidates]})
-            return self.engine_failed(uid, candidates, e)
+        except Exception as e:  # noqa: BLE001 - logged with its traceback in _failed, answered per failurePolicy
+            return self._failed(uid, "validate", plan, e)
         results = tuple(outcome.results)
         if outcome.allowed:
             return AdmissionDecision(allowed(uid, warnings=outcome.warnings,
@@ -127,17 +132,14 @@ class AdmissionHandler:
             ReviewError: 503 until the policy caches have synced.
         """
         uid = request["uid"]
-        candidates: list[CompiledPolicy] = []
+        plan: Plan | None = None
         try:
             plan = self._plan(request)
-            candidates = [policy for policy, _ in plan.entries]
-            outcome = evaluate_mutating(dict(request), plan, self.lookups, deadline=deadline)
+            outcome = evaluate_mutating(cast(dict[str, Any], request), plan, self.lookups, deadline=deadline)
         except ReviewError:
             raise
-        except Exception as e:
-            log.exception("evaluation failed", extra={"uid": uid, "endpoint": "mutate",
-                                                      "policies": [label(p) for p in candidates]})
-            return self.engine_failed(uid, candidates, e)
+        except Exception as e:  # noqa: BLE001 - logged with its traceback in _failed, answered per failurePolicy
+            return self._failed(uid, "mutate", plan, e)
         results = tuple(outcome.results)
         if not outcome.allowed:
             return AdmissionDecision(denied(uid, outcome.message, code=outcome.code,
