@@ -46,8 +46,9 @@ from typing import Any
 import jsonpatch
 import orjson
 
+from webhook.policy import celenv
 from webhook.policy import lookups as caches
-from webhook.policy.celenv import ENV, T, VariableScope, reset_scope, set_current_scope
+from webhook.policy.celenv import ENV, VariableScope, reset_scope, set_current_scope
 from webhook.policy.compiler import CompiledPolicy, CompiledValidation, Program
 from webhook.policy.lookups import Lookups
 from webhook.policy.matching import View, has_selectors, selectors_match
@@ -148,12 +149,9 @@ def _value(program: Program, activation: Any) -> Any:
             (iteration budget); the message names the spec path.
     """
     try:
-        v = program.program.eval(activation)
-    except RuntimeError as e:  # e.g. the iteration budget of cel-expr-python
+        return celenv.evaluate(program.program, activation)
+    except celenv.EvaluationError as e:  # a CEL error value, or the iteration budget
         raise EvaluationError(f"{program.path}: {_clean(str(e))}") from None
-    if v.type() == T.ERROR:
-        raise EvaluationError(f"{program.path}: {_clean(str(v.value()))}")
-    return v.plain_value()
 
 
 def _bool(program: Program, activation: Any, what: str) -> bool:

@@ -3,7 +3,8 @@
 Follows the API server's ``generic/policy_matcher.go`` as it applies
 ``admissionregistration.k8s.io`` rules to ValidatingAdmissionPolicy: the
 :class:`~webhook.policy.index.PolicyIndex` narrows by (group, resource,
-operation); :func:`select` then decides exactly — resource rules and
+operation); :func:`rules_view` (once per request coordinates, in a plan) and
+:func:`selectors_match` (per request) then decide exactly — resource rules and
 excludes (versions, ``scope``, subresources: ``pods``, ``pods/status``,
 ``pods/*``, ``*``, ``*/*``, ``*/scale``), namespaced-policy isolation,
 ``namespaceSelector`` and ``objectSelector`` — and which view of the object
@@ -126,27 +127,5 @@ def selectors_match(spec: PolicySpec, coords: RequestCoordinates, request: Mappi
     return sel.empty or sel.matches_object(request.get("object")) or sel.matches_object(request.get("oldObject"))
 
 
-def select(spec: PolicySpec, coords: RequestCoordinates, request: Mapping[str, Any],
-           namespace_object: Callable[[], dict[str, Any] | None]) -> View | None:
-    """Whether ``spec`` selects the request, and through which view (rules, then selectors).
-
-    Args:
-        spec: the policy's parsed spec (a broken policy's match part is enough).
-        coords: the request's coordinates.
-        request: the AdmissionRequest (``object``/``oldObject`` for objectSelector
-            and a Namespace's own labels).
-        namespace_object: returns the cached Namespace of the request (called
-            only when a namespaceSelector needs it).
-
-    Returns:
-        ``View.OBJECT``, ``View.POD_TEMPLATE`` (autogen on a pod controller), or
-        None when the policy does not apply.
-    """
-    view = rules_view(spec, coords)
-    if view is None or not selectors_match(spec, coords, request, namespace_object):
-        return None
-    return view
-
-
-__all__ = ["POD_CONTROLLERS", "View", "has_selectors", "resource_names", "rule_matches", "rules_view", "select",
+__all__ = ["POD_CONTROLLERS", "View", "has_selectors", "resource_names", "rule_matches", "rules_view",
            "selectors_match"]
