@@ -27,12 +27,15 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from webhook.admission.handler import AdmissionHandler
 from webhook.admission.informer_lookups import InformerLookups
 from webhook.admission.lifecycle import evaluation_pool_ctx
+from webhook.admission.references import ReferenceInformers
 from webhook.admission.server import AdmissionServer
 from webhook.aio import cancel_and_wait
 from webhook.config import Settings
 from webhook.informer import InformerKey, ListerWatcher, SharedInformer, SharedInformerFactory
+from webhook.informer.dynamic import Budget, DynamicInformerFactory
+from webhook.informer.gvr import GVR
 from webhook.localsource import LocalDirectoryListerWatcher
-from webhook.metrics import Metrics
+from webhook.metrics import DynamicInformerCollector, Metrics
 from webhook.policy import PolicyEventHandler, PolicyIndex
 from webhook.resources import CLUSTER_POLICIES, CONFIGMAPS, NAMESPACED_POLICIES, NAMESPACES, Resource
 from webhook.tls import CertReloader
@@ -60,6 +63,8 @@ class Components:
         background: the background audit into PolicyReports (``settings.background_audit``), or None.
         plans_pending: set when the index has fused programs to compile (see :func:`compile_plans`).
         local_sources: with ``--local``, the file ListerWatchers (their ``errors`` go to ``/readyz``).
+        references: the informers of the policies' ``spec.references``, or None when
+            there is nowhere to list them from (tests that give only ``lister_watcher_for``).
     """
 
     settings: Settings
@@ -78,6 +83,7 @@ class Components:
     background: Any | None
     plans_pending: asyncio.Event
     local_sources: list[LocalDirectoryListerWatcher]
+    references: ReferenceInformers | None = None
 
     def local_file_errors(self) -> dict[str, str]:
         """``--local`` files that stopped parsing or violate their schema: path → one-line error."""
@@ -120,6 +126,30 @@ def _lister_watcher_factory(settings: Settings, api_client: Any,
         r = _BY_INFORMER_RESOURCE[key.resource]
         return KubeListerWatcher(api_client, group=r.group, version=r.version, plural=r.plural,
                                  namespace=key.namespace)
+
+    return kube
+
+
+def _gvr_lister_watcher_factory(settings: Settings, api_client: Any, local_sources: list[LocalDirectoryListerWatcher]
+                               ) -> Callable[[GVR], ListerWatcher] | None:
+    """Where dynamic informers (``spec.references``, background audit) list and watch a GVR; None: nowhere."""
+    if settings.local_dir is not None:
+        root, poll = settings.local_dir, settings.local_poll_interval
+
+        def local(gvr: GVR) -> ListerWatcher:
+            # The directory is the cluster: every document of the resource is in its cache.
+            source = LocalDirectoryListerWatcher(root, api_resource=(gvr.api_version, gvr.resource),
+                                                 poll_interval=poll)
+            local_sources.append(source)
+            return source
+
+        return local
+    if api_client is None:
+        return None
+    from webhook.kube.listwatch import KubeListerWatcher
+
+    def kube(gvr: GVR) -> ListerWatcher:
+        return KubeListerWatcher(api_client, group=gvr.group, version=gvr.version, plural=gvr.resource)
 
     return kube
 
@@ -257,30 +287,42 @@ def build_components(settings: Settings, *, api_client: Any = None,
                                 on_change=reconciler.trigger if reconciler is not None else None)
     registrations.extend(inf.add_event_handler(events) for inf in policy_informers)
 
-    lookups = InformerLookups(namespaces, configmaps, policies_synced)
+    # One factory of dynamic informers (one budget, one LIST/WATCH per GVR) for spec.references and the
+    # background audit.
+    gvr_lister_watcher = _gvr_lister_watcher_factory(settings, api_client, local_sources)
+    dynamic = references = None
+    if gvr_lister_watcher is not None:
+        dynamic = DynamicInformerFactory(gvr_lister_watcher, budget=Budget(max_objects=settings.audit_max_objects,
+                                                                           max_bytes=settings.audit_max_bytes))
+        references = ReferenceInformers(dynamic)
+        for inf in policy_informers:
+            inf.add_event_handler(references.handler())
+    lookups = InformerLookups(namespaces, configmaps, policies_synced,
+                              references.informer if references is not None else lambda _ref: None)
     handler = AdmissionHandler(index, lookups)
     background = None
     if leader is not None and settings.background_audit:
         from webhook.background import BackgroundAudit
-        from webhook.informer.dynamic import Budget
 
         # Existing objects of the kinds background policies select, evaluated by the same engine;
         # reports written by the leader only.
-        background = BackgroundAudit(api_client, lookups, leader.elector.is_leader,
-                                     budget=Budget(max_objects=settings.audit_max_objects,
-                                                   max_bytes=settings.audit_max_bytes),
+        background = BackgroundAudit(api_client, lookups, leader.elector.is_leader, factory=dynamic,
                                      discovery_interval=settings.discovery_interval)
         for inf in policy_informers:
             inf.add_event_handler(background.policy_handler())
         namespaces.add_event_handler(background.context_handler("namespaces"))
         configmaps.add_event_handler(background.context_handler("configmaps"))
         metrics.registry.register(background.collector())
+    elif dynamic is not None:
+        metrics.registry.register(DynamicInformerCollector(
+            lambda: {str(g): (u.objects, u.bytes) for g, u in dynamic.usage().items()},
+            lambda: {str(g): r for g, r in dynamic.refused.items()}))
     # Until the policy caches sync, reviews get 503: the API server applies the webhook's own failurePolicy.
     server = AdmissionServer(handler, metrics, max_request_bytes=settings.max_request_bytes,
                              default_timeout=settings.default_timeout, ready=policies_synced)
     return Components(settings, metrics, index, factory, namespaces, configmaps, policy_informers, server, certs,
                       leader.elector if leader else None, writer, reconciler,
-                      leader.cert_manager if leader else None, background, plans_pending, local_sources)
+                      leader.cert_manager if leader else None, background, plans_pending, local_sources, references)
 
 
 async def compile_plans(c: Components) -> None:
@@ -333,6 +375,8 @@ async def readyz(request: web.Request) -> web.Response:
 
     ``policies`` maps each policy key to ``{"ready", "reason"}``;
     ``unmatchablePolicies`` lists policies whose match rules are unreadable (they select nothing);
+    ``references`` maps each cache of a policy's ``spec.references`` to ``synced``, ``syncing``,
+    ``refused: <reason>`` or ``not running`` (reported, not required: ``onUnsynced`` answers for it);
     with ``--local``, ``localFileErrors`` maps each file that stopped parsing to its error.
     """
     c = request.app[COMPONENTS]
@@ -349,6 +393,9 @@ async def readyz(request: web.Request) -> web.Response:
         "caches": caches, "policies": policies, "unmatchablePolicies": c.index.unmatchable()}
     if c.certs is not None:
         body["certificate"] = c.certs.certificate_status()  # expiringSoon within 7 days: reported, not fatal
+    if c.references is not None and c.references.wanted():
+        # Not part of readiness: a policy whose reference cache has not synced answers per its onUnsynced.
+        body["references"] = c.references.status()
     if c.local_sources:
         # A file that stopped parsing keeps its last good objects (as an API server refuses a bad write).
         body["localFileErrors"] = c.local_file_errors()
@@ -391,6 +438,8 @@ def create_app(settings: Settings, *, api_client: Any = None,
             if c.background is not None:
                 await c.background.stop()
             await c.factory.stop()
+            if c.references is not None:
+                await c.references.stop()  # after the policy informers: no handler call comes any more
             for component in reversed(started):
                 await component.stop()
 

@@ -38,16 +38,19 @@ class BackgroundAudit:
         discovery_interval: seconds between discovery refreshes besides CRD events.
         reflector_options: options for every dynamic informer.
         report_writes_per_second: the report writer's rate limit.
+        factory: a dynamic informer factory to share (the app's, also serving ``spec.references``);
+            by default one of its own over ``api_client`` with ``budget``.
     """
 
     def __init__(self, api_client: Any, lookups: Lookups, is_leader: Callable[[], bool], *,
                  budget: Budget | None = None, discovery_interval: float = 300.0,
                  reflector_options: ReflectorOptions | None = None,
-                 report_writes_per_second: float = 10.0) -> None:
+                 report_writes_per_second: float = 10.0, factory: DynamicInformerFactory | None = None) -> None:
         def lister_watcher(gvr: GVR) -> KubeListerWatcher:
             return KubeListerWatcher(api_client, group=gvr.group, version=gvr.version, plural=gvr.resource)
 
-        self.factory = DynamicInformerFactory(lister_watcher, reflector_options=reflector_options, budget=budget)
+        self.factory = factory or DynamicInformerFactory(lister_watcher, reflector_options=reflector_options,
+                                                         budget=budget)
         self.dynamic = DynamicInformers(self.factory, Discovery(api_client).snapshot,
                                         refresh_interval=discovery_interval,
                                         crd_informer=crd_informer(lister_watcher, reflector_options))

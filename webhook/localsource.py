@@ -1,6 +1,6 @@
 """A ListerWatcher over YAML files in a directory (``tollgate serve --local DIR``).
 
-Serves one kind (e.g. ``ConfigMap``) from every ``*.yaml``/``*.yml`` file
+Serves one kind (e.g. ``ConfigMap``), or one ``apiVersion``/resource, from every ``*.yaml``/``*.yml`` file
 under DIR, recursively; documents of other kinds (Pods, TestSuites, ...) are
 skipped. LIST returns the current objects with a synthetic
 ``resourceVersion``; WATCH polls the files and yields ADDED / MODIFIED /
@@ -24,6 +24,7 @@ from webhook.informer.store import meta_namespace_key
 from webhook.informer.types import KubeObject, ListOptions, ListResult, WatchEvent
 from webhook.labelquery import parse_label_selector_text
 from webhook.policy.selectors import LabelSelector
+from webhook.resources import resource_for_kind
 from webhook.yamlio import InputError, load_file, yaml_files
 
 log = logging.getLogger("tollgate.local")
@@ -117,6 +118,11 @@ class LocalDirectoryListerWatcher:
         default_namespace: namespace given to namespaced objects without one
             (None for cluster-scoped kinds).
         poll_interval: seconds between scans while a WATCH is open.
+        api_resource: instead of ``kinds``, accept the documents of one
+            ``(apiVersion, resource)``, e.g. ``("networking.k8s.io/v1", "ingresses")``
+            (a ``spec.references`` cache): the kind's resource and scope are the
+            API machinery's (:func:`webhook.resources.resource_for_kind`), and a
+            namespaced object without a namespace is in ``default_namespace`` or ``default``.
 
     Attributes:
         errors: files that do not parse or violate their schema, path → one-line
@@ -126,10 +132,11 @@ class LocalDirectoryListerWatcher:
             a monotonic counter for a metric.
     """
 
-    def __init__(self, root: Path, *, kinds: set[str], default_namespace: str | None = None,
-                 poll_interval: float = 1.0) -> None:
+    def __init__(self, root: Path, *, kinds: set[str] | None = None, default_namespace: str | None = None,
+                 poll_interval: float = 1.0, api_resource: tuple[str, str] | None = None) -> None:
         self.root = root
-        self.kinds = kinds
+        self.kinds = kinds or set()
+        self.api_resource = api_resource
         self.default_namespace = default_namespace
         self.poll_interval = poll_interval
         self.errors: dict[str, str] = {}
@@ -144,13 +151,22 @@ class LocalDirectoryListerWatcher:
         self.errors = errors
         current: dict[str, KubeObject] = {}
         for _path, doc in documents:
-            if doc.get("kind") not in self.kinds:
+            default_namespace = self.default_namespace
+            if self.api_resource is not None:
+                kind, api_version = doc.get("kind"), doc.get("apiVersion")
+                if not isinstance(kind, str) or api_version != self.api_resource[0]:
+                    continue
+                r = resource_for_kind(kind, api_version)
+                if r.plural != self.api_resource[1]:
+                    continue
+                default_namespace = (default_namespace or "default") if r.namespaced else None
+            elif doc.get("kind") not in self.kinds:
                 continue
             meta = dict(doc.get("metadata") or {})
             if not meta.get("name"):
                 continue
-            if self.default_namespace is not None:
-                meta.setdefault("namespace", self.default_namespace)
+            if default_namespace is not None:
+                meta.setdefault("namespace", default_namespace)
             else:
                 meta.pop("namespace", None)  # a cluster-scoped kind
             current[meta_namespace_key({"metadata": meta})] = {**doc, "metadata": meta}

@@ -3,7 +3,7 @@
 Two ways to call it::
 
     tollgate test [PATH ...]          # TestSuite files, or directories searched for them; - is stdin
-    tollgate test -p POLICY -r RESOURCE [--configmap F] [--namespace-file F] [--old-resource F]
+    tollgate test -p POLICY -r RESOURCE [--configmap F] [--namespace-file F] [--old-resource F] [--reference F]
                   [--operation UPDATE] [--username U] [--groups a,b]
 
 Argument parsing and exit status only; evaluation is :mod:`webhook.testsuite`,
@@ -55,6 +55,7 @@ TestSuite file (paths relative to the suite file; see docs/writing-policies.md):
   oldResources: [old.yaml]         # optional: oldObject of UPDATE tests (same kind/namespace/name)
   configMaps: [configmap.yaml]     # optional, the params cache (needs the params label)
   namespaces: [namespaces.yaml]    # optional, the Namespace cache
+  references: [existing.yaml]      # optional, objects in the caches spec.references declares
   operation: CREATE                # optional default
   userInfo: {username: alice, groups: [dev]}   # optional default
   results:
@@ -92,6 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ConfigMaps standing in for the params cache")
     p.add_argument("--namespace-file", action="append", type=Path, default=[],
                    help="Namespaces standing in for the cache")
+    p.add_argument("--reference", action="append", type=Path, default=[],
+                   help="existing objects standing in for the caches the policies' spec.references declare")
     p.add_argument("--old-resource", action="append", type=Path, default=[],
                    help="old objects for --operation UPDATE (matched by kind, namespace and name)")
     p.add_argument("--operation", choices=OPERATIONS, default="CREATE", help="admission operation (default CREATE)")
@@ -107,7 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _stdin_uses(args: argparse.Namespace) -> int:
-    paths = [*args.suites, *args.policy, *args.resource, *args.configmap, *args.namespace_file, *args.old_resource]
+    paths = [*args.suites, *args.policy, *args.resource, *args.configmap, *args.namespace_file, *args.old_resource,
+             *args.reference]
     return sum(1 for p in paths if str(p) == "-")
 
 
@@ -134,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
                 policies=args.policy, resources=args.resource, configmaps=args.configmap,
                 namespaces=args.namespace_file, old_resources=args.old_resource, operation=args.operation,
                 user_info={"username": args.username, "groups": [g for g in args.groups.split(",") if g]},
-                params_selector=args.params_selector)
+                params_selector=args.params_selector, references=args.reference)
     except (InputError, ValueError) as e:
         print(f"tollgate test: {e}", file=sys.stderr)
         return EXIT_USAGE

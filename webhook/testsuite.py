@@ -27,7 +27,7 @@ import json
 import re
 import sys
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,7 @@ from webhook import schema
 from webhook.labelquery import parse_label_selector_text
 from webhook.lint import compile_for_evaluation, schema_problems
 from webhook.policy import CompiledPolicy, InMemoryLookups, evaluate_mutating, evaluate_validating
+from webhook.policy.model import Reference
 from webhook.resources import resource_for_kind
 from webhook.yamlio import STDIN, Document, InputError, load_file, load_paths, yaml_files
 
@@ -182,21 +183,25 @@ class Evaluator:
         policies: compiled policies (any order; the chain orders them).
         namespaces: Namespace objects standing in for the Namespace cache.
         configmaps: ConfigMaps standing in for the params cache (already selected).
+        objects: reference → its objects, standing in for the caches of ``spec.references``
+            (see :func:`reference_objects`).
     """
 
     def __init__(self, policies: Sequence[LoadedPolicy], *, namespaces: Iterable[dict[str, Any]] = (),
-                 configmaps: Iterable[dict[str, Any]] = ()) -> None:
+                 configmaps: Iterable[dict[str, Any]] = (),
+                 objects: Mapping[Reference, list[dict[str, Any]]] | None = None) -> None:
         # The order of the mutating chain: namespaced policies first, the platform's last (policy-api.md).
         self.policies = sorted(policies, key=lambda p: (not p.namespaced, p.name))
         self.namespaces = list(namespaces)
         self.configmaps = list(configmaps)
+        self.objects = dict(objects or {})
 
     def _lookups(self, request: dict[str, Any]) -> InMemoryLookups:
         namespaces = self.namespaces
         ns = request.get("namespace")
         if ns and not any((n.get("metadata") or {}).get("name") == ns for n in namespaces):
             namespaces = [*namespaces, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}]
-        return InMemoryLookups(namespaces=namespaces, configmaps=self.configmaps)
+        return InMemoryLookups(namespaces=namespaces, configmaps=self.configmaps, objects=self.objects)
 
     def evaluate(self, request: dict[str, Any]) -> Evaluation:
         """Mutations in chain order, then validations on the mutated object; a verdict for every policy."""
@@ -327,6 +332,34 @@ def load_resources(paths: Iterable[Path]) -> list[Document]:
     return out
 
 
+def reference_objects(docs: Iterable[Document]) -> dict[Reference, list[dict[str, Any]]]:
+    """Objects standing in for the caches of ``spec.references``, keyed by apiVersion and resource.
+
+    The resource of a kind is the API machinery's (:func:`webhook.resources.resource_for_kind`);
+    a namespaced object without a namespace is in ``default``, as ``kubectl apply`` puts it.
+
+    Raises:
+        InputError: an object without ``apiVersion``, or two with the same resource, namespace and name.
+    """
+    out: dict[Reference, dict[tuple[str, str], dict[str, Any]]] = {}
+    for doc in docs:
+        api_version = doc.obj.get("apiVersion")
+        if not isinstance(api_version, str) or not api_version:
+            raise InputError(doc.problem(("apiVersion",), "required field is missing"))
+        r = resource_for_kind(str(doc.kind), api_version)
+        meta = dict(doc.obj["metadata"])
+        if r.namespaced:
+            meta.setdefault("namespace", "default")
+        else:
+            meta.pop("namespace", None)
+        ref = Reference(api_version, r.plural)
+        key = (str(meta.get("namespace") or ""), str(meta["name"]))
+        if key in out.setdefault(ref, {}):
+            raise InputError(f"{doc.where()}: {ref.cache} {'/'.join(k for k in key if k)} is defined twice")
+        out[ref][key] = {**doc.obj, "metadata": meta}
+    return {ref: list(objs.values()) for ref, objs in out.items()}
+
+
 def index_resources(docs: Iterable[Document]) -> dict[tuple[str, str, str], Document]:
     """Resources by :func:`resource_key`.
 
@@ -347,7 +380,8 @@ def index_resources(docs: Iterable[Document]) -> dict[tuple[str, str, str], Docu
 
 def run_adhoc(*, policies: list[Path], resources: list[Path], configmaps: list[Path], namespaces: list[Path],
               old_resources: list[Path], operation: str, user_info: dict[str, Any],
-              params_selector: str = DEFAULT_PARAMS_SELECTOR) -> tuple[list[Row], list[str]]:
+              params_selector: str = DEFAULT_PARAMS_SELECTOR,
+              references: Sequence[Path] = ()) -> tuple[list[Row], list[str]]:
     """Every policy against every resource (``tollgate test -p ... -r ...``).
 
     Returns:
@@ -358,7 +392,8 @@ def run_adhoc(*, policies: list[Path], resources: list[Path], configmaps: list[P
     """
     loaded = load_policies(policies)
     params, warnings = select_params(load_kind(configmaps, "ConfigMap"), params_selector)
-    evaluator = Evaluator(loaded, namespaces=[d.obj for d in load_kind(namespaces, "Namespace")], configmaps=params)
+    evaluator = Evaluator(loaded, namespaces=[d.obj for d in load_kind(namespaces, "Namespace")], configmaps=params,
+                          objects=reference_objects(load_resources(references)))
     olds = index_resources(load_resources(old_resources))
     rows = []
     names = sorted(p.name for p in loaded)
@@ -464,7 +499,7 @@ def run_suite(suite: Document, *, params_selector: str = DEFAULT_PARAMS_SELECTOR
     loaded = load_policies(_files(suite, "policies"))
     params, out.warnings = select_params(load_kind(_files(suite, "configMaps"), "ConfigMap"), params_selector)
     evaluator = Evaluator(loaded, namespaces=[d.obj for d in load_kind(_files(suite, "namespaces"), "Namespace")],
-                          configmaps=params)
+                          configmaps=params, objects=reference_objects(load_resources(_files(suite, "references"))))
     resources = index_resources(load_resources(_files(suite, "resources")))
     olds = index_resources(load_resources(_files(suite, "oldResources")))
     names = sorted(p.name for p in loaded)

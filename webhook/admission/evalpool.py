@@ -43,7 +43,8 @@ DEFAULT_RECYCLE_RSS = 512 * 1024 * 1024
 MAX_WARM = 256
 #: Largest reply frame accepted from a worker (the AdmissionDecision is already bounded by OutputLimits).
 MAX_REPLY_BYTES = 16 * 1024 * 1024
-_LOOKUPS = frozenset({"get_namespace", "get_configmap", "list_configmaps", "is_synced"})
+_LOOKUPS = frozenset({"get_namespace", "get_configmap", "list_configmaps", "get_object", "list_objects",
+                      "is_synced"})
 _ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -35,6 +35,7 @@ import resource
 import socket
 import sys
 from collections import OrderedDict
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -45,6 +46,7 @@ from webhook.admission.ipc import recv_frame, send_frame
 from webhook.admission.limits import OutputLimits, bound_decision
 from webhook.policy import Decision, PolicyResult, RequestCoordinates, Result, compile_policy
 from webhook.policy.compiler import CompiledPolicy
+from webhook.policy.model import Reference
 from webhook.policy.plan import Plan, build_plan
 from webhook.policy.selectors import LabelSelector
 
@@ -85,8 +87,11 @@ class RemoteLookups:
 
     def _call(self, method: str, *args: Any) -> Any:
         key = (method, *args)
-        if key in self._prefetched:
-            return self._prefetched[key]
+        try:
+            if key in self._prefetched:
+                return self._prefetched[key]
+        except TypeError:  # an unhashable argument (a labels map): never prefetched
+            pass
         send_frame(self._sock, ("lookup", method, args))
         kind, value = recv_frame(self._sock)
         if kind == "raise":
@@ -106,6 +111,14 @@ class RemoteLookups:
     def list_configmaps(self, namespace: str | None, selector: LabelSelector) -> list[dict[str, Any]]:
         """The server's cached ConfigMaps matching ``selector``."""
         return self._call("list_configmaps", namespace, selector)  # type: ignore[no-any-return]
+
+    def get_object(self, reference: Reference, namespace: str, name: str) -> dict[str, Any] | None:
+        """The server's cached object of a ``spec.references`` entry."""
+        return self._call("get_object", reference, namespace, name)  # type: ignore[no-any-return]
+
+    def list_objects(self, reference: Reference, namespace: str, labels: Mapping[str, str]) -> list[dict[str, Any]]:
+        """The server's cached objects of a ``spec.references`` entry with ``labels``."""
+        return self._call("list_objects", reference, namespace, dict(labels))  # type: ignore[no-any-return]
 
     def is_synced(self, cache: str) -> bool:
         """Whether the server's ``cache`` has synced."""

@@ -28,18 +28,35 @@ import contextvars
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from cel_expr_python import cel
 
 from webhook.policy import celast, celcost, celopt, library, validators
 from webhook.policy.library import comprehensions
-from webhook.policy.library._decl import LibraryError, T, function
+from webhook.policy.library._decl import LibraryError, T, function, overloads
 
 __all__ = [
-    "ENV", "MAX_EXPRESSION_LENGTH", "MAX_RANGE", "BudgetExceeded", "CompiledExpression", "EvaluationError",
-    "PolicyEnv", "T", "VariableScope", "compile_expression", "evaluate", "inline_variables",
-    "referenced_variables", "reset_scope", "rewrite_for_runtime", "rewrite_source", "set_current_scope",
+    "ENV",
+    "MAX_EXPRESSION_LENGTH",
+    "MAX_RANGE",
+    "RESOURCE_FUNCTIONS",
+    "BudgetExceeded",
+    "CompiledExpression",
+    "EvaluationError",
+    "LibraryError",
+    "PolicyEnv",
+    "ReferenceReader",
+    "T",
+    "VariableScope",
+    "compile_expression",
+    "evaluate",
+    "inline_variables",
+    "referenced_variables",
+    "reset_scope",
+    "rewrite_for_runtime",
+    "rewrite_source",
+    "set_current_scope",
 ]
 
 #: Names bound in every evaluation, as VAP binds them.
@@ -70,15 +87,33 @@ extensions:
 _TWIN_YAML = CONFIG_YAML.replace("  - name: two-var-comprehensions\n", "")
 
 
+class ReferenceReader(Protocol):
+    """What ``resource.Get`` / ``resource.List`` read for the current policy (the engine implements it).
+
+    Both raise :class:`LibraryError` (a CEL error value) for a reference the policy did not declare
+    or may not read; objects are returned as plain JSON data.
+    """
+
+    def get(self, api_version: str, resource: str, namespace: str, name: str) -> Any:
+        """The cached object, or None."""
+        ...
+
+    def list(self, api_version: str, resource: str, namespace: str, labels: Any) -> Any:
+        """``{"items": [...]}``: cached objects in ``namespace`` (``""``: every namespace) with ``labels``."""
+        ...
+
+
 class VariableScope:
-    """Lazily evaluated ``variables`` and ``params`` of one policy in one request."""
+    """Lazily evaluated ``variables`` and ``params`` of one policy in one request, and its references."""
 
-    __slots__ = ("activation", "cache", "params", "programs")
+    __slots__ = ("activation", "cache", "params", "programs", "references")
 
-    def __init__(self, programs: dict[str, Any], activation: Any, params: Any) -> None:
+    def __init__(self, programs: dict[str, Any], activation: Any, params: Any,
+                 references: ReferenceReader | None = None) -> None:
         self.programs = programs
         self.activation = activation
         self.params = params
+        self.references = references
         self.cache: dict[str, Any] = {}
 
     def variable(self, name: str) -> Any:
@@ -123,6 +158,25 @@ def _tg_params() -> Any:
     return None if scope is None else scope.params
 
 
+def _reader(function_name: str) -> ReferenceReader:
+    scope = _scope.get()
+    if scope is None or scope.references is None:
+        raise LibraryError(f"{function_name}: the policy declares no spec.references")
+    return scope.references
+
+
+def _resource_get(api_version: str, resource: str, namespace: str, name: str) -> Any:
+    return _reader("resource.Get").get(api_version, resource, namespace, name)
+
+
+def _resource_list(api_version: str, resource: str, namespace: str, labels: Any = None) -> Any:
+    return _reader("resource.List").list(api_version, resource, namespace, labels)
+
+
+#: The read-only half of Kyverno's CEL resource library, over the caches ``spec.references`` declares.
+RESOURCE_FUNCTIONS = frozenset({"resource.Get", "resource.List"})
+
+
 def _range_bound(n: int) -> int:
     if n > MAX_RANGE:
         raise LibraryError(f"lists.range({n}) exceeds the limit of {MAX_RANGE}")
@@ -134,6 +188,11 @@ def _internal_declarations() -> list[Any]:
         function("__tg_var", "tg_var", T.DYN, [T.STRING], _tg_var),
         function("__tg_params", "tg_params", T.DYN, [], _tg_params),
         function("__tg_range_bound", "tg_range_bound", T.INT, [T.INT], _range_bound),
+        function("resource.Get", "tg_resource_get", T.DYN, [T.STRING] * 4, _resource_get),
+        overloads("resource.List",
+                  cel.Overload("tg_resource_list", T.DYN, [T.STRING] * 3, is_member=False, impl=_resource_list),
+                  cel.Overload("tg_resource_list_labels", T.DYN, [T.STRING, T.STRING, T.STRING, T.DYN],
+                               is_member=False, impl=_resource_list)),
     ]
 
 
@@ -286,12 +345,14 @@ class CompiledExpression:
             when the expression was compiled without type checking.
         checked_type: the checker's return type (``cel.Type``; ``DYN`` when unchecked). Kept
             because a rewritten program (:mod:`webhook.policy.celopt`) is re-planned untyped.
+        resource_calls: every ``resource.Get``/``resource.List`` call (empty when unchecked).
     """
 
     program: Any
     source: str
     estimated: celcost.Estimate | None
     checked_type: Any
+    resource_calls: tuple[ResourceCall, ...] = ()
 
     def eval(self, activation: Any) -> Any:
         """``program.eval(activation)``: a cel-expr-python ``Value`` (may be an error value)."""
@@ -300,6 +361,36 @@ class CompiledExpression:
     def return_type(self) -> Any:
         """The checked return type (``cel.Type``), as cel-expr-python's ``Expression.return_type``."""
         return self.checked_type
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceCall:
+    """A ``resource.Get``/``resource.List`` call found in an expression's parse tree.
+
+    Attributes:
+        function: ``resource.Get`` or ``resource.List``.
+        api_version: the first argument when it is a string literal, else None.
+        resource: the second argument when it is a string literal, else None.
+        where: ``<input>:line:column`` of the call in the author's text.
+    """
+
+    function: str
+    api_version: str | None
+    resource: str | None
+    where: str
+
+
+def resource_calls(ast: celast.CheckedAst, text: str) -> tuple[ResourceCall, ...]:
+    """The resource-library calls of a checked expression, in source order."""
+    found = []
+    for node in ast.root.walk():
+        if node.kind != "call" or node.target is not None or node.name not in RESOURCE_FUNCTIONS:
+            continue
+        literal = [a.value if a.kind == "const" and isinstance(a.value, str) else None for a in node.args[:2]]
+        offset = max(0, ast.offsets.get(node.id, 0) - len(node.name))  # the offset is the '(' after the name
+        where = _error_at(text, offset, "").removeprefix("ERROR: ").rstrip(": ")
+        found.append((offset, ResourceCall(node.name, literal[0], literal[1], where)))
+    return tuple(call for _, call in sorted(found, key=lambda f: f[0]))
 
 
 def _error_at(text: str, offset: int, message: str) -> str:
@@ -378,13 +469,16 @@ class PolicyEnv:
             estimated = celcost.estimate(ast)
             if estimated.error:
                 raise RuntimeError(_error_at(source, 0, estimated.error))
+            calls = resource_calls(checked_ast, positions_in)
+        else:
+            calls = ()
         runtime_env = self.twin if "transformMap" in source else self.env
         chunked = celopt.chunk_list_comprehensions(serialized, ast.types) if celopt.has_chunkable(ast) else None
         if chunked is not None:
             program = runtime_env.deserialize(chunked)
         elif runtime_env is self.twin:
             program = self.twin.deserialize(serialized)
-        return CompiledExpression(program, text, estimated, checked_type)
+        return CompiledExpression(program, text, estimated, checked_type, calls)
 
     def _literal_ok(self, call: str, literal: str) -> str | None:
         """Evaluate ``call(literal)`` (duration/timestamp); the error text or None."""

@@ -25,12 +25,20 @@ from webhook.policy import celenv
 from webhook.policy.celenv import (
     ENV,
     MAX_EXPRESSION_LENGTH,
+    ResourceCall,
     T,
     inline_variables,
     referenced_variables,
     rewrite_for_runtime,
 )
-from webhook.policy.model import REASON_CODES, PolicySpec, PolicySpecError, parse_policy, parse_policy_match
+from webhook.policy.model import (
+    REASON_CODES,
+    PolicySpec,
+    PolicySpecError,
+    Reference,
+    parse_policy,
+    parse_policy_match,
+)
 from webhook.policy.status import ready_condition
 
 
@@ -134,7 +142,7 @@ def _clean_cel_error(err: Exception) -> str:
 
 
 def compile_expression(source: str, path: str, *, expect: tuple[Any, ...], known_variables: frozenset[str],
-                       inlined: dict[str, str] | None = None) -> Program:
+                       inlined: dict[str, str] | None = None, references: tuple[Reference, ...] = ()) -> Program:
     """Compile one expression and return its runtime program.
 
     Args:
@@ -144,6 +152,7 @@ def compile_expression(source: str, path: str, *, expect: tuple[Any, ...], known
             object fields are untyped as in VAP); empty accepts any type.
         known_variables: names of ``variables`` this expression may use.
         inlined: variable name → inlined definition (see :func:`celenv.inline_variables`).
+        references: ``spec.references``: what ``resource.Get``/``resource.List`` may read.
 
     Returns:
         The program: variables inlined when possible, else routed through the
@@ -152,7 +161,9 @@ def compile_expression(source: str, path: str, *, expect: tuple[Any, ...], known
 
     Raises:
         CompileError: too long, syntax or type errors (with CEL's position),
-            a wrong return type, or an unknown ``variables.<name>``.
+            a wrong return type, an unknown ``variables.<name>``, or a
+            ``resource.Get``/``resource.List`` call whose apiVersion and resource
+            are not string literals naming one of ``references``.
     """
     if len(source) > MAX_EXPRESSION_LENGTH:
         raise CompileError(path, f"expression is {len(source)} characters; the limit is {MAX_EXPRESSION_LENGTH}")
@@ -166,6 +177,7 @@ def compile_expression(source: str, path: str, *, expect: tuple[Any, ...], known
     # Compare the outer type only: list<map<string, string>> is a list.
     if expect and rtype != T.DYN and got.split("<", 1)[0] not in wanted:
         raise CompileError(path, f"must evaluate to {' or '.join(wanted)}, but evaluates to {got}")
+    _check_resource_calls(checked.resource_calls, path, references)
     unknown = referenced_variables(source) - known_variables
     if unknown:
         raise CompileError(path, f"undeclared variable(s): {', '.join('variables.' + n for n in sorted(unknown))}")
@@ -183,6 +195,18 @@ def compile_expression(source: str, path: str, *, expect: tuple[Any, ...], known
         raise CompileError(path, _clean_cel_error(e)) from None
 
 
+def _check_resource_calls(calls: tuple[ResourceCall, ...], path: str, references: tuple[Reference, ...]) -> None:
+    """Every resource-library call must name a declared reference with literals (its cache must be known)."""
+    for call in calls:
+        if call.api_version is None or call.resource is None:
+            raise CompileError(path, f"ERROR: {call.where}: the apiVersion and resource of {call.function} must be "
+                                     "string literals naming an entry of spec.references")
+        if Reference(call.api_version, call.resource) not in references:
+            declared = ", ".join(r.cache for r in references) or "none"
+            raise CompileError(path, f"ERROR: {call.where}: {call.function} reads {call.api_version} "
+                                     f"{call.resource}, which is not in spec.references (declared: {declared})")
+
+
 def compile_spec(spec: PolicySpec) -> CompiledPolicy:
     """Compile every expression of a parsed spec.
 
@@ -190,13 +214,14 @@ def compile_spec(spec: PolicySpec) -> CompiledPolicy:
         CompileError: the first expression that does not compile.
     """
     p = "spec"
+    refs = spec.references
     declared: list[str] = []
     variables: dict[str, Any] = {}
     inlined: dict[str, str] = {}
     for i, v in enumerate(spec.variables):
         variables[v.name] = compile_expression(
-            v.expression, f"{p}.variables[{i}].expression", expect=(), known_variables=frozenset(declared)
-        ).program
+            v.expression, f"{p}.variables[{i}].expression", expect=(), known_variables=frozenset(declared),
+            references=refs).program
         text = inline_variables(v.expression, inlined)
         if text is not None:
             inlined[v.name] = text
@@ -204,7 +229,7 @@ def compile_spec(spec: PolicySpec) -> CompiledPolicy:
     known = frozenset(declared)
     conditions = tuple(
         (c.name, compile_expression(c.expression, f"{p}.matchConditions[{i}].expression", expect=(T.BOOL,),
-                                    known_variables=frozenset()))
+                                    known_variables=frozenset(), references=refs))
         for i, c in enumerate(spec.match_conditions)
     )
     validations = []
@@ -213,11 +238,11 @@ def compile_spec(spec: PolicySpec) -> CompiledPolicy:
         validations.append(
             CompiledValidation(
                 expression=compile_expression(val.expression, f"{vp}.expression", expect=(T.BOOL,),
-                                              known_variables=known, inlined=inlined),
+                                              known_variables=known, inlined=inlined, references=refs),
                 message=val.message,
                 message_expression=(
                     compile_expression(val.message_expression, f"{vp}.messageExpression", expect=(T.STRING,),
-                                       known_variables=known, inlined=inlined)
+                                       known_variables=known, inlined=inlined, references=refs)
                     if val.message_expression
                     else None
                 ),
@@ -227,7 +252,8 @@ def compile_spec(spec: PolicySpec) -> CompiledPolicy:
         )
     audits = tuple(
         (a.key, compile_expression(a.value_expression, f"{p}.auditAnnotations[{i}].valueExpression",
-                                   expect=(T.STRING, T.NULL), known_variables=known, inlined=inlined))
+                                   expect=(T.STRING, T.NULL), known_variables=known, inlined=inlined,
+                                   references=refs))
         for i, a in enumerate(spec.audit_annotations)
     )
     mutations = []
@@ -235,7 +261,7 @@ def compile_spec(spec: PolicySpec) -> CompiledPolicy:
         field = "jsonPatch" if m.patch_type == "JSONPatch" else "applyConfiguration"
         expect = (T.LIST,) if m.patch_type == "JSONPatch" else (T.MAP,)
         program = compile_expression(m.expression, f"{p}.mutations[{i}].{field}.expression", expect=expect,
-                                     known_variables=known, inlined=inlined)
+                                     known_variables=known, inlined=inlined, references=refs)
         mutations.append((m.patch_type, program))
     return CompiledPolicy(spec, conditions, variables, tuple(validations), audits, tuple(mutations),
                           validating=bool(validations or audits), mutating=bool(mutations))

@@ -52,7 +52,7 @@ from webhook.policy.celenv import ENV, VariableScope, reset_scope, set_current_s
 from webhook.policy.compiler import CompiledPolicy, CompiledValidation, Program
 from webhook.policy.lookups import Lookups
 from webhook.policy.matching import View, has_selectors, selectors_match
-from webhook.policy.model import NAMESPACED_KIND
+from webhook.policy.model import NAMESPACED_KIND, Reference
 from webhook.policy.plan import Plan, build_plan
 from webhook.policy.request import RequestCoordinates
 from webhook.policy.vocabulary import Action, FailurePolicy, PolicyResult, Result
@@ -264,6 +264,7 @@ def _unsynced_cache(policy: CompiledPolicy, ctx: RequestContext) -> str | None:
         needed.append(caches.NAMESPACES)
     if policy.spec.param_ref is not None:
         needed.append(caches.CONFIGMAPS)
+    needed.extend(r.cache for r in policy.spec.references)
     for cache in needed:
         if not ctx.is_synced(cache):
             return cache
@@ -286,19 +287,67 @@ def _params(policy: CompiledPolicy, ctx: RequestContext) -> Any:
     return found if found else _NOT_FOUND
 
 
+class References:
+    """One policy's read-only view of the caches its ``spec.references`` declares (``resource.Get``/``List``).
+
+    Implements :class:`celenv.ReferenceReader` over :class:`Lookups`; never calls the API server.
+    An AdmissionPolicy (a tenant's) reads only its own namespace, as its paramRef does.
+
+    Args:
+        policy: the policy whose references these are.
+        lookups: the caches.
+    """
+
+    __slots__ = ("declared", "lookups", "tenant")
+
+    def __init__(self, policy: CompiledPolicy, lookups: Lookups) -> None:
+        self.declared = {(r.api_version, r.resource): r for r in policy.spec.references}
+        self.lookups = lookups
+        self.tenant = policy.spec.namespace if policy.spec.kind == NAMESPACED_KIND else None
+
+    def _reference(self, function: str, api_version: str, resource: str, namespace: str) -> Reference:
+        ref = self.declared.get((api_version, resource))
+        if ref is None:
+            raise celenv.LibraryError(f"{function}: {api_version} {resource} is not in spec.references")
+        if self.tenant is not None and namespace != self.tenant:
+            raise celenv.LibraryError(f"{function}: an AdmissionPolicy may only read its own namespace "
+                                      f"{self.tenant!r}, not {namespace or 'every namespace'!r}")
+        return ref
+
+    def get(self, api_version: str, resource: str, namespace: str, name: str) -> Any:
+        """See :meth:`celenv.ReferenceReader.get`: the object, or null when it is not cached."""
+        ref = self._reference("resource.Get", api_version, resource, namespace)
+        return self.lookups.get_object(ref, namespace, name)
+
+    def list(self, api_version: str, resource: str, namespace: str, labels: Any) -> Any:
+        """See :meth:`celenv.ReferenceReader.list`: ``{"items": [...]}`` sorted by namespace/name.
+
+        Raises:
+            celenv.LibraryError: ``labels`` is not a map of strings to strings.
+        """
+        ref = self._reference("resource.List", api_version, resource, namespace)
+        if labels is None:
+            labels = {}
+        if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                   for k, v in labels.items()):
+            raise celenv.LibraryError("resource.List: labels must be a map(string, string)")
+        return {"items": self.lookups.list_objects(ref, namespace, labels)}
+
+
 @dataclass(slots=True)
 class _Run:
-    """One selected policy, ready to evaluate: its view, params and activation."""
+    """One selected policy, ready to evaluate: its view, params, activation and references."""
 
     policy: CompiledPolicy
     view: View
     params: Any
     activation: Any
     prefix: str
+    references: References | None = None
 
     def scope(self, activation: Any | None = None) -> VariableScope:
         return VariableScope(self.policy.variables, self.activation if activation is None else activation,
-                             self.params)
+                             self.params, self.references)
 
 
 def _prepare(policy: CompiledPolicy, view: View, ctx: RequestContext) -> _Run | PolicyResult | None:
@@ -340,7 +389,8 @@ def _prepare(policy: CompiledPolicy, view: View, ctx: RequestContext) -> _Run | 
         return PolicyResult(name, Result.SKIP, msg)
     activation = ctx.activation(view)
     prefix = ".".join(ctx.coords.template or ()) + ": " if view is View.POD_TEMPLATE else ""
-    run = _Run(policy, view, params, activation, prefix)
+    run = _Run(policy, view, params, activation, prefix,
+               References(policy, ctx.lookups) if policy.spec.references else None)
     if policy.match_conditions:
         token = set_current_scope(run.scope())
         try:
@@ -614,6 +664,7 @@ __all__ = [
     "EvaluationError",
     "MutationOutcome",
     "PolicyResult",
+    "References",
     "RequestContext",
     "ValidationOutcome",
     "evaluate_mutating",

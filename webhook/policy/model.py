@@ -11,6 +11,7 @@ follow ValidatingAdmissionPolicy (VAP) and MutatingAdmissionPolicy.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,6 +107,39 @@ class ParamRef:
     parameter_not_found_action: str = "Deny"
 
 
+@dataclass(frozen=True, slots=True, order=True)
+class Reference:
+    """One entry of ``spec.references``: a resource whose cached objects the policy's CEL may read.
+
+    Read with ``resource.Get(apiVersion, resource, namespace, name)`` and
+    ``resource.List(apiVersion, resource, namespace[, labels])`` (Kyverno's
+    resource library signatures, served from an informer cache, never from
+    the API server; see ``docs/writing-policies.md``).
+
+    Attributes:
+        api_version: ``v1`` or ``group/version``, e.g. ``networking.k8s.io/v1``.
+        resource: the plural resource name, e.g. ``ingresses`` (no subresources).
+    """
+
+    api_version: str
+    resource: str
+
+    @property
+    def group(self) -> str:
+        """The API group (``""`` for core)."""
+        return self.api_version.rpartition("/")[0]
+
+    @property
+    def version(self) -> str:
+        """The version, e.g. ``v1``."""
+        return self.api_version.rpartition("/")[2]
+
+    @property
+    def cache(self) -> str:
+        """The cache's name for ``is_synced`` and messages: ``networking.k8s.io/v1/ingresses``."""
+        return f"{self.api_version}/{self.resource}"
+
+
 @dataclass(frozen=True, slots=True)
 class PolicySpec:
     """A parsed policy. ``namespace`` is None for a ClusterAdmissionPolicy."""
@@ -131,6 +165,8 @@ class PolicySpec:
     #: ``spec.background``: also evaluate existing objects in the background and
     #: write the results to PolicyReports (default false; see policy-api.md).
     background: bool = False
+    #: ``spec.references``: the cached resources its CEL may read (see :class:`Reference`).
+    references: tuple[Reference, ...] = ()
 
     @property
     def key(self) -> str:
@@ -399,4 +435,48 @@ def parse_policy(obj: dict[str, Any]) -> PolicySpec:
 
     return dataclasses.replace(
         head, match_conditions=conditions, param_ref=param_ref, variables=variables, validations=tuple(validations),
-        audit_annotations=tuple(audits), mutations=tuple(mutations), background=background)
+        audit_annotations=tuple(audits), mutations=tuple(mutations), background=background,
+        references=parse_references(spec))
+
+
+_API_VERSION = re.compile(r"^(?:[a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?v[0-9]+(?:(?:alpha|beta)[0-9]+)?$")
+_RESOURCE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+#: Most entries in ``spec.references``.
+MAX_REFERENCES = 16
+
+
+def parse_references(spec: dict[str, Any]) -> tuple[Reference, ...]:
+    """``spec.references`` of a raw policy spec, in the order written.
+
+    Args:
+        spec: the CR's ``spec`` (a raw dict).
+
+    Returns:
+        One :class:`Reference` per entry; ``()`` when absent.
+
+    Raises:
+        PolicySpecError: not a list of ``{apiVersion, resource}`` objects, a
+            malformed apiVersion or resource (a subresource such as
+            ``pods/log`` is not a cache), a duplicate, or more than
+            :data:`MAX_REFERENCES` entries.
+    """
+    p = "spec.references"
+    refs: list[Reference] = []
+    for i, raw in enumerate(_list(spec, "references", "spec")):
+        rp = f"{p}[{i}]"
+        if not isinstance(raw, dict):
+            raise PolicySpecError(rp, "must be an object")
+        api_version = _str(raw, "apiVersion", rp) or ""
+        resource = _str(raw, "resource", rp) or ""
+        if not _API_VERSION.match(api_version):
+            raise PolicySpecError(f"{rp}.apiVersion", f"must be v1 or group/version, got {api_version!r}")
+        if not _RESOURCE.match(resource):
+            raise PolicySpecError(f"{rp}.resource", f"must be a plural resource name such as ingresses, got "
+                                                    f"{resource!r}")
+        ref = Reference(api_version, resource)
+        if ref in refs:
+            raise PolicySpecError(rp, f"duplicate reference {ref.cache}")
+        refs.append(ref)
+    if len(refs) > MAX_REFERENCES:
+        raise PolicySpecError(p, f"at most {MAX_REFERENCES} entries")
+    return tuple(refs)

@@ -8,7 +8,7 @@ until a policy changes. It holds
   resource rules select (isolation, rules, excludes, autogen) — only label
   selectors, params and matchConditions remain per request;
 * **fused groups**: the candidates that are Ready, enforce with Deny, have
-  validations but no auditAnnotations, selectors, paramRef or matchConditions,
+  validations but no auditAnnotations, selectors, paramRef, references or matchConditions,
   and whose expressions are self-contained, are evaluated together as one CEL program
   ``(v1) && (v2) && ...`` per object view, with identical conjuncts shared.
   CEL's ``&&`` is true only when every operand is true, so a ``true`` result
@@ -50,6 +50,7 @@ def fusable(policy: CompiledPolicy) -> bool:
     return (policy.error is None and bool(policy.validations) and not policy.audit_annotations
             and Action.DENY in spec.validation_actions
             and not policy.match_conditions and spec.param_ref is None and not has_selectors(spec)
+            and not spec.references
             and all(v.expression.fusable_source is not None for v in policy.validations))
 
 

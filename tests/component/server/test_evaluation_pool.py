@@ -19,6 +19,7 @@ from webhook.admission.patch import decode_patch
 from webhook.admission.review import AdmissionRequest
 from webhook.policy import PolicyIndex
 from webhook.policy.lookups import InMemoryLookups
+from webhook.policy.model import Reference
 from webhook.policy.request import RequestCoordinates
 
 NAMESPACES = [{"metadata": {"name": "default", "labels": {"team": "a"}}}]
@@ -30,12 +31,12 @@ def request(obj: dict[str, Any]) -> AdmissionRequest:
 
 @asynccontextmanager
 async def evaluator(*policies: dict[str, Any], limits: OutputLimits | None = None,
-                    configmaps: tuple[dict[str, Any], ...] = (),
+                    configmaps: tuple[dict[str, Any], ...] = (), objects: dict[Reference, Any] | None = None,
                     **pool_options: Any) -> AsyncIterator[IsolatedEvaluator]:
     index = PolicyIndex()
     for p in policies:
         index.upsert(p)
-    handler = AdmissionHandler(index, InMemoryLookups(namespaces=NAMESPACES, configmaps=configmaps))
+    handler = AdmissionHandler(index, InMemoryLookups(namespaces=NAMESPACES, configmaps=configmaps, objects=objects))
     pool = EvaluationPool(workers=1, limits=limits, **pool_options)
     await pool.start()
     try:
@@ -82,6 +83,22 @@ async def test_lookups_are_answered_from_the_servers_caches() -> None:
         decision = await ev("validate", request(pod(images=("a", "b"))), 5)
     assert decision.decision == "denied"
     assert "team a" in decision.response["status"]["message"]
+
+
+async def test_reference_reads_are_answered_from_the_servers_caches() -> None:
+    # resource.Get / resource.List in a worker are round trips to the server's caches (a labels map included).
+    deployments = Reference("apps/v1", "deployments")
+    web = {"apiVersion": "apps/v1", "kind": "Deployment",
+           "metadata": {"name": "web", "namespace": "default", "labels": {"tier": "web"}}}
+    p = policy("p", references=[{"apiVersion": "apps/v1", "resource": "deployments"}],
+               validations=[{"expression": 'resource.List("apps/v1", "deployments", "default", {"tier": "web"})'
+                                           '.items.size() == 1'},
+                            {"expression": 'resource.Get("apps/v1", "deployments", "default", "web") == null',
+                             "message": "web exists"}])
+    async with evaluator(p, objects={deployments: [web]}) as ev:
+        decision = await ev("validate", request(pod()), 5)
+    assert decision.decision == "denied"
+    assert decision.response["status"]["message"] == "p: web exists"
 
 
 @pytest.mark.parametrize(("failure_policy", "allowed"), [("Fail", False), ("Ignore", True)])

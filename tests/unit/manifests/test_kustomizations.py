@@ -21,6 +21,7 @@ from webhook import certs
 from webhook.cli import main
 from webhook.policy import compile_policy
 from webhook.policy.matching import POD_CONTROLLERS
+from webhook.policy.model import parse_references
 
 ROOT = Path(__file__).resolve().parents[3]
 MANIFESTS = ROOT / "manifests"
@@ -211,9 +212,23 @@ def test_background_audit_overlay() -> None:
                                                      "clusterpolicyreports.wgpolicyk8s.io"}
 
 
+def test_references_overlay_grants_what_the_examples_reference() -> None:
+    docs = build(MANIFESTS / "overlays" / "references")
+    read = _one(docs, "ClusterRole", "tollgate-references-read")
+    assert all(rule["verbs"] == ["list", "watch"] for rule in read["rules"])
+    granted = {(g, r) for rule in read["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
+    referenced = {(ref.group, ref.resource) for p in (POLICIES / "examples").glob("*/policy.yaml")
+                  for d in yaml.safe_load_all(p.read_text()) if d
+                  for ref in parse_references(d["spec"])}
+    assert referenced and granted == referenced
+    binding = _one(docs, "ClusterRoleBinding", "tollgate-references-read")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "tollgate", "namespace": "tollgate-system"}]
+
+
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
 @pytest.mark.parametrize("directory", ["manifests/overlays/cert-manager", "manifests/overlays/self-managed",
-                                       "manifests/overlays/background-audit", "policies/pod-security/baseline",
+                                       "manifests/overlays/background-audit", "manifests/overlays/references",
+                                       "policies/pod-security/baseline",
                                        "policies/pod-security/restricted", "policies/examples"])
 def test_real_kustomize_builds_what_the_structural_expansion_builds(directory: str) -> None:
     out = subprocess.run(["kubectl", "kustomize", str(ROOT / directory)], capture_output=True, text=True,

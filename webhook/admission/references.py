@@ -1,0 +1,125 @@
+"""The informers behind ``spec.references``: one per referenced resource, held while a policy names it.
+
+A policy's ``spec.references`` (see :class:`~webhook.policy.model.Reference`)
+names the resources its CEL reads with ``resource.Get``/``resource.List``.
+:class:`ReferenceInformers` is a handler on the policy informers: when a policy
+is added or edited it acquires a dynamic informer per reference from a
+:class:`~webhook.informer.dynamic.DynamicInformerFactory` (owner:
+``references:<policy key>``), and releases what the policy no longer names, or everything when the
+policy is deleted. The factory reference-counts owners, so two policies reading
+Ingresses share one LIST/WATCH, which stops when the last of them goes. The
+engine reads those caches through :class:`~webhook.admission.informer_lookups.InformerLookups`;
+a cache that has not synced (not started yet, refused by the budget, or its
+LIST failing, e.g. for lack of RBAC) answers per the policy's ``onUnsynced``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from webhook.informer import DeletedFinalStateUnknown, ResourceEventHandlerFuncs, SharedInformer, meta_namespace_key
+from webhook.informer.dynamic import BudgetExceededError, DynamicInformerFactory
+from webhook.informer.gvr import GVR
+from webhook.policy.model import PolicySpecError, Reference, parse_references
+
+log = logging.getLogger("tollgate.references")
+
+#: Owner names in the shared factory (the background audit holds GVRs under bare policy keys).
+OWNER_PREFIX = "references:"
+
+
+def gvr_of(reference: Reference) -> GVR:
+    """The informer's GVR for a reference (the declared version is the one watched)."""
+    return GVR(reference.group, reference.version, reference.resource)
+
+
+def references_of(obj: dict[str, Any]) -> frozenset[Reference]:
+    """The references a raw policy object declares; none when its spec is unreadable.
+
+    A policy whose references do not parse is not Ready and is answered per its
+    failurePolicy without reading any cache, so nothing needs to run for it.
+    """
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        return frozenset()
+    try:
+        return frozenset(parse_references(spec))
+    except PolicySpecError:
+        return frozenset()
+
+
+class ReferenceInformers:
+    """Acquire and release reference informers as policies come, change and go.
+
+    Args:
+        factory: where the informers come from (its budget applies; see
+            :class:`~webhook.informer.dynamic.Budget`).
+    """
+
+    def __init__(self, factory: DynamicInformerFactory) -> None:
+        self.factory = factory
+        self._held: dict[str, frozenset[Reference]] = {}
+
+    def informer(self, reference: Reference) -> SharedInformer | None:
+        """The running informer of ``reference``, or None."""
+        return self.factory.informer(gvr_of(reference))
+
+    def wanted(self) -> frozenset[Reference]:
+        """Every reference some loaded policy declares."""
+        return frozenset(r for refs in self._held.values() for r in refs)
+
+    def status(self) -> dict[str, str]:
+        """``cache → synced | syncing | refused: <reason> | not running`` for every wanted reference (/readyz)."""
+        out = {}
+        for ref in sorted(self.wanted()):
+            gvr = gvr_of(ref)
+            inf = self.factory.informer(gvr)
+            if inf is not None:
+                out[ref.cache] = "synced" if inf.has_synced() else "syncing"
+            elif gvr in self.factory.refused:
+                out[ref.cache] = f"refused: {self.factory.refused[gvr]}"
+            else:
+                out[ref.cache] = "not running"
+        return out
+
+    def handler(self) -> ResourceEventHandlerFuncs:
+        """The handler to register on the ClusterAdmissionPolicy and AdmissionPolicy informers.
+
+        Its callbacks are async: the informer awaits them in its handler task, in event order.
+        """
+        async def add(obj: dict[str, Any], _initial: bool) -> None:
+            await self._set(OWNER_PREFIX + meta_namespace_key(obj), references_of(obj))
+
+        async def update(_old: dict[str, Any], new: dict[str, Any]) -> None:
+            await self._set(OWNER_PREFIX + meta_namespace_key(new), references_of(new))
+
+        async def delete(obj: dict[str, Any] | DeletedFinalStateUnknown) -> None:
+            await self._set(OWNER_PREFIX + meta_namespace_key(obj), frozenset())
+
+        return ResourceEventHandlerFuncs(add=add, update=update, delete=delete)
+
+    async def _set(self, owner: str, references: frozenset[Reference]) -> None:
+        held = self._held.get(owner, frozenset())
+        if references == held:
+            return
+        for ref in sorted(held - references):
+            await self.factory.release(gvr_of(ref), owner)
+        for ref in sorted(references - held):
+            try:
+                await self.factory.acquire(gvr_of(ref), owner)
+            except BudgetExceededError as e:
+                log.warning("policy %s: reference %s not cached: %s", owner, ref.cache, e)
+        if references:
+            self._held[owner] = references
+        else:
+            self._held.pop(owner, None)
+
+    async def retry_refused(self) -> None:
+        """Try again to start references the budget refused (e.g. after others were released)."""
+        await self.factory.retry_refused()
+
+    async def stop(self) -> None:
+        """Stop every reference informer."""
+        self._held.clear()
+        await self.factory.stop()
