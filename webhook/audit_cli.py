@@ -38,6 +38,7 @@ from webhook.policy.audit import (
 )
 from webhook.policy.lookups import Lookups
 from webhook.resources import plural
+from webhook.testsuite import load_resources, reference_objects
 from webhook.yamlio import InputError, load_file
 
 POLICY_KINDS = frozenset({"ClusterAdmissionPolicy", "AdmissionPolicy"})
@@ -142,7 +143,9 @@ def main(argv: list[str] | None = None) -> int:
                              f"{', '.join(map(str, args.policy))}")
         lookups = InMemoryLookups(
             namespaces=[d for d in _documents(args.namespace_file) if d.get("kind") == "Namespace"],
-            configmaps=[d for d in _documents(args.configmap) if d.get("kind") == "ConfigMap"])
+            configmaps=[d for d in _documents(args.configmap) if d.get("kind") == "ConfigMap"],
+            # The resources are the cluster: they are also the caches policies' spec.references read.
+            objects=reference_objects(load_resources(args.resource)))
         reports = audit_documents(policies, _documents(args.resource), lookups, include_all=args.all,
                                   now=int(time.time()))
     except InputError as e:

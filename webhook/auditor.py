@@ -142,6 +142,8 @@ class Auditor:
         self._informers: dict[GVR, SharedInformer] = {}
         self._context_namespaces: set[str] = set()
         self._context_params = False
+        #: GVRs whose objects changed: policies whose spec.references name one are re-evaluated.
+        self._context_references: set[GVR] = set()
         self._wake = asyncio.Event()
         self._busy = False
         self._task: asyncio.Task[None] | None = None
@@ -202,6 +204,9 @@ class Auditor:
 
         def touch(obj: dict[str, Any] | DeletedFinalStateUnknown) -> None:
             self._dirty_objects.setdefault(gvr, set()).add(meta_namespace_key(obj))
+            # The same factory runs spec.references' informers: a change there may change any verdict
+            # of the policies reading it.
+            self._context_references.add(gvr)
             self._wake.set()
 
         informer.add_event_handler(ResourceEventHandlerFuncs(
@@ -342,12 +347,15 @@ class Auditor:
         self._publish()
 
     def _expand_context_changes(self) -> None:
-        """Turn Namespace / ConfigMap changes into dirty policies and objects."""
+        """Turn Namespace / ConfigMap / referenced-object changes into dirty policies and objects."""
         namespaces, self._context_namespaces = self._context_namespaces, set()
         params, self._context_params = self._context_params, False
+        referenced, self._context_references = self._context_references, set()
         for key, audited in self._audited.items():
             spec = audited.policy.spec
             if params and spec.param_ref is not None:
+                self._dirty_policies.add(key)
+            if referenced and any(GVR(r.group, r.version, r.resource) in referenced for r in spec.references):
                 self._dirty_policies.add(key)
             if namespaces and (not spec.namespace_selector.empty or reads_namespace_object(spec)):
                 for gvr in self._dynamic.gvrs(key):

@@ -10,9 +10,9 @@ from tests.component.dynamic.test_dynamic_factory import PODS, factory, obj, sna
 from tests.fakeapi.server import Cluster
 from webhook.auditor import Auditor, audit_rules
 from webhook.informer.dynamic import DynamicInformers
-from webhook.informer.gvr import DiscoverySnapshot
+from webhook.informer.gvr import GVR, DiscoverySnapshot
 from webhook.policy import InMemoryLookups
-from webhook.policy.model import parse_policy
+from webhook.policy.model import Reference, parse_policy
 
 NO_PRIV = {"expression": "object.spec.containers.all(c, !(c.?securityContext.?privileged.orValue(false)))"}
 
@@ -90,3 +90,55 @@ def test_audit_rules_skip_non_create_rules_and_add_pod_controllers() -> None:
     rules = audit_rules(spec)
     assert [sorted(r.resources)[0] for r in rules] == ["pods", "replicationcontrollers", "daemonsets", "deployments",
                                                        "replicasets", "statefulsets", "cronjobs", "jobs"]
+
+
+class _ReferenceLookups(InMemoryLookups):
+    """Lookups whose reference reads go to the factory's running informers (as the app's InformerLookups)."""
+
+    def __init__(self, factory: Any) -> None:
+        super().__init__()
+        self._factory = factory
+
+    def get_object(self, reference: Reference, namespace: str, name: str) -> dict[str, Any] | None:
+        inf = self._factory.informer(GVR(reference.group, reference.version, reference.resource))
+        return None if inf is None else inf.indexer.get_by_key(f"{namespace}/{name}" if namespace else name)
+
+    def list_objects(self, reference: Reference, namespace: str, labels: Any) -> list[dict[str, Any]]:
+        inf = self._factory.informer(GVR(reference.group, reference.version, reference.resource))
+        objs = [] if inf is None else inf.indexer.list()
+        return [o for o in objs if not namespace or o["metadata"].get("namespace") == namespace]
+
+
+async def test_a_change_in_a_referenced_cache_reevaluates_the_policies_reading_it(cluster: Cluster) -> None:
+    # Pods pass only where a Service exists in their namespace; the Services cache is a spec.references one,
+    # run by the same factory. Creating a Service re-evaluates the policy's objects without any Pod changing.
+    services = GVR("", "v1", "services")
+    for i in range(3):
+        await cluster.apply("pods", obj(f"p{i}", spec=podspec(False)))
+
+    async def discover() -> DiscoverySnapshot:
+        return snap(PODS)
+
+    dyn = DynamicInformers(factory(cluster), discover, refresh_interval=0)
+    reports: dict[str | None, Any] = {}
+    auditor = Auditor(dyn, _ReferenceLookups(dyn.factory), reports.__setitem__)
+    await dyn.refresh()
+    await auditor.start()
+    await dyn.factory.acquire(services, "references:p")
+    policy = cap(references=[{"apiVersion": "v1", "resource": "services"}], validations=[
+        {"expression": 'resource.List("v1", "services", object.metadata.namespace).items.size() > 0',
+         "message": "no Service in the namespace"}])
+    auditor.policy_handler().on_add(policy, True)
+    await idle(auditor)
+    assert reports["default"]["summary"]["fail"] == 3
+    evaluations = auditor.evaluations
+    await cluster.apply("services", obj("svc"))
+    for _ in range(400):
+        await idle(auditor)
+        if reports["default"]["summary"]["pass"] == 3:
+            break
+        await asyncio.sleep(0.005)
+    assert reports["default"]["summary"] == {**reports["default"]["summary"], "pass": 3, "fail": 0}
+    assert auditor.evaluations == evaluations + 3
+    await auditor.stop()
+    await dyn.stop()

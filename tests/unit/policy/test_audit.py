@@ -189,6 +189,28 @@ def test_offline_audit_prints_the_reports_it_would_write(tmp_path: Any, capsys: 
     assert {r["policy"] for d in docs for r in d["results"]} == {"no-priv", "quiet", "who"}
 
 
+def test_offline_audit_reads_references_from_the_audited_resources(tmp_path: Any, capsys: Any) -> None:
+    # The resources are the cluster: two Ingresses claiming one host both fail unique-ingress-host.
+    import json
+    from pathlib import Path
+
+    import yaml
+
+    from webhook.cli import main
+
+    example = Path(__file__).resolve().parents[3] / "policies" / "examples" / "unique-ingress-host"
+    existing = list(yaml.safe_load_all((example / "existing.yaml").read_text()))
+    copy_of_shop = {**existing[0], "metadata": {"name": "shop-copy", "namespace": "marketing"}}
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump_all([*existing, copy_of_shop]))
+    assert main(["audit", "--all", "-p", str(example / "policy.yaml"), "-r", str(tmp_path / "cluster.yaml"),
+                 "-o", "json"]) == 0
+    results = {(r["resources"][0]["namespace"], r["resources"][0]["name"]): (r["result"], r.get("message"))
+               for report in json.loads(capsys.readouterr().out)["items"] for r in report["results"]}
+    taken = ("fail", "host shop.example.com is already used by another Ingress")
+    assert results == {("shop", "shop"): taken, ("marketing", "shop-copy"): taken,
+                       ("platform", "api"): ("pass", None)}
+
+
 def test_offline_audit_rejects_unusable_input(tmp_path: Any, capsys: Any) -> None:
     from webhook.cli import main
 
