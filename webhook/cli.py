@@ -117,7 +117,8 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
                    help="evaluate existing objects for policies with spec.background: true and write "
                         "PolicyReports (leader only; needs the background-audit RBAC overlay)")
     p.add_argument("--audit-max-objects", type=int, default=200_000, metavar="N",
-                   help="refuse to cache more objects than this for the background audit (default 200000)")
+                   help="refuse to cache more objects than this over every dynamic informer: background audit and "
+                        "spec.references (default 200000)")
     p.add_argument("--create-webhooks", action="store_true",
                    help="create a missing webhook configuration (needs RBAC create)")
     p.add_argument("--self-managed-certs", action="store_true",
