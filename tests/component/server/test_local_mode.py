@@ -101,3 +101,53 @@ async def test_a_file_that_stops_parsing_keeps_serving_its_last_good_objects_and
 async def _with_errors(readyz: Any) -> dict[str, Any] | None:
     body = await readyz()
     return body if body and body.get("localFileErrors") else None
+
+
+async def test_references_are_served_from_the_directory_and_follow_its_files(tmp_path: Path) -> None:
+    # The directory is the cluster: the Ingresses under it are the cache unique-ingress-host reads.
+    import shutil
+
+    import yaml
+
+    from tests.component.server.test_references import INGRESSES, ingress
+    from tests.component.server.test_references import review as review_of
+
+    example = Path(__file__).resolve().parents[3] / "policies" / "examples" / "unique-ingress-host"
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    shutil.copy(example / "policy.yaml", policies / "policy.yaml")
+    shutil.copy(example / "existing.yaml", policies / "existing.yaml")
+    paths = certs.write_certs(tmp_path / "certs", dns_names=["localhost"], days=1)
+    app = create_app(Settings(local_dir=policies, local_poll_interval=0.05, cert_file=paths.cert,
+                              key_file=paths.key, write_status=False))
+    runner, port = await serve_tls(app)
+    url = f"https://localhost:{port}"
+    ctx = ssl.create_default_context(cafile=str(paths.ca))
+    try:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as session:
+            async def decide(obj: dict[str, Any]) -> dict[str, Any]:
+                async with session.post(url + "/validate", json=review_of(obj, "networking.k8s.io", "ingresses")) \
+                        as resp:
+                    return (await resp.json())["response"]  # type: ignore[no-any-return]
+
+            async def synced() -> bool:
+                async with session.get(url + "/readyz") as resp:
+                    body = await resp.json()
+                return body.get("references") == {"networking.k8s.io/v1/ingresses": "synced"}
+
+            await until(synced)
+            answer = await decide(INGRESSES["shop-copy"])
+            assert answer["allowed"] is False
+            assert answer["status"]["message"] == ("unique-ingress-host: host shop.example.com is already used by "
+                                                   "another Ingress")
+            assert (await decide(INGRESSES["blog"]))["allowed"] is True
+            # A file added under the directory is a new object in the cache.
+            (policies / "blog.yaml").write_text(yaml.safe_dump(ingress("blog", "marketing", "blog.example.com")))
+            rival = ingress("blog", "platform", "blog.example.com")
+
+            async def taken() -> bool:
+                return (await decide(rival))["allowed"] is False
+
+            await until(taken)
+    finally:
+        await runner.cleanup()
