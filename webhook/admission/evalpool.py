@@ -44,7 +44,7 @@ MAX_WARM = 256
 #: Largest reply frame accepted from a worker (the AdmissionDecision is already bounded by OutputLimits).
 MAX_REPLY_BYTES = 16 * 1024 * 1024
 _LOOKUPS = frozenset({"get_namespace", "get_configmap", "list_configmaps", "get_object", "list_objects",
-                      "is_synced"})
+                      "by_index", "is_synced"})
 _ROOT = Path(__file__).resolve().parents[2]
 
 

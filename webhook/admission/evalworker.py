@@ -46,7 +46,7 @@ from webhook.admission.ipc import recv_frame, send_frame
 from webhook.admission.limits import OutputLimits, bound_decision
 from webhook.policy import Decision, PolicyResult, RequestCoordinates, Result, compile_policy
 from webhook.policy.compiler import CompiledPolicy
-from webhook.policy.model import Reference
+from webhook.policy.model import Reference, ReferenceIndex
 from webhook.policy.plan import Plan, build_plan
 from webhook.policy.selectors import LabelSelector
 
@@ -119,6 +119,10 @@ class RemoteLookups:
     def list_objects(self, reference: Reference, namespace: str, labels: Mapping[str, str]) -> list[dict[str, Any]]:
         """The server's cached objects of a ``spec.references`` entry with ``labels``."""
         return self._call("list_objects", reference, namespace, dict(labels))  # type: ignore[no-any-return]
+
+    def by_index(self, reference: Reference, index: ReferenceIndex, value: str) -> list[dict[str, Any]]:
+        """The server's ``ByIndex`` on a declared index of a ``spec.references`` entry."""
+        return self._call("by_index", reference, index, value)  # type: ignore[no-any-return]
 
     def is_synced(self, cache: str) -> bool:
         """Whether the server's ``cache`` has synced."""

@@ -12,7 +12,7 @@ from typing import Any
 from webhook.informer import NAMESPACE_INDEX, SharedInformer
 from webhook.policy import lookups as caches
 from webhook.policy.lookups import has_labels
-from webhook.policy.model import Reference
+from webhook.policy.model import Reference, ReferenceIndex
 from webhook.policy.selectors import LabelSelector
 
 
@@ -69,6 +69,17 @@ class InformerLookups:
         idx = inf.indexer
         objs = idx.by_index(NAMESPACE_INDEX, namespace) if namespace else idx.list()
         return _by_name([o for o in objs if has_labels(o, labels)])
+
+    def by_index(self, reference: Reference, index: ReferenceIndex, value: str) -> list[dict[str, Any]]:
+        """The Indexer's ``ByIndex`` on the index ``webhook.admission.references`` installed for ``index``.
+
+        Raises:
+            LookupError: the cache does not run, or the index is not installed yet.
+        """
+        inf = self._references(reference)
+        if inf is None or not inf.indexer.has_index(index.indexer_name):
+            raise LookupError(f"index {index.name} of {reference.cache} is not ready")
+        return _by_name(inf.indexer.by_index(index.indexer_name, value))
 
     def is_synced(self, cache: str) -> bool:
         """``namespaces`` | ``configmaps`` | ``policies`` | a reference's ``apiVersion/resource``."""

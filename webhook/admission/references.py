@@ -7,7 +7,9 @@ is added or edited it acquires a dynamic informer per reference from a
 :class:`~webhook.informer.dynamic.DynamicInformerFactory` (owner:
 ``references:<policy key>``), and releases what the policy no longer names, or everything when the
 policy is deleted. The factory reference-counts owners, so two policies reading
-Ingresses share one LIST/WATCH, which stops when the last of them goes. The
+Ingresses share one LIST/WATCH, which stops when the last of them goes. The indexes a
+reference declares (``spec.references[].indexes``) are installed on the informer's Indexer
+(client-go ``AddIndexers``) for ``resource.ByIndex``, and removed when no policy declares them. The
 engine reads those caches through :class:`~webhook.admission.informer_lookups.InformerLookups`;
 a cache that has not synced (not started yet, refused by the budget, or its
 LIST failing, e.g. for lack of RBAC) answers per the policy's ``onUnsynced``.
@@ -15,13 +17,16 @@ LIST failing, e.g. for lack of RBAC) answers per the policy's ``onUnsynced``.
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
 from webhook.informer import DeletedFinalStateUnknown, ResourceEventHandlerFuncs, SharedInformer, meta_namespace_key
 from webhook.informer.dynamic import BudgetExceededError, DynamicInformerFactory
 from webhook.informer.gvr import GVR
-from webhook.policy.model import PolicySpecError, Reference, parse_references
+from webhook.informer.store import IndexFunc
+from webhook.policy.indexes import index_values
+from webhook.policy.model import PolicySpecError, Reference, ReferenceIndex, parse_references
 
 log = logging.getLogger("tollgate.references")
 
@@ -32,6 +37,10 @@ OWNER_PREFIX = "references:"
 def gvr_of(reference: Reference) -> GVR:
     """The informer's GVR for a reference (the declared version is the one watched)."""
     return GVR(reference.group, reference.version, reference.resource)
+
+
+def _with_indexes(refs: frozenset[Reference]) -> frozenset[tuple[Reference, tuple[ReferenceIndex, ...]]]:
+    return frozenset((r, r.indexes) for r in refs)
 
 
 def references_of(obj: dict[str, Any]) -> frozenset[Reference]:
@@ -60,6 +69,9 @@ class ReferenceInformers:
     def __init__(self, factory: DynamicInformerFactory) -> None:
         self.factory = factory
         self._held: dict[str, frozenset[Reference]] = {}
+        #: GVR → indexer names installed on its running informer.
+        self._installed: dict[GVR, set[str]] = {}
+        factory.add_listener(on_start=self._on_start, on_stop=lambda gvr: self._installed.pop(gvr, None))
 
     def informer(self, reference: Reference) -> SharedInformer | None:
         """The running informer of ``reference``, or None."""
@@ -101,8 +113,13 @@ class ReferenceInformers:
 
     async def _set(self, owner: str, references: frozenset[Reference]) -> None:
         held = self._held.get(owner, frozenset())
-        if references == held:
+        if _with_indexes(references) == _with_indexes(held):
             return
+        # Recorded first: an informer starting below installs the indexes its owners want (_on_start).
+        if references:
+            self._held[owner] = references
+        else:
+            self._held.pop(owner, None)
         for ref in sorted(held - references):
             await self.factory.release(gvr_of(ref), owner)
         for ref in sorted(references - held):
@@ -110,10 +127,31 @@ class ReferenceInformers:
                 await self.factory.acquire(gvr_of(ref), owner)
             except BudgetExceededError as e:
                 log.warning("policy %s: reference %s not cached: %s", owner, ref.cache, e)
-        if references:
-            self._held[owner] = references
-        else:
-            self._held.pop(owner, None)
+        for gvr in {gvr_of(r) for r in held | references}:
+            inf = self.factory.informer(gvr)
+            if inf is not None:
+                self._sync_indexes(gvr, inf)
+
+    def _on_start(self, gvr: GVR, informer: SharedInformer) -> None:
+        self._installed[gvr] = set()
+        self._sync_indexes(gvr, informer)
+
+    def _sync_indexes(self, gvr: GVR, informer: SharedInformer) -> None:
+        """Make the informer's Indexer hold exactly the indexes the loaded policies declare for ``gvr``.
+
+        Adding an index to a running informer indexes every cached object at once (the policy's
+        CEL per object, synchronously); until then ``resource.ByIndex`` errors (failurePolicy).
+        """
+        want = {i.indexer_name: i for refs in self._held.values() for r in refs if gvr_of(r) == gvr
+                for i in r.indexes}
+        have = self._installed.setdefault(gvr, set())
+        for name in have - want.keys():
+            informer.indexer.remove_indexer(name)
+        new: dict[str, IndexFunc] = {name: functools.partial(index_values, want[name])
+                                     for name in want.keys() - have}
+        if new:
+            informer.indexer.add_indexers(new)
+        self._installed[gvr] = set(want)
 
     async def retry_refused(self) -> None:
         """Try again to start references the budget refused (e.g. after others were released)."""

@@ -144,6 +144,15 @@ class Indexer:
             self._indexers[name] = indexers[name]
             self._indices[name] = index
 
+    def remove_indexer(self, name: str) -> None:
+        """Drop the index ``name`` (no-op when absent); objects stay (e.g. a policy stopped using it)."""
+        self._indexers.pop(name, None)
+        self._indices.pop(name, None)
+
+    def has_index(self, name: str) -> bool:
+        """Whether ``name`` is an index."""
+        return name in self._indexers
+
     def _values(self, obj: KubeObject) -> dict[str, builtins.list[str]]:
         # Computed before any mutation, so a failing IndexFunc leaves the store intact.
         return {name: fn(obj) for name, fn in self._indexers.items()}

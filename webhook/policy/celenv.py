@@ -102,6 +102,10 @@ class ReferenceReader(Protocol):
         """``{"items": [...]}``: cached objects in ``namespace`` (``""``: every namespace) with ``labels``."""
         ...
 
+    def by_index(self, api_version: str, resource: str, index: str, value: str) -> Any:
+        """``{"items": [...]}``: cached objects whose declared index ``index`` yields ``value``."""
+        ...
+
 
 class VariableScope:
     """Lazily evaluated ``variables`` and ``params`` of one policy in one request, and its references."""
@@ -173,8 +177,13 @@ def _resource_list(api_version: str, resource: str, namespace: str, labels: Any 
     return _reader("resource.List").list(api_version, resource, namespace, labels)
 
 
-#: The read-only half of Kyverno's CEL resource library, over the caches ``spec.references`` declares.
-RESOURCE_FUNCTIONS = frozenset({"resource.Get", "resource.List"})
+def _resource_by_index(api_version: str, resource: str, index: str, value: str) -> Any:
+    return _reader("resource.ByIndex").by_index(api_version, resource, index, value)
+
+
+#: The read-only half of Kyverno's CEL resource library, over the caches ``spec.references`` declares,
+#: plus ``resource.ByIndex`` (client-go's ``Indexer.ByIndex`` over a declared index).
+RESOURCE_FUNCTIONS = frozenset({"resource.Get", "resource.List", "resource.ByIndex"})
 
 
 def _range_bound(n: int) -> int:
@@ -189,6 +198,7 @@ def _internal_declarations() -> list[Any]:
         function("__tg_params", "tg_params", T.DYN, [], _tg_params),
         function("__tg_range_bound", "tg_range_bound", T.INT, [T.INT], _range_bound),
         function("resource.Get", "tg_resource_get", T.DYN, [T.STRING] * 4, _resource_get),
+        function("resource.ByIndex", "tg_resource_by_index", T.DYN, [T.STRING] * 4, _resource_by_index),
         overloads("resource.List",
                   cel.Overload("tg_resource_list", T.DYN, [T.STRING] * 3, is_member=False, impl=_resource_list),
                   cel.Overload("tg_resource_list_labels", T.DYN, [T.STRING, T.STRING, T.STRING, T.DYN],
@@ -368,16 +378,18 @@ class ResourceCall:
     """A ``resource.Get``/``resource.List`` call found in an expression's parse tree.
 
     Attributes:
-        function: ``resource.Get`` or ``resource.List``.
+        function: ``resource.Get``, ``resource.List`` or ``resource.ByIndex``.
         api_version: the first argument when it is a string literal, else None.
         resource: the second argument when it is a string literal, else None.
         where: ``<input>:line:column`` of the call in the author's text.
+        index: ``resource.ByIndex``'s third argument when it is a string literal, else None.
     """
 
     function: str
     api_version: str | None
     resource: str | None
     where: str
+    index: str | None = None
 
 
 def resource_calls(ast: celast.CheckedAst, text: str) -> tuple[ResourceCall, ...]:
@@ -386,10 +398,11 @@ def resource_calls(ast: celast.CheckedAst, text: str) -> tuple[ResourceCall, ...
     for node in ast.root.walk():
         if node.kind != "call" or node.target is not None or node.name not in RESOURCE_FUNCTIONS:
             continue
-        literal = [a.value if a.kind == "const" and isinstance(a.value, str) else None for a in node.args[:2]]
+        literal = [a.value if a.kind == "const" and isinstance(a.value, str) else None for a in node.args[:3]]
         offset = max(0, ast.offsets.get(node.id, 0) - len(node.name))  # the offset is the '(' after the name
         where = _error_at(text, offset, "").removeprefix("ERROR: ").rstrip(": ")
-        found.append((offset, ResourceCall(node.name, literal[0], literal[1], where)))
+        index = literal[2] if node.name == "resource.ByIndex" and len(literal) > 2 else None
+        found.append((offset, ResourceCall(node.name, literal[0], literal[1], where, index)))
     return tuple(call for _, call in sorted(found, key=lambda f: f[0]))
 
 

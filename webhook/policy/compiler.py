@@ -201,10 +201,16 @@ def _check_resource_calls(calls: tuple[ResourceCall, ...], path: str, references
         if call.api_version is None or call.resource is None:
             raise CompileError(path, f"ERROR: {call.where}: the apiVersion and resource of {call.function} must be "
                                      "string literals naming an entry of spec.references")
-        if Reference(call.api_version, call.resource) not in references:
+        ref = next((r for r in references if r == Reference(call.api_version, call.resource)), None)
+        if ref is None:
             declared = ", ".join(r.cache for r in references) or "none"
             raise CompileError(path, f"ERROR: {call.where}: {call.function} reads {call.api_version} "
                                      f"{call.resource}, which is not in spec.references (declared: {declared})")
+        if call.function == "resource.ByIndex" and not any(i.name == call.index for i in ref.indexes):
+            declared = ", ".join(i.name for i in ref.indexes) or "none"
+            what = "a string literal" if call.index is None else f"{call.index!r}, which is not"
+            raise CompileError(path, f"ERROR: {call.where}: the index of resource.ByIndex must be {what} an index "
+                                     f"of {ref.cache} in spec.references (declared: {declared})")
 
 
 def compile_spec(spec: PolicySpec) -> CompiledPolicy:
@@ -215,6 +221,11 @@ def compile_spec(spec: PolicySpec) -> CompiledPolicy:
     """
     p = "spec"
     refs = spec.references
+    for i, ref in enumerate(refs):
+        for j, index in enumerate(ref.indexes):
+            # Evaluated over each cached object by the informer's Indexer (webhook.policy.indexes).
+            compile_expression(index.expression, f"{p}.references[{i}].indexes[{j}].expression",
+                               expect=(T.STRING, T.LIST, T.NULL), known_variables=frozenset())
     declared: list[str] = []
     variables: dict[str, Any] = {}
     inlined: dict[str, str] = {}

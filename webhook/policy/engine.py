@@ -333,6 +333,26 @@ class References:
             raise celenv.LibraryError("resource.List: labels must be a map(string, string)")
         return {"items": self.lookups.list_objects(ref, namespace, labels)}
 
+    def by_index(self, api_version: str, resource: str, index: str, value: str) -> Any:
+        """See :meth:`celenv.ReferenceReader.by_index`: ``{"items": [...]}`` sorted by namespace/name.
+
+        An AdmissionPolicy sees only the objects of its own namespace.
+
+        Raises:
+            celenv.LibraryError: the index is undeclared or not installed on the cache yet.
+        """
+        ref = self._reference("resource.ByIndex", api_version, resource, self.tenant or "")
+        definition = next((i for i in ref.indexes if i.name == index), None)
+        if definition is None:
+            raise celenv.LibraryError(f"resource.ByIndex: {ref.cache} declares no index {index!r}")
+        try:
+            found = self.lookups.by_index(ref, definition, value)
+        except LookupError as e:
+            raise celenv.LibraryError(f"resource.ByIndex: {e}") from None
+        if self.tenant is not None:
+            found = [o for o in found if (o.get("metadata") or {}).get("namespace") == self.tenant]
+        return {"items": found}
+
 
 @dataclass(slots=True)
 class _Run:

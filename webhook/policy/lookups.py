@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
-from webhook.policy.model import Reference
+from webhook.policy.indexes import index_values
+from webhook.policy.model import Reference, ReferenceIndex
 from webhook.policy.selectors import LabelSelector
 
 #: Cache names ``is_synced`` is asked about.
@@ -44,6 +45,14 @@ class Lookups(Protocol):
 
     def list_objects(self, reference: Reference, namespace: str, labels: Mapping[str, str]) -> list[dict[str, Any]]:
         """Objects of ``reference`` in ``namespace`` (``""``: all) with every ``labels`` pair, by namespace/name."""
+        ...
+
+    def by_index(self, reference: Reference, index: ReferenceIndex, value: str) -> list[dict[str, Any]]:
+        """Objects of ``reference`` whose ``index`` values include ``value``, sorted by namespace/name.
+
+        Raises:
+            LookupError: the index is not installed on the cache (yet).
+        """
         ...
 
     def is_synced(self, cache: str) -> bool:
@@ -116,6 +125,10 @@ class InMemoryLookups:
         """See :meth:`Lookups.list_objects`."""
         return [o for (ns, _), o in sorted(self._objects.get(reference, {}).items())
                 if (not namespace or ns == namespace) and has_labels(o, labels)]
+
+    def by_index(self, reference: Reference, index: ReferenceIndex, value: str) -> list[dict[str, Any]]:
+        """See :meth:`Lookups.by_index`; index values computed per call (:func:`index_values`)."""
+        return [o for _, o in sorted(self._objects.get(reference, {}).items()) if value in index_values(index, o)]
 
     def is_synced(self, cache: str) -> bool:
         """See :meth:`Lookups.is_synced`; every reference given (even with no objects) is synced."""

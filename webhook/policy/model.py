@@ -11,6 +11,7 @@ follow ValidatingAdmissionPolicy (VAP) and MutatingAdmissionPolicy.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -107,6 +108,30 @@ class ParamRef:
     parameter_not_found_action: str = "Deny"
 
 
+@dataclass(frozen=True, slots=True)
+class ReferenceIndex:
+    """One entry of ``spec.references[].indexes``: a CEL index over the reference's cached objects.
+
+    The expression sees the cached object as ``object`` and yields a string or a list of strings
+    (its index values; ``null``, an error or a non-string yield none). ``resource.ByIndex(apiVersion,
+    resource, name, value)`` then returns the objects with ``value`` among them in O(1), as client-go's
+    ``Indexer.ByIndex`` does, instead of listing and filtering every object per request.
+
+    Attributes:
+        name: the index's name within its reference (a CEL identifier).
+        expression: CEL over ``object``.
+    """
+
+    name: str
+    expression: str
+
+    @property
+    def indexer_name(self) -> str:
+        """The informer Indexer's index name: content-addressed, so equal definitions share one index."""
+        digest = hashlib.sha256(self.expression.encode()).hexdigest()[:16]
+        return f"tollgate.dev/{self.name}.{digest}"
+
+
 @dataclass(frozen=True, slots=True, order=True)
 class Reference:
     """One entry of ``spec.references``: a resource whose cached objects the policy's CEL may read.
@@ -123,6 +148,8 @@ class Reference:
 
     api_version: str
     resource: str
+    #: ``indexes``: named CEL indexes over the cached objects (not part of the cache's identity).
+    indexes: tuple[ReferenceIndex, ...] = dataclasses.field(default=(), compare=False)
 
     @property
     def group(self) -> str:
@@ -445,6 +472,28 @@ _RESOURCE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 MAX_REFERENCES = 16
 
 
+#: Most indexes per reference.
+MAX_INDEXES = 8
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _indexes(raw: dict[str, Any], path: str) -> tuple[ReferenceIndex, ...]:
+    out: list[ReferenceIndex] = []
+    for j, entry in enumerate(_list(raw, "indexes", path)):
+        ip = f"{path}.indexes[{j}]"
+        if not isinstance(entry, dict):
+            raise PolicySpecError(ip, "must be an object")
+        name = _str(entry, "name", ip) or ""
+        if not _IDENTIFIER.match(name):
+            raise PolicySpecError(f"{ip}.name", f"must be an identifier, got {name!r}")
+        if any(i.name == name for i in out):
+            raise PolicySpecError(f"{ip}.name", f"duplicate index name {name!r}")
+        out.append(ReferenceIndex(name, _str(entry, "expression", ip) or ""))
+    if len(out) > MAX_INDEXES:
+        raise PolicySpecError(f"{path}.indexes", f"at most {MAX_INDEXES} entries")
+    return tuple(out)
+
+
 def parse_references(spec: dict[str, Any]) -> tuple[Reference, ...]:
     """``spec.references`` of a raw policy spec, in the order written.
 
@@ -455,8 +504,8 @@ def parse_references(spec: dict[str, Any]) -> tuple[Reference, ...]:
         One :class:`Reference` per entry; ``()`` when absent.
 
     Raises:
-        PolicySpecError: not a list of ``{apiVersion, resource}`` objects, a
-            malformed apiVersion or resource (a subresource such as
+        PolicySpecError: not a list of ``{apiVersion, resource, indexes}`` objects, a
+            malformed apiVersion, resource or index (a subresource such as
             ``pods/log`` is not a cache), a duplicate, or more than
             :data:`MAX_REFERENCES` entries.
     """
@@ -473,7 +522,7 @@ def parse_references(spec: dict[str, Any]) -> tuple[Reference, ...]:
         if not _RESOURCE.match(resource):
             raise PolicySpecError(f"{rp}.resource", f"must be a plural resource name such as ingresses, got "
                                                     f"{resource!r}")
-        ref = Reference(api_version, resource)
+        ref = Reference(api_version, resource, _indexes(raw, rp))
         if ref in refs:
             raise PolicySpecError(rp, f"duplicate reference {ref.cache}")
         refs.append(ref)

@@ -90,9 +90,12 @@ async def test_reference_reads_are_answered_from_the_servers_caches() -> None:
     deployments = Reference("apps/v1", "deployments")
     web = {"apiVersion": "apps/v1", "kind": "Deployment",
            "metadata": {"name": "web", "namespace": "default", "labels": {"tier": "web"}}}
-    p = policy("p", references=[{"apiVersion": "apps/v1", "resource": "deployments"}],
+    p = policy("p", references=[{"apiVersion": "apps/v1", "resource": "deployments",
+                                 "indexes": [{"name": "tier", "expression": "object.metadata.labels.tier"}]}],
                validations=[{"expression": 'resource.List("apps/v1", "deployments", "default", {"tier": "web"})'
                                            '.items.size() == 1'},
+                            {"expression": 'resource.ByIndex("apps/v1", "deployments", "tier", "web").items'
+                                           '.map(d, d.metadata.name) == ["web"]'},
                             {"expression": 'resource.Get("apps/v1", "deployments", "default", "web") == null',
                              "message": "web exists"}])
     async with evaluator(p, objects={deployments: [web]}) as ev:

@@ -16,7 +16,9 @@ from prometheus_client import generate_latest
 
 from tests.component.server.isolated import big_pod_review, isolated_server, shipped_documents
 
-CHEAP = 1.0  # seconds a cheap request or /healthz may take while the attack runs (generous)
+#: A cheap request or /healthz may take at most this share of the costly review's time while it runs (a ratio,
+#: not seconds: on a loaded 2-core machine both slow down together).
+CHEAP_SHARE = 0.25
 
 
 def costly_policy(*expressions: str) -> dict[str, Any]:
@@ -56,6 +58,10 @@ async def test_a_costly_review_does_not_stall_cheap_requests_or_healthz(tmp_path
     # is now evaluated in about 0.3 s, too fast to still be running while the cheap reviews are measured).
     async with isolated_server(tmp_path, documents=[*shipped_documents(), SLOW]) as s, aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(ssl=s.client_ssl, limit=0)) as session:
+        # Warm both workers first (a worker compiles the policies a review needs on first use; that is not
+        # what is measured here): two concurrent reviews occupy one worker each.
+        await asyncio.gather(*(timed(session, "POST", s.url + "/validate", json=big_pod_review(1, uid=f"warm-{i}"))
+                               for i in range(2)))
         big = asyncio.ensure_future(timed(session, "POST", s.url + "/validate?timeout=20s", json=annotated_review()))
         for _ in range(100):  # wait until a worker has the big review (at most 1 s)
             if s.pool._idle.qsize() < 2:
@@ -66,13 +72,14 @@ async def test_a_costly_review_does_not_stall_cheap_requests_or_healthz(tmp_path
             cheap.append(await timed(session, "POST", s.url + "/validate", json=big_pod_review(1, uid=f"cheap-{i}")))
             cheap.append(await timed(session, "GET", s.url + "/healthz"))
         assert not big.done(), "the big review finished before the cheap ones: nothing was measured"
-        for elapsed, status, _body in cheap:
-            assert status == 200
-            assert elapsed < CHEAP, f"a cheap request took {elapsed:.2f}s beside the costly review"
+        assert all(status == 200 for _, status, _ in cheap)
         assert [b["response"]["allowed"] for _, _, b in cheap[::2]] == [True] * 5
-        _elapsed, status, body = await big
+        big_elapsed, status, body = await big
         assert status == 200
         assert body["response"]["uid"] == "big"
+        slowest = max(elapsed for elapsed, _, _ in cheap)
+        assert slowest < CHEAP_SHARE * big_elapsed, (
+            f"a cheap request took {slowest:.2f}s beside a costly review of {big_elapsed:.2f}s")
 
 
 async def test_the_deadline_stops_the_evaluation_and_answers_per_failure_policy(tmp_path: Path) -> None:

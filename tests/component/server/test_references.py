@@ -24,6 +24,7 @@ from webhook import certs
 from webhook.app import COMPONENTS, create_app
 from webhook.config import Settings
 from webhook.kube.client import api_client_for_url
+from webhook.policy.model import ReferenceIndex
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "policies" / "examples"
 POLICIES = "clusteradmissionpolicies"
@@ -172,6 +173,27 @@ async def test_an_informer_runs_while_a_policy_names_it(start: Any) -> None:
     await until(both)
     factory = references.factory
     assert len(factory.informers) == 2
+    # The declared host index is installed on the Ingress informer's Indexer (client-go AddIndexers)...
+    ingresses = next(inf for gvr, inf in factory.informers.items() if gvr.resource == "ingresses")
+    declared = next(r for r in references.wanted() if r.resource == "ingresses").indexes[0]
+    assert ingresses.indexer.has_index(declared.indexer_name)
+    # ...and replaced when the policy's index expression changes (a new content-addressed index).
+    edited = copy.deepcopy(c.fake.state(POLICIES)["unique-ingress-host"])
+    edited["spec"]["references"][0]["indexes"][0]["expression"] = "object.spec.rules.map(r, r.host)"
+    c.fake.apply(POLICIES, edited)
+    replaced = ReferenceIndex("host", "object.spec.rules.map(r, r.host)").indexer_name
+
+    async def reindexed() -> bool:
+        return ingresses.indexer.has_index(replaced) and not ingresses.indexer.has_index(declared.indexer_name)
+
+    await until(reindexed)
+
+    async def listed() -> bool:
+        return ingresses.has_synced()
+
+    await until(listed)
+    # The api Ingress has a rule without a host: the stricter expression errors on it, which indexes nothing.
+    assert sorted(ingresses.indexer.index_values(replaced)) == ["shop.example.com"]
     # The policy stops naming ingresses: its informer stops; the other keeps running.
     edited = copy.deepcopy(c.fake.state(POLICIES)["unique-ingress-host"])
     del edited["spec"]["references"]

@@ -212,3 +212,89 @@ async def test_the_local_directory_serves_one_api_version_and_resource(tmp_path:
     assert [(o["metadata"]["namespace"], o["metadata"]["name"]) for o in listed] == [("default", "a")]
     nodes = (await LocalDirectoryListerWatcher(tmp_path, api_resource=("v1", "nodes")).list(ListOptions())).items
     assert [o["metadata"] for o in nodes] == [{"name": "n1", "resourceVersion": "1", "generation": 1}]
+
+
+# -- declared indexes and resource.ByIndex ----------------------------------------------------------------
+HOST_INDEX = {"name": "host", "expression": "object.spec.?rules.orValue([]).filter(r, has(r.host)).map(r, r.host)"}
+
+
+def ingress(name: str, namespace: str, *hosts: str) -> dict[str, Any]:
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"rules": [{"host": h} for h in hosts] + [{"http": {}}]}}
+
+
+def by_host(expression: str, **spec: Any) -> dict[str, Any]:
+    return policy("p", references=[{"apiVersion": "networking.k8s.io/v1", "resource": "ingresses",
+                                    "indexes": [HOST_INDEX]}],
+                  validations=[{"expression": expression, "messageExpression": "'denied'"}], **spec)
+
+
+INGRESS_CACHE = {INGRESSES: [ingress("a", "one", "a.example.com", "shared.example.com"),
+                             ingress("b", "two", "shared.example.com"), ingress("c", "two")]}
+
+
+@pytest.mark.parametrize(("value", "names"), [("a.example.com", ["one/a"]),
+                                              ("shared.example.com", ["one/a", "two/b"]), ("none.example.com", [])])
+def test_by_index_returns_the_objects_with_that_index_value(value: str, names: list[str]) -> None:
+    expr = (f'resource.ByIndex("networking.k8s.io/v1", "ingresses", "host", "{value}").items'
+            f'.map(i, i.metadata.namespace + "/" + i.metadata.name) == {names!r}')
+    assert decide(by_host(expr), objects=INGRESS_CACHE).allowed is True
+
+
+def test_an_admission_policy_sees_only_its_namespace_through_an_index() -> None:
+    p = by_host('resource.ByIndex("networking.k8s.io/v1", "ingresses", "host", "shared.example.com").items'
+                '.map(i, i.metadata.name) == ["b"]')
+    p["kind"], p["metadata"]["namespace"] = "AdmissionPolicy", "two"
+    assert decide(p, objects=INGRESS_CACHE, req=request(pod(namespace="two"), namespace="two")).allowed is True
+
+
+@pytest.mark.parametrize(("expression", "error"), [
+    ('resource.ByIndex("networking.k8s.io/v1", "ingresses", "hots", "x").items.size() == 0',
+     "spec.validations[0].expression: ERROR: <input>:1:1: the index of resource.ByIndex must be 'hots', which is "
+     "not an index of networking.k8s.io/v1/ingresses in spec.references (declared: host)"),
+    ('resource.ByIndex("networking.k8s.io/v1", "ingresses", object.kind, "x").items.size() == 0',
+     "spec.validations[0].expression: ERROR: <input>:1:1: the index of resource.ByIndex must be a string literal "
+     "an index of networking.k8s.io/v1/ingresses in spec.references (declared: host)"),
+])
+def test_an_undeclared_index_does_not_compile(expression: str, error: str) -> None:
+    assert compile_policy(by_host(expression)).condition["message"] == error
+
+
+@pytest.mark.parametrize(("index", "error"), [
+    ({"name": "host", "expression": "objekt.spec"},
+     "spec.references[0].indexes[0].expression: ERROR: <input>:1:7: undeclared reference to 'objekt.spec'"),
+    ({"name": "host", "expression": "1 + 1"},
+     "spec.references[0].indexes[0].expression: must evaluate to string or list or null, but evaluates to int"),
+    ({"name": "host", "expression": 'resource.List("v1", "pods", "")'},
+     "spec.references[0].indexes[0].expression: ERROR: <input>:1:1: resource.List reads v1 pods, which is not in "
+     "spec.references (declared: none)"),
+    ({"name": "2x", "expression": "'a'"}, "spec.references[0].indexes[0].name: must be an identifier, got '2x'"),
+])
+def test_a_malformed_index_names_its_path(index: dict[str, str], error: str) -> None:
+    p = by_host("true")
+    p["spec"]["references"][0]["indexes"] = [index]
+    assert compile_policy(p).condition["message"].startswith(error), compile_policy(p).condition["message"]
+
+
+@pytest.mark.parametrize(("expression", "values"), [
+    ("object.metadata.name", ["a"]),
+    ("[object.metadata.name, object.metadata.name, 'x']", ["a", "x"]),
+    ("object.metadata.values", ["v"]),  # non-strings in a list are left out
+    ("object.metadata.?missing.orValue(null)", []),
+    ("object.metadata.missing", []),  # a CEL error indexes nothing
+    ("object.metadata", []),  # neither a string nor a list
+])
+def test_index_values(expression: str, values: list[str]) -> None:
+    from webhook.policy.indexes import index_values
+    from webhook.policy.model import ReferenceIndex
+
+    obj = {"metadata": {"name": "a", "values": ["v", 1, None]}}
+    assert index_values(ReferenceIndex("i", expression), obj) == values
+
+
+def test_an_index_definition_is_content_addressed_and_not_part_of_the_cache_identity() -> None:
+    from webhook.policy.model import ReferenceIndex
+
+    a, b = ReferenceIndex("host", "object.a"), ReferenceIndex("host", "object.b")
+    assert a.indexer_name != b.indexer_name and a.indexer_name == ReferenceIndex("host", "object.a").indexer_name
+    assert Reference("v1", "x", (a,)) == Reference("v1", "x", (b,)) == Reference("v1", "x")
