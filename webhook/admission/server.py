@@ -314,10 +314,7 @@ class AdmissionServer:
                                             size=size)
         except ReviewError as e:  # e.g. 503 before the policy caches synced: the webhook's failurePolicy applies
             return self._reject(endpoint, e.http_status, e.reason)
-        for result in decision.results:
-            self._child(self.metrics.policy_evaluations, result.policy, result.result).inc()
-            if result.result is Result.ERROR:
-                self._child(self.metrics.policy_errors, result.policy).inc()
+        self.metrics.policy_results.record(decision.results)
         elapsed = self._clock() - started
         self._child(self.metrics.requests, endpoint, decision.decision).inc()
         self._child(self.metrics.latency, endpoint, decision.decision).observe(elapsed)
