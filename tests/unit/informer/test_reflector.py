@@ -213,3 +213,42 @@ def test_backoff_doubles_with_jitter_caps_and_resets() -> None:
     assert delays[-1] == pytest.approx(45.0)  # 30 s cap, +50 % jitter
     now[0] = 500.0
     assert b.next_delay() == pytest.approx(1.2)
+
+
+async def test_a_burst_of_costly_notifications_yields_the_event_loop_between_them() -> None:
+    # 50 policy edits at once must not hold the loop for the sum of their compiles: a handler task that ran
+    # longer than HANDLER_TIME_SLICE yields before the next notification; cheap ones still go in one turn.
+    import time
+
+    from webhook.informer.informer import HANDLER_TIME_SLICE
+
+    lw = ScriptedListerWatcher()
+    lw.lists = [ListResult([cm(f"c{i}", str(i)) for i in range(6)], "10")]
+    turns = 0
+
+    async def ticker() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    seen: list[int] = []
+
+    def costly(_obj: dict[str, Any], _initial: bool) -> None:
+        seen.append(turns)
+        time.sleep(HANDLER_TIME_SLICE * 1.5)  # a compile, holding the loop
+
+    cheap_seen: list[int] = []
+    inf = SharedInformer(lw, name="cm", reflector_options=ReflectorOptions(short_watch=0.0))
+    costly_reg = inf.add_event_handler(ResourceEventHandlerFuncs(add=costly))
+    cheap_reg = inf.add_event_handler(ResourceEventHandlerFuncs(add=lambda o, i: cheap_seen.append(turns)))
+    task = asyncio.get_running_loop().create_task(ticker())
+    await inf.start()
+    await asyncio.wait_for(lw.exhausted.wait(), 2)
+    while not (costly_reg.has_synced() and cheap_reg.has_synced()):
+        await asyncio.sleep(0)
+    await inf.stop()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert len(seen) == 6 and seen == sorted(set(seen)), seen  # strictly increasing: a loop turn between each
+    assert len(cheap_seen) == 6 and len(set(cheap_seen)) == 1, cheap_seen

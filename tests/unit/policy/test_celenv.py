@@ -378,3 +378,32 @@ def test_validator_positions_refer_to_the_authors_text() -> None:
     # has() is rewritten before compiling; the reported column is still the one in the source as written.
     with pytest.raises(RuntimeError, match=r"<input>:1:37: invalid regex"):
         ENV.compile("has(object.a.b) && object.s.matches('(?=x)')")
+
+
+def test_compiled_expressions_are_reused_so_an_edit_recompiles_only_what_changed(monkeypatch: Any) -> None:
+    import copy as _copy
+
+    from tests.unit.policy.helpers import policy
+    from webhook.policy import celenv as env_module
+    from webhook.policy import compile_policy
+
+    compiled: list[str] = []
+    real = env_module.PolicyEnv.compile_checked
+
+    def counting(self: Any, text: str, disable_check: bool = False) -> Any:
+        compiled.append(text)
+        return real(self, text, disable_check=disable_check)
+
+    monkeypatch.setattr(env_module.PolicyEnv, "compile_checked", counting)
+    p = policy("cache-test", validations=[{"expression": "object.metadata.name != 'cache-test-a'"},
+                                          {"expression": "object.metadata.name != 'cache-test-b'"}])
+    compile_policy(p)
+    first = len(compiled)
+    assert first > 0
+    assert env_module.ENV.compile("object.metadata.name != 'cache-test-a'") is \
+        env_module.ENV.compile("object.metadata.name != 'cache-test-a'")
+    edited = _copy.deepcopy(p)
+    edited["spec"]["validations"][1]["expression"] = "object.metadata.name != 'cache-test-c'"
+    compiled.clear()
+    compile_policy(edited)
+    assert compiled and all("cache-test-c" in text for text in compiled), compiled
