@@ -105,6 +105,24 @@ def load_documents(root: Path) -> tuple[list[tuple[Path, dict[str, Any]]], dict[
     return docs, errors
 
 
+async def _parse_changed(root: Path) -> None:
+    """Parse the files under ``root`` that changed, yielding the event loop every couple of milliseconds.
+
+    The scan that follows then finds every file in the parse cache: 50 policy files rewritten at once
+    took ~60 ms to parse in one loop turn.
+    """
+    try:
+        files = yaml_files(root)
+    except InputError:
+        return
+    started = time.perf_counter()
+    for path in files:
+        _state_of(path)
+        if time.perf_counter() - started > 0.002:
+            await asyncio.sleep(0)
+            started = time.perf_counter()
+
+
 class LocalDirectoryListerWatcher:
     """Lists and watches one kind from a directory of YAML files.
 
@@ -197,6 +215,7 @@ class LocalDirectoryListerWatcher:
         since = int(options.resource_version or 0)
         deadline = time.monotonic() + (options.timeout_seconds or 300)
         while time.monotonic() < deadline:
+            await _parse_changed(self.root)
             self._scan()
             for rv, etype, obj, old in self._history:
                 if rv <= since:

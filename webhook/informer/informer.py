@@ -149,19 +149,20 @@ class HandlerRegistration:
         self._initial_done = True
 
     async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        slice_started = loop.time()
+        # time.perf_counter, not loop.time(): uvloop's clock is cached per loop iteration and would not advance.
+        clock = time.perf_counter
+        slice_started = clock()
         while True:
-            if loop.time() - slice_started > HANDLER_TIME_SLICE:
+            if clock() - slice_started > HANDLER_TIME_SLICE:
                 # ``queue.get()`` does not suspend while notifications are queued: without this, a burst of
                 # costly notifications (50 policy edits, ~15 ms of compiling each) would hold the event loop
                 # for their sum. Cheap ones are still delivered in one turn.
                 await asyncio.sleep(0)
-                slice_started = loop.time()
+                slice_started = clock()
             idle = self._queue.empty()
             item = await self._queue.get()
             if idle:  # waited for it: a new slice starts now
-                slice_started = loop.time()
+                slice_started = clock()
             if item is None:
                 return
             try:
