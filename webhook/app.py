@@ -270,8 +270,14 @@ def build_components(settings: Settings, *, api_client: Any = None,
                         factory.informer(InformerKey(NAMESPACED_POLICIES.informer_resource)))
     registrations: list[Any] = []
 
+    synced: list[bool] = []
+
     def policies_synced() -> bool:
-        return all(inf.has_synced() for inf in policy_informers) and all(r.has_synced() for r in registrations)
+        # Asked 2-3 times per review. HasSynced is sticky (client-go): once true it stays true, so remember it.
+        if not synced and all(inf.has_synced() for inf in policy_informers) and all(
+                r.has_synced() for r in registrations):
+            synced.append(True)
+        return bool(synced)
 
     leader = None
     if api_client is not None and settings.local_dir is None and (
