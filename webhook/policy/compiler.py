@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.policy import celenv
+from webhook.policy import celast, celenv, projection
 from webhook.policy.celenv import (
     ENV,
     MAX_EXPRESSION_LENGTH,
@@ -98,6 +98,10 @@ class CompiledPolicy:
     #: Whether it is evaluated on /validate (validations or auditAnnotations) and on /mutate.
     validating: bool = True
     mutating: bool = False
+    #: What the programs /validate evaluates (matchConditions, validations, messageExpressions,
+    #: auditAnnotations, and the variables they reach) can read of ``object``/``oldObject``
+    #: (:func:`webhook.policy.projection.reads`); None when unknown: everything.
+    reads: dict[str, projection.Tree] | None = None
 
     @property
     def name(self) -> str:
@@ -274,8 +278,21 @@ def compile_spec(spec: PolicySpec) -> CompiledPolicy:
         program = compile_expression(m.expression, f"{p}.mutations[{i}].{field}.expression", expect=expect,
                                      known_variables=known, inlined=inlined, references=refs)
         mutations.append((m.patch_type, program))
+    programs = [*(p for _, p in conditions), *(v.expression for v in validations),
+                *(v.message_expression for v in validations if v.message_expression is not None),
+                *(p for _, p in audits)]
     return CompiledPolicy(spec, conditions, variables, tuple(validations), audits, tuple(mutations),
-                          validating=bool(validations or audits), mutating=bool(mutations))
+                          validating=bool(validations or audits), mutating=bool(mutations),
+                          reads=_reads(programs, variables))
+
+
+def _reads(programs: list[Program], variables: dict[str, Any]) -> dict[str, projection.Tree]:
+    """What ``programs`` (and the ``variables`` programs they reach) can read (see :attr:`CompiledPolicy.reads`)."""
+    try:
+        roots = [celast.decode(p.program.program.serialize()).root for p in programs]
+    except ValueError:  # pragma: no cover - every compiled program serializes
+        return dict.fromkeys(projection.ROOTS, projection.ALL)
+    return projection.reads(*roots, variables={name: v.program.serialize() for name, v in variables.items()})
 
 
 def _broken(obj: dict[str, Any], message: str) -> CompiledPolicy | None:

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.fixtures import fixture_dir
+from tests.unit.policy.helpers import policy
 from tests.unit.policy.test_plan import LOOKUPS, POLICIES, _container, _corpus
 from webhook.policy import RequestCoordinates, celast
 from webhook.policy.celenv import (
@@ -133,6 +134,21 @@ def test_an_unbounded_accumulator_keeps_everything() -> None:
     # The accumulator's paths grow on every step: no fixpoint.
     tree = _tree("object.spec.items.all(i, true) && [1, 2, 3].exists(x, x == 3)")
     assert tree["object"] == {"spec": {"items": {KEYS: {}}}}
+
+
+def test_a_policy_reads_what_its_validating_programs_read() -> None:
+    doc = policy("p", variables=[{"name": "cs", "expression": "object.spec.containers"}],
+                 matchConditions=[{"name": "m", "expression": "object.metadata.namespace != 'kube-system'"}],
+                 validations=[{"expression": "variables.cs.all(c, c.?image.orValue('') != '')",
+                               "messageExpression": "'bad: ' + variables.cs.map(c, c.name).join(', ')"}],
+                 auditAnnotations=[{"key": "k", "valueExpression": "string(object.spec.hostNetwork)"}],
+                 mutations=[{"patchType": "ApplyConfiguration",  # /mutate evaluates it on the whole object
+                             "applyConfiguration": {"expression": "{'metadata': {'labels': object.spec}}"}}])
+    compiled = compile_policy(doc).policy
+    assert compiled is not None
+    assert compiled.reads == {"object": {
+        "metadata": {"namespace": {}},
+        "spec": {"containers": {KEYS: {"image": {}, "name": ALL}}, "hostNetwork": ALL}}, "oldObject": {}}
 
 
 def test_union() -> None:
