@@ -29,7 +29,8 @@ says more):
 
 One cel-expr-python Activation is built per request and object view and shared
 by every policy; ``variables`` and ``params`` are per policy through
-:class:`celenv.VariableScope`.
+:class:`celenv.VariableScope`. With a compiled plan, ``object`` and ``oldObject``
+are bound pruned to what the plan's programs can read (``Plan.projections``).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from webhook.policy.lookups import Lookups
 from webhook.policy.matching import View, has_selectors, selectors_match
 from webhook.policy.model import NAMESPACED_KIND, Reference
 from webhook.policy.plan import Plan, build_plan
+from webhook.policy.projection import Projection
 from webhook.policy.request import RequestCoordinates
 from webhook.policy.vocabulary import Action, FailurePolicy, PolicyResult, Result
 
@@ -201,6 +203,7 @@ class RequestContext:
         self.deadline = deadline
         self.clock = clock
         self._activations: dict[View, Any] = {}
+        self._projections: dict[View, Projection | None] = {}
         self._synced: dict[str, bool] = {}
         self._namespace_obj: Any = ...
 
@@ -232,8 +235,16 @@ class RequestContext:
             "variables": None,
         })
 
+    def project(self, projections: dict[View, Projection | None] | None) -> None:
+        """Bind each view's ``object``/``oldObject`` pruned by its projection (a plan's, see ``Plan.projections``).
+
+        cel-expr-python converts a variable whole on its first access; a projection keeps only what the
+        plan's programs can read (:mod:`webhook.policy.projection`). Call before the first activation.
+        """
+        self._projections = projections or {}
+
     def activation(self, view: View) -> Any:
-        """The shared activation over the request's object (or the Pods of its templates)."""
+        """The shared activation over the request's object (or the Pods of its templates), projected if set."""
         act = self._activations.get(view)
         if act is None:
             if view is View.OBJECT:
@@ -243,6 +254,9 @@ class RequestContext:
                 assert template is not None
                 obj, old = (synthesize_pod(o, template) if isinstance(o, dict) else None
                             for o in (self.request.get("object"), self.request.get("oldObject")))
+            projection = self._projections.get(view)
+            if projection is not None:
+                obj, old = projection.apply(obj, old)
             act = self._activations[view] = self._new_activation(obj, old)
         return act
 
@@ -537,6 +551,7 @@ def evaluate_validating(request: dict[str, Any], policies: Sequence[CompiledPoli
     """
     ctx = RequestContext(request, lookups, deadline=deadline)
     plan = _plan(policies, ctx)
+    ctx.project(plan.projections)
     out = ValidationOutcome()
     denials: list[PolicyResult] = []
     passes = _fused_passes(plan, ctx)

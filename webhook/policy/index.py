@@ -81,8 +81,8 @@ class PolicyIndex:
 
     Args:
         on_pending: called (with no arguments) when a new plan has fused
-            programs to compile, so the app can run :meth:`compile_pending`
-            off the request path.
+            programs to compile or projections to compute, so the app can run
+            :meth:`compile_pending` off the request path.
     """
 
     def __init__(self, *, on_pending: Callable[[], object] | None = None) -> None:
@@ -146,8 +146,9 @@ class PolicyIndex:
     def plan(self, coords: RequestCoordinates) -> Plan:
         """The evaluation plan for ``coords``, cached until any policy changes (see :mod:`webhook.policy.plan`).
 
-        A new plan's fused programs are not compiled here: they are queued for
-        :meth:`compile_pending`, and the per-policy path answers until then.
+        A new plan's fused programs and projections are not computed here: they are
+        queued for :meth:`compile_pending`, and the per-policy path answers on the
+        whole object until then.
         """
         plan = self._plans.get(coords)
         if plan is not None:
@@ -164,7 +165,7 @@ class PolicyIndex:
         return plan
 
     def compile_pending(self) -> bool:
-        """Compile one queued fused program (a few milliseconds at most); returns whether more remain."""
+        """Compile one queued fused program or a plan's projections (milliseconds at most); whether more remain."""
         while self._pending:
             if self._pending[0].compile_next():
                 break

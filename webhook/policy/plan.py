@@ -22,6 +22,12 @@ uncompiled; :meth:`Plan.compile_next` compiles one small chunk, and the app
 runs that from a background task (``PolicyIndex.compile_pending``) so the
 event loop is never stalled for long. Until a chunk is compiled, its
 policies take the per-policy path.
+
+The last background step computes the plan's **projections**: per object view,
+what every program the validating endpoint may evaluate on it can read of
+``object``/``oldObject`` (the union of the policies' ``reads``,
+:mod:`webhook.policy.projection`), so the request's activation binds them
+pruned to that and cel-expr-python converts only those fields.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from typing import Any
 from webhook.policy.celenv import ENV
 from webhook.policy.compiler import CompiledPolicy
 from webhook.policy.matching import View, has_selectors, rules_view
+from webhook.policy.projection import ALL, ROOTS, Projection, Tree, union
 from webhook.policy.request import RequestCoordinates
 from webhook.policy.vocabulary import Action, PolicyResult, Result
 
@@ -96,24 +103,31 @@ class Plan:
             coordinates, in evaluation order (policy name, then namespace).
         groups: fused groups over some of those entries.
         fused: positions covered by a group.
+        projections: per view, the pruning of ``object``/``oldObject`` for
+            every program the validating endpoint may evaluate on it (a view's
+            None binds them whole); None until computed (see the module docstring).
     """
 
     coords: RequestCoordinates
     entries: tuple[tuple[CompiledPolicy, View], ...]
     groups: tuple[FusedGroup, ...] = ()
     fused: frozenset[int] = field(default_factory=frozenset)
+    projections: dict[View, Projection | None] | None = None
 
     @property
     def pending(self) -> bool:
-        """Whether some group is not compiled yet."""
-        return any(not g.compiled for g in self.groups)
+        """Whether some group is not compiled yet, or the projections are not computed."""
+        return any(not g.compiled for g in self.groups) or self.projections is None
 
     def compile_next(self) -> bool:
-        """Compile one uncompiled group; returns whether one was compiled."""
+        """Compile one uncompiled group, else compute the projections; returns whether it did either."""
         for g in self.groups:
             if not g.compiled:
                 g.compile()
                 return True
+        if self.projections is None:
+            self.projections = _projections(self.entries)
+            return True
         return False
 
     def compile_all(self) -> Plan:
@@ -121,6 +135,19 @@ class Plan:
         while self.compile_next():
             pass
         return self
+
+
+def _projections(entries: tuple[tuple[CompiledPolicy, View], ...]) -> dict[View, Projection | None]:
+    """Per view, the union of the ``reads`` of the policies /validate evaluates on it."""
+    trees: dict[View, dict[str, Tree]] = {}
+    for policy, view in entries:
+        if not policy.validating or policy.error is not None:
+            continue  # never evaluated on /validate, or evaluates no CEL
+        acc = trees.setdefault(view, {root: {} for root in ROOTS})
+        reads = policy.reads or {}
+        for root in ROOTS:
+            acc[root] = union(acc[root], reads.get(root, ALL))
+    return {view: Projection.of(t) for view, t in trees.items()}
 
 
 def _conjunct(policy: CompiledPolicy) -> list[str]:

@@ -16,8 +16,11 @@ from hypothesis import strategies as st
 from tests.fixtures import ROOT, fixture_dir
 from tests.unit.policy.helpers import pod, policy, request
 from webhook.policy import InMemoryLookups, PolicyIndex, RequestCoordinates, evaluate_validating
+from webhook.policy.celenv import ENV
 from webhook.policy.engine import RequestContext, ValidationOutcome, _fused_passes
+from webhook.policy.matching import View
 from webhook.policy.plan import build_plan
+from webhook.policy.projection import ALL
 
 KINDS = {"Pod": ("", "pods"), "Deployment": ("apps", "deployments"), "StatefulSet": ("apps", "statefulsets"),
          "DaemonSet": ("apps", "daemonsets"), "ReplicaSet": ("apps", "replicasets"), "Job": ("batch", "jobs"),
@@ -182,6 +185,31 @@ def test_what_is_fused_and_what_is_not() -> None:
     assert all(len(g.positions) > 1 for g in plan.groups)
 
 
+def test_a_plan_binds_the_object_pruned_to_what_its_programs_read() -> None:
+    index = _index([])
+    req = request(pod(labels={"team": "payments"}))
+    req["object"]["metadata"]["annotations"] = {"note": "x" * 100}
+    req["object"]["spec"]["containers"][0]["env"] = [{"name": "A", "value": "1"}]
+    plan = index.plan(RequestCoordinates.of(req)).compile_all()
+    assert plan.projections is not None
+    projection = plan.projections[View.OBJECT]
+    assert projection is not None
+    # The planned path binds the pruned object for fused and per-policy programs alike (the property tests
+    # above compare it with the per-policy path on the whole object).
+    ctx = RequestContext(req, LOOKUPS)
+    ctx.project(plan.projections)
+    bound = ENV.compile("object").eval(ctx.activation(View.OBJECT)).plain_value()
+    assert "annotations" not in bound["metadata"] and "env" not in bound["spec"]["containers"][0]
+    assert bound["spec"]["containers"][0]["image"] == "registry.example.com/app:1"
+    assert bound["metadata"]["labels"] == {"team": "payments"}
+    assert req["object"]["metadata"]["annotations"]  # the request is not modified
+    # A policy that reads the object whole turns pruning off for its view (oldObject is still pruned).
+    whole = _index([policy("zz-whole", validations=[{"expression": "string(object) != ''"}])])
+    projections = whole.plan(RequestCoordinates.of(req)).compile_all().projections
+    assert projections is not None and projections[View.OBJECT] is not None
+    assert projections[View.OBJECT].object is ALL
+
+
 def test_identical_expressions_are_evaluated_once_in_a_group() -> None:
     copies = []
     for i in range(5):
@@ -204,9 +232,11 @@ def test_plans_are_compiled_off_the_request_path_and_forgotten_on_any_policy_cha
     coords = RequestCoordinates.of(request(pod()))
     plan = index.plan(coords)
     assert plan.pending and pending == [1]  # queued, not compiled on the request path
+    assert plan.projections is None
     assert index.plan(coords) is plan
     while index.compile_pending():
         pass
     assert not plan.pending and all(g.program is not None for g in plan.groups)
+    assert plan.projections is not None and plan.projections[View.OBJECT] is not None
     index.upsert(policy("new"))
     assert index.plan(coords) is not plan

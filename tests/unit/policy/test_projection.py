@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from tests.fixtures import fixture_dir
 from tests.unit.policy.helpers import policy
-from tests.unit.policy.test_plan import LOOKUPS, POLICIES, _container, _corpus
+from tests.unit.policy.test_plan import LOOKUPS, POLICIES, _container, _corpus, _index
 from webhook.policy import RequestCoordinates, celast
 from webhook.policy.celenv import (
     ENV,
@@ -31,6 +31,7 @@ from webhook.policy.celenv import (
 )
 from webhook.policy.compiler import CompiledPolicy, compile_policy
 from webhook.policy.engine import RequestContext, _params, synthesize_pod
+from webhook.policy.matching import View
 from webhook.policy.projection import ALL, EACH, KEYS, Projection, project, reads, union
 
 # -- what an expression reads ----------------------------------------------------------------------
@@ -437,3 +438,18 @@ def test_every_program_reads_within_its_projection_on_generated_objects(obj: dic
            "operation": "UPDATE" if old else "CREATE", "userInfo": {"username": "u"}, "object": obj,
            "oldObject": old if old is None or old["kind"] == obj["kind"] else None}
     assert _check_every_program(req) > 0
+
+
+def test_fused_programs_read_within_their_plan_projection() -> None:
+    # A plan's projection is the union of its policies' reads; each fused program (built from the same sources)
+    # must read within it on every fixture request.
+    index = _index([])
+    for req in _corpus()[::7]:
+        plan = index.plan(RequestCoordinates.of(req)).compile_all()
+        assert plan.projections is not None
+        for group in plan.groups:
+            projection = plan.projections.get(group.view)
+            trees = {"object": ALL, "oldObject": ALL} if projection is None else {
+                "object": projection.object, "oldObject": projection.old_object}
+            obj, old = _views(req)[1 if group.view is View.POD_TEMPLATE else 0]
+            _same(group.program, trees, obj, old)
