@@ -12,10 +12,13 @@ Policy sets: every policy under policies/ (the shipped set), and the policy-coun
 policies that all match Pods, generated as renamed copies of the shipped Pod Security policies.
 
 What is timed per request: RequestCoordinates.of + PolicyIndex.plan + evaluate_validating (the handler's
-work minus JSON parsing and response building), in process CPU time; the per-policy path (no plan, every
-policy evaluated on its own) is timed beside it. Figures are medians of
-3 passes. Ratios, not absolute numbers, are what compare across machines; bench/admission.py puts them
-next to the bare server's CPU per request measured in the same run.
+work minus JSON parsing and response building), in process CPU time; beside it the planned path without
+projection (the plans' ``projections`` emptied, so the whole object is bound and converted) and the
+per-policy path (no plan, every policy evaluated on its own). The projection figure is the JSON nodes
+(values and map keys) of the bound ``object``, whole → projected, averaged over the stream. Figures are
+medians of 9 passes, the three paths' passes interleaved. Ratios, not absolute numbers, are what compare
+across machines; bench/admission.py puts them next to the bare server's CPU per request measured in the
+same run.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ from webhook.policy import (  # noqa: E402
     RequestCoordinates,
     evaluate_validating,
 )
+from webhook.policy.matching import View  # noqa: E402
+from webhook.policy.plan import Plan  # noqa: E402
 
 CORPUS = ROOT / "tests" / "fixtures" / "kyverno-pod-security-cel"
 PAYLOAD = ROOT / "bench" / "reference" / "make_payload.py"
@@ -145,22 +150,49 @@ def large_stream(target_bytes: int = 100_000) -> list[dict[str, Any]]:
     return [request_for(pod, "uid-large")]
 
 
-def _per_request(fn: Any, stream: list[dict[str, Any]], seconds: float) -> float:
-    passes = []
-    for _ in range(3):
-        n = 0
-        t0 = time.process_time()
-        while time.process_time() - t0 < seconds / 3:
-            for r in stream:
-                fn(r)
-            n += len(stream)
-        passes.append((time.process_time() - t0) / n * 1e6)
-    return round(statistics.median(passes), 1)
+#: Passes per figure; the variants' passes alternate, so a slow spell of a shared machine hits them alike.
+PASSES = 9
+
+
+def _per_request(variants: list[tuple[Any, Any]], stream: list[dict[str, Any]], seconds: float) -> list[float]:
+    """Median µs per request of each ``(fn, before)`` variant over :data:`PASSES` interleaved passes."""
+    passes: list[list[float]] = [[] for _ in variants]
+    for _ in range(PASSES):
+        for (fn, before), out in zip(variants, passes, strict=True):
+            if before is not None:
+                before()
+            n = 0
+            t0 = time.process_time()
+            while time.process_time() - t0 < seconds / PASSES:
+                for r in stream:
+                    fn(r)
+                n += len(stream)
+            out.append((time.process_time() - t0) / n * 1e6)
+    return [round(statistics.median(p), 1) for p in passes]
+
+
+def json_nodes(value: Any) -> int:
+    """JSON values and map keys in ``value``."""
+    if isinstance(value, dict):
+        return 1 + sum(1 + json_nodes(v) for v in value.values())
+    if isinstance(value, list):
+        return 1 + sum(json_nodes(v) for v in value)
+    return 1
+
+
+def _bound_nodes(plans: list[Plan], stream: list[dict[str, Any]]) -> tuple[float, float]:
+    """Mean JSON nodes of the request's ``object``, whole and as its plan binds it (the object view)."""
+    whole = bound = 0
+    for plan, r in zip(plans, stream, strict=True):
+        projection = (plan.projections or {}).get(View.OBJECT)
+        whole += json_nodes(r["object"])
+        bound += json_nodes(projection.apply(r["object"], None)[0] if projection is not None else r["object"])
+    return round(whole / len(stream), 1), round(bound / len(stream), 1)
 
 
 def measure(policies: list[dict[str, Any]], lookups: InMemoryLookups, stream: list[dict[str, Any]],
             seconds: float) -> dict[str, Any]:
-    """CPU µs per request on the planned path (the server's) and the per-policy path (median of 3 passes)."""
+    """CPU µs per request on the planned path (the server's), without projection, and on the per-policy path."""
     index = PolicyIndex()
     for p in policies:
         index.upsert(p)
@@ -169,12 +201,27 @@ def measure(policies: list[dict[str, Any]], lookups: InMemoryLookups, stream: li
     while index.compile_pending():
         pass
     allowed = sum(evaluate_validating(r, index.plan(RequestCoordinates.of(r)), lookups).allowed for r in stream)
-    planned = _per_request(lambda r: evaluate_validating(r, index.plan(RequestCoordinates.of(r)), lookups),
-                           stream, seconds)
-    per_policy = _per_request(lambda r: evaluate_validating(r, index.candidates(RequestCoordinates.of(r)), lookups),
-                              stream, seconds)
-    return {"us_per_review": planned, "us_per_review_per_policy_path": per_policy, "requests": len(stream),
-            "allowed_share": round(allowed / len(stream), 3), "policies": len(policies)}
+    plans = [index.plan(RequestCoordinates.of(r)) for r in stream]
+    projections = [p.projections for p in plans]
+
+    def project(on: bool) -> None:
+        for plan, projection in zip(plans, projections, strict=True):
+            plan.projections = projection if on else {}
+
+    def planned(r: dict[str, Any]) -> Any:
+        return evaluate_validating(r, index.plan(RequestCoordinates.of(r)), lookups)
+
+    def per_policy(r: dict[str, Any]) -> Any:
+        return evaluate_validating(r, index.candidates(RequestCoordinates.of(r)), lookups)
+
+    projected_us, unprojected_us, per_policy_us = _per_request(
+        [(planned, lambda: project(True)), (planned, lambda: project(False)), (per_policy, lambda: project(True))],
+        stream, seconds)
+    nodes_whole, nodes_bound = _bound_nodes(plans, stream)
+    return {"us_per_review": projected_us, "us_per_review_without_projection": unprojected_us,
+            "us_per_review_per_policy_path": per_policy_us, "requests": len(stream),
+            "allowed_share": round(allowed / len(stream), 3), "policies": len(policies),
+            "object_nodes": nodes_whole, "object_nodes_bound": nodes_bound}
 
 
 def run(seconds: float) -> dict[str, Any]:
@@ -199,10 +246,12 @@ def main() -> int:
     args = ap.parse_args()
     figures = run(args.seconds)
     print(f"{'stream/policies':<28} {'policies':>8} {'requests':>8} {'allowed':>8} {'µs/review':>10} "
-          f"{'per-policy path':>15}")
+          f"{'no projection':>13} {'per-policy path':>15} {'object nodes (bound)':>21}")
     for name, f in figures.items():
+        nodes = f"{f['object_nodes']:.0f} ({f['object_nodes_bound']:.0f})"
         print(f"{name:<28} {f['policies']:>8} {f['requests']:>8} {f['allowed_share']:>8.2f} "
-              f"{f['us_per_review']:>10.1f} {f['us_per_review_per_policy_path']:>15.1f}")
+              f"{f['us_per_review']:>10.1f} {f['us_per_review_without_projection']:>13.1f} "
+              f"{f['us_per_review_per_policy_path']:>15.1f} {nodes:>21}")
     sweep = [figures[f"distinct/pod-security-x{n}"]["us_per_review"] for n in (22, 100, 200)]
     print(f"\npolicy-count sweep (22 → 100 → 200 Pod policies): {sweep[0]:.0f} → {sweep[1]:.0f} → {sweep[2]:.0f} µs"
           f" ({sweep[2] / sweep[0]:.1f}x for 9.1x the policies)")
