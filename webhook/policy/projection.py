@@ -130,6 +130,11 @@ def _step(value: _Value, seg: str) -> _Value:
     return frozenset(out)
 
 
+def _field(name: str) -> str:
+    """The segment for the field ``name``: a field literally named ``*`` or ``#`` is read as :data:`EACH`."""
+    return EACH if name in (EACH, KEYS) else name
+
+
 def _wrap(value: _Value, seg: str) -> _Value:
     """The value placed in a list literal (:data:`EACH`) or at key ``seg`` of a map literal."""
     return frozenset((root, path, (seg, *prefix)) for root, path, prefix in value)
@@ -218,7 +223,7 @@ class _Reads:
             return self._ident(node.name, env)
         if kind == "select":
             base = self.value(node.target, env) if node.target is not None else _OTHER
-            out = self.select(base, node.name)
+            out = self.select(base, _field(node.name))
             return _OTHER if node.test_only else out
         if kind == "list":
             elements: set[_Entry] = set()
@@ -260,7 +265,7 @@ class _Reads:
             seg = _ANY_KEY
             if key is not None:
                 self.use(key, env)
-                if _is_string(key):
+                if _is_string(key) and key.value not in (EACH, KEYS):
                     seg = key.value
             out |= _wrap(self.value(val, env), seg)
         return frozenset(out)
@@ -303,7 +308,7 @@ class _Reads:
             if name in ("_[_]", "_[?_]") and len(args) == 2:
                 return self._index(args[0], args[1], env)
             if name == "_?._" and len(args) == 2 and _is_string(args[1]):
-                return self.select(self.value(args[0], env), args[1].value)
+                return self.select(self.value(args[0], env), _field(args[1].value))
             if name == "size" and len(args) == 1:
                 self.select(self.value(args[0], env), KEYS)
                 return _OTHER
@@ -351,7 +356,7 @@ class _Reads:
         if strings is not None:
             out: set[_Entry] = set()
             for s in strings:
-                out |= self.select(base, s)
+                out |= self.select(base, _field(s))
             return frozenset(out)
         self.mark(index, deep=True)
         return self.select(base, EACH)  # a list position, or any key of a map

@@ -99,6 +99,9 @@ def _obj(source: str) -> Any:
     ("['a', 'b'].exists(f, object.spec[f + 'x'] == 1)", {"spec": {EACH: {}}}),  # 'ax' is not 'a'
     ("object.metadata.labels[object.kind == 'Pod' ? 'a' : request.operation] == '1'",
      {"kind": {}, "metadata": {"labels": {EACH: {}}}}),
+    # fields literally named like the segments are read as every value
+    ("object.metadata.labels['#'].a == 1", {"metadata": {"labels": {EACH: {"a": {}}}}}),
+    ("{'#': object.spec}['#'].a == 1", {"spec": {"a": {}}}),
     # size(): every element or key, contents not needed
     ("size(object.metadata.labels) > 2", {"metadata": {"labels": {KEYS: {}}}}),
     ("object.metadata.labels.size() > 2", {"metadata": {"labels": {KEYS: {}}}}),
@@ -237,6 +240,7 @@ MISTYPED = [
                              {"securityContext": {"runAsNonRoot": "yes", "capabilities": {"add": "ALL"}}}],
               "hostNetwork": "true", "volumes": {"a": {"hostPath": 1}}}},
     POD,
+    {"metadata": {"labels": {"#": {"a": 1}, "*": {"a": 2}, "b": "2"}}},
     {"kind": "Job", "metadata": {"name": "b", "labels": {"a": "1", "b": "2"}},
      "spec": {"containers": [{"name": f"c{i}", "image": "i" if i % 7 else {"x": i}} for i in range(70)],
               "volumes": [{"name": "v"}, {"name": "w", "hostPath": {"path": "/"}}]}},  # chunked comprehensions
@@ -273,6 +277,9 @@ MISTYPED = [
     "{'name': 'd', 'image': 'j'} in object.spec.containers",
     "object.spec == oldObject.spec",
     "object.spec.containers.all(c, oldObject.spec.containers.exists(o, o == c))",
+    "object.metadata.labels['#'].a == 1",
+    "object.metadata.labels['*'].a == 2",
+    "{'#': object.metadata.labels}['#'].all(k, k != '*')",
 ])
 @pytest.mark.parametrize("obj", range(len(MISTYPED)))
 def test_type_mismatches_evaluate_as_on_the_whole_object(source: str, obj: int) -> None:
