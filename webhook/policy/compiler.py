@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.policy import celast, celenv, projection
+from webhook.policy import celenv, projection
 from webhook.policy.celenv import (
     ENV,
     MAX_EXPRESSION_LENGTH,
@@ -100,7 +100,7 @@ class CompiledPolicy:
     mutating: bool = False
     #: What the programs /validate evaluates (matchConditions, validations, messageExpressions,
     #: auditAnnotations, and the variables they reach) can read of ``object``/``oldObject``
-    #: (:func:`webhook.policy.projection.reads`); None when unknown: everything.
+    #: (:func:`webhook.policy.projection.reads`; shared, not to be modified); None when unknown: everything.
     reads: dict[str, projection.Tree] | None = None
 
     @property
@@ -288,11 +288,8 @@ def compile_spec(spec: PolicySpec) -> CompiledPolicy:
 
 def _reads(programs: list[Program], variables: dict[str, Any]) -> dict[str, projection.Tree]:
     """What ``programs`` (and the ``variables`` programs they reach) can read (see :attr:`CompiledPolicy.reads`)."""
-    try:
-        roots = [celast.decode(p.program.program.serialize()).root for p in programs]
-    except ValueError:  # pragma: no cover - every compiled program serializes
-        return dict.fromkeys(projection.ROOTS, projection.ALL)
-    return projection.reads(*roots, variables={name: v.program.serialize() for name, v in variables.items()})
+    return projection.reads_of(tuple(p.program.program.serialize() for p in programs),
+                               tuple((name, v.program.serialize()) for name, v in variables.items()))
 
 
 def _broken(obj: dict[str, Any], message: str) -> CompiledPolicy | None:

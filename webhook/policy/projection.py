@@ -49,13 +49,15 @@ reads it, while the projected object may leave it out. JSON as orjson parses it 
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from webhook.policy.celast import Node, decode
+from webhook.policy.celast import Node, decode_expr, fields
 
-__all__ = ["ALL", "EACH", "KEYS", "MAX_ROUNDS", "ROOTS", "Projection", "Tree", "project", "reads", "union"]
+__all__ = ["ALL", "EACH", "KEYS", "MAX_ROUNDS", "READS_CACHE_SIZE", "ROOTS", "Projection", "Tree", "project", "reads",
+           "reads_of", "union"]
 
 
 class _All(enum.Enum):
@@ -155,8 +157,8 @@ class _Reads:
     """One analysis: the trees marked so far (see the module docstring).
 
     Args:
-        variables: name → ``Expression.serialize()`` of each program ``__tg_var("name")`` evaluates
-            (decoded and analysed on first use, as the engine evaluates them lazily).
+        variables: name → the ``cel.expr.Expr`` (:func:`_expr`) of each program ``__tg_var("name")``
+            evaluates (decoded and analysed on first use, as the engine evaluates them lazily).
     """
 
     def __init__(self, variables: Mapping[str, bytes]) -> None:
@@ -167,11 +169,11 @@ class _Reads:
     def variable(self, name: str) -> _Value:
         """What ``__tg_var(name)`` may be: its program's value, its reads marked once."""
         if name not in self.values:
-            serialized = self.variables.get(name)
-            if serialized is None:
+            expr = self.variables.get(name)
+            if expr is None:
                 raise _Whole
             self.values[name] = None
-            self.values[name] = self.value(decode(serialized).root, {})
+            self.values[name] = self.value(decode_expr(expr), {})
         value = self.values[name]
         if value is None:
             raise _Whole
@@ -373,6 +375,28 @@ class _Reads:
         return frozenset(out)
 
 
+def _expr(serialized: bytes) -> bytes:
+    """The ``cel.expr.Expr`` of ``Expression.serialize()`` output (an ``Any`` of a Checked/ParsedExpr).
+
+    The rest (source positions, the checker's maps) is left out: it is not needed, and its order varies
+    between two compilations of one text, so only the expression identifies a program.
+
+    Raises:
+        ValueError: not a serialized CEL expression.
+    """
+    type_url, payload = "", b""
+    for num, _wt, val in fields(serialized):
+        if num == 1:
+            type_url = val.decode()
+        elif num == 2:
+            payload = val
+    expr_field = 4 if type_url.endswith("CheckedExpr") else 2 if type_url.endswith("ParsedExpr") else 0
+    for num, _wt, val in fields(payload):
+        if num == expr_field and isinstance(val, bytes):
+            return val
+    raise ValueError(f"not a serialized CEL expression: {type_url!r}")
+
+
 def reads(*roots: Node, variables: Mapping[str, bytes] | None = None) -> dict[str, Tree]:
     """What programs can read from each root variable, the value of each used whole.
 
@@ -386,11 +410,41 @@ def reads(*roots: Node, variables: Mapping[str, bytes] | None = None) -> dict[st
         ``{"object": tree, "oldObject": tree}``; a root they never read has the tree ``{}``, and both
         are :data:`ALL` when the analysis cannot bound what is read.
     """
-    analysis = _Reads(variables or {})
     try:
+        analysis = _Reads({name: _expr(serialized) for name, serialized in (variables or {}).items()})
         for root in roots:
             analysis.use(root, {})
     except (_Whole, RecursionError, ValueError):  # ValueError: a variable's program did not decode
+        return dict.fromkeys(ROOTS, ALL)
+    return analysis.trees
+
+
+#: Program sets whose :func:`reads_of` is kept (a policy recompiled unchanged is then a lookup).
+READS_CACHE_SIZE = 1024
+
+
+def reads_of(programs: tuple[bytes, ...], variables: tuple[tuple[str, bytes], ...] = ()) -> dict[str, Tree]:
+    """:func:`reads` of serialized programs, cached by their expressions; the trees are shared: do not modify them.
+
+    Args:
+        programs: ``Expression.serialize()`` of each program.
+        variables: ``(name, Expression.serialize())`` of the programs ``__tg_var(name)`` evaluates.
+    """
+    try:
+        exprs = tuple(_expr(serialized) for serialized in programs)
+        named = tuple((name, _expr(serialized)) for name, serialized in variables)
+    except ValueError:
+        return dict.fromkeys(ROOTS, ALL)
+    return _reads_of_exprs(exprs, named)
+
+
+@functools.lru_cache(maxsize=READS_CACHE_SIZE)
+def _reads_of_exprs(exprs: tuple[bytes, ...], variables: tuple[tuple[str, bytes], ...]) -> dict[str, Tree]:
+    analysis = _Reads(dict(variables))
+    try:
+        for expr in exprs:
+            analysis.use(decode_expr(expr), {})
+    except (_Whole, RecursionError, ValueError):
         return dict.fromkeys(ROOTS, ALL)
     return analysis.trees
 

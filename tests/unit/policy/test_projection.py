@@ -32,7 +32,7 @@ from webhook.policy.celenv import (
 from webhook.policy.compiler import CompiledPolicy, compile_policy
 from webhook.policy.engine import RequestContext, _params, synthesize_pod
 from webhook.policy.matching import View
-from webhook.policy.projection import ALL, EACH, KEYS, Projection, project, reads, union
+from webhook.policy.projection import ALL, EACH, KEYS, Projection, project, reads, reads_of, union
 
 # -- what an expression reads ----------------------------------------------------------------------
 
@@ -161,6 +161,14 @@ def test_a_policy_reads_what_its_validating_programs_read() -> None:
     assert compiled.reads == {"object": {
         "metadata": {"namespace": {}},
         "spec": {"containers": {KEYS: {"image": {}, "name": ALL}}, "hostNetwork": ALL}}, "oldObject": {}}
+
+
+def test_a_recompiled_policy_reuses_its_reads() -> None:
+    doc = next(p for p in POLICIES if p["metadata"]["name"] == "disallow-capabilities")
+    first, second = compile_policy(doc).policy, compile_policy(copy.deepcopy(doc)).policy
+    assert first is not None and second is not None
+    assert first.reads is second.reads  # cached by the programs' expressions (their serialized positions vary)
+    assert reads_of((b"not a serialized expression",)) == {"object": ALL, "oldObject": ALL}
 
 
 def test_union() -> None:
