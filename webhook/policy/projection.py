@@ -414,7 +414,7 @@ def reads(*roots: Node, variables: Mapping[str, bytes] | None = None) -> dict[st
         analysis = _Reads({name: _expr(serialized) for name, serialized in (variables or {}).items()})
         for root in roots:
             analysis.use(root, {})
-    except (_Whole, RecursionError, ValueError):  # ValueError: a variable's program did not decode
+    except (_Whole, RecursionError, ValueError, IndexError):  # ValueError, IndexError: did not decode
         return dict.fromkeys(ROOTS, ALL)
     return analysis.trees
 
@@ -433,7 +433,7 @@ def reads_of(programs: tuple[bytes, ...], variables: tuple[tuple[str, bytes], ..
     try:
         exprs = tuple(_expr(serialized) for serialized in programs)
         named = tuple((name, _expr(serialized)) for name, serialized in variables)
-    except ValueError:
+    except (ValueError, IndexError):  # not serialized expressions (IndexError: truncated)
         return dict.fromkeys(ROOTS, ALL)
     return _reads_of_exprs(exprs, named)
 
@@ -444,7 +444,7 @@ def _reads_of_exprs(exprs: tuple[bytes, ...], variables: tuple[tuple[str, bytes]
     try:
         for expr in exprs:
             analysis.use(decode_expr(expr), {})
-    except (_Whole, RecursionError, ValueError):
+    except (_Whole, RecursionError, ValueError, IndexError):
         return dict.fromkeys(ROOTS, ALL)
     return analysis.trees
 

@@ -169,6 +169,7 @@ def test_a_recompiled_policy_reuses_its_reads() -> None:
     assert first is not None and second is not None
     assert first.reads is second.reads  # cached by the programs' expressions (their serialized positions vary)
     assert reads_of((b"not a serialized expression",)) == {"object": ALL, "oldObject": ALL}
+    assert reads_of((b"\x0a\xff",)) == {"object": ALL, "oldObject": ALL}  # truncated
 
 
 def test_union() -> None:
