@@ -42,9 +42,11 @@ from webhook.policy.projection import ALL, ROOTS, Projection, Tree, union
 from webhook.policy.request import RequestCoordinates
 from webhook.policy.vocabulary import Action, PolicyResult, Result
 
-#: Characters of fused CEL per program: compiling ~2,000 characters takes 2-6 ms on this 2-core machine
-#: (cel-cpp parse + plan), so one background step never holds the event loop for long.
-CHUNK_CHARS = 2000
+#: Characters of fused CEL per program. Compiling a chunk holds the event loop (cel-cpp parse and plan,
+#: then Tollgate's Python passes over the tree): 2,000 characters took 5-12 ms per step on this 2-core
+#: machine, 1,000 take 1.6-4.5 ms (bench/stall.py), for ~8 % more engine time (7 programs instead of 4
+#: for the shipped Pod policies).
+CHUNK_CHARS = 1000
 
 
 def fusable(policy: CompiledPolicy) -> bool:
