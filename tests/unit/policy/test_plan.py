@@ -158,7 +158,9 @@ def test_a_compliant_pod_is_decided_by_fused_programs_alone() -> None:
     planned, per_policy, fused = _both(index, req)
     assert planned == per_policy and planned[0] is True
     plan = index.plan(RequestCoordinates.of(req))
-    assert fused == len(plan.fused) > 15  # every fusable policy proved passing by the fused programs
+    # Every fused policy is proved passing by the fused programs (most of the 17 Pod Security policies: one that
+    # is alone in its chunk takes the per-policy path, which costs the same).
+    assert fused == len(plan.fused) > 12
 
 
 def test_an_iteration_budget_overflow_in_a_fused_program_falls_back_per_policy() -> None:
