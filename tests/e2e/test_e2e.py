@@ -517,6 +517,57 @@ def deployment_of(pod: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def ingress(name: str, namespace: str, host: str) -> dict[str, Any]:
+    """An Ingress routing ``host`` to a Service named like it."""
+    backend = {"service": {"name": name, "port": {"number": 80}}}
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"rules": [{"host": host, "http": {"paths": [
+                {"path": "/", "pathType": "Prefix", "backend": backend}]}}]}}
+
+
+def test_unique_ingress_host_reads_the_ingress_cache(namespace: str) -> None:
+    """spec.references: the policy sees the cluster's other Ingresses through its informer, by its host index."""
+    shipped("ClusterAdmissionPolicy", "unique-ingress-host")
+    host = f"{unique('shop')}.e2e.example.com"
+    assert_admitted(create(ingress(unique("shop"), namespace, host)))
+    other = unique("tollgate-e2e-other")
+    kubectl("create", "namespace", other, check=True)
+    try:
+        def claimed() -> None:  # the informer's watch brings the first Ingress into the cache
+            assert_denied(create(ingress(unique("copy"), other, host)), f"host {host} is already used by another "
+                                                                        "Ingress")
+
+        eventually(claimed)
+        assert_admitted(create(ingress(unique("blog"), other, f"{unique('blog')}.e2e.example.com")))
+    finally:
+        kubectl("delete", "namespace", other, "--wait=false")
+
+
+def test_service_selector_must_match_a_deployment_warns(namespace: str) -> None:
+    """spec.references: a Service whose selector matches no Deployment's pods is admitted with a warning."""
+    shipped("ClusterAdmissionPolicy", "service-selector-matches-deployment")
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": unique("typo"), "namespace": namespace},
+               "spec": {"selector": {"app": "no-such-app"}, "ports": [{"port": 80}]}}
+
+    def warned() -> None:  # a server-side dry run: retried until the Deployment cache has synced
+        result = create(service, "--dry-run=server")
+        assert_admitted(result)
+        assert "selector app=no-such-app matches the pods of no Deployment" in result.stderr, result.stderr
+
+    eventually(warned)
+    pod = compliant_pod(namespace, unique("web"))
+    assert_admitted(create(deployment_of(pod)))
+    matching = {**service, "metadata": {"name": unique("web"), "namespace": namespace},
+                "spec": {"selector": {"app": pod["metadata"]["labels"]["app"]}, "ports": [{"port": 80}]}}
+
+    def clean() -> None:
+        result = create(matching, "--dry-run=server")
+        assert_admitted(result)
+        assert "matches the pods of no Deployment" not in result.stderr, result.stderr
+
+    eventually(clean)
+
+
 def test_privileged_pod_denied_with_pod_security_message(namespace: str) -> None:
     policy = shipped("ClusterAdmissionPolicy", "disallow-privileged-containers")
     result = create(privileged(compliant_pod(namespace, unique("priv"))))
