@@ -7,10 +7,11 @@ until a policy changes. It holds
 * the static half of matching, done once: each candidate with the view its
   resource rules select (isolation, rules, excludes, autogen) — only label
   selectors, params and matchConditions remain per request;
-* **fused groups**: the candidates that are Ready, enforce with Deny, have
+* **fused groups**: the candidates that are Ready, have
   validations but no auditAnnotations, selectors, paramRef, references or matchConditions,
   and whose expressions are self-contained, are evaluated together as one CEL program
-  ``(v1) && (v2) && ...`` per object view, with identical conjuncts shared.
+  ``(v1) && (v2) && ...`` per object view, with identical conjuncts shared (Deny
+  policies together, in chunks; a Warn- or Audit-only policy alone).
   CEL's ``&&`` is true only when every operand is true, so a ``true`` result
   proves that each of those policies passes; then the prebuilt pass results
   are used. Anything else — ``false``, an error, a non-bool, the iteration
@@ -50,14 +51,14 @@ CHUNK_CHARS = 1000
 
 
 def fusable(policy: CompiledPolicy) -> bool:
-    """Whether a policy's validations can join a fused program (see the module docstring).
+    """Whether a policy's validations can be evaluated as a fused program (see the module docstring).
 
-    Only Deny policies are fused: a Warn or Audit policy is written to report what it finds, so it is
-    often false, and one false conjunct sends its whole group down the per-policy path.
+    Deny policies share programs. A Warn- or Audit-only policy is written to report what it finds, so it is
+    often false, and one false conjunct sends its whole group down the per-policy path: each gets a
+    program of its own (:func:`shares_programs`).
     """
     spec = policy.spec
     return (policy.error is None and bool(policy.validations) and not policy.audit_annotations
-            and Action.DENY in spec.validation_actions
             and not policy.match_conditions and spec.param_ref is None and not has_selectors(spec)
             and not spec.references
             and all(v.expression.fusable_source is not None for v in policy.validations))
@@ -167,6 +168,11 @@ def _group(entries: tuple[tuple[CompiledPolicy, View], ...], view: View, chunk: 
                       " && ".join(conjuncts))
 
 
+def shares_programs(policy: CompiledPolicy) -> bool:
+    """Whether a fusable policy joins other policies' programs (Deny) or gets its own (Warn/Audit only)."""
+    return Action.DENY in policy.spec.validation_actions
+
+
 def _groups(entries: tuple[tuple[CompiledPolicy, View], ...], *, validating: bool) -> tuple[FusedGroup, ...]:
     groups: list[FusedGroup | None] = []
     for view in (View.OBJECT, View.POD_TEMPLATE):
@@ -174,6 +180,9 @@ def _groups(entries: tuple[tuple[CompiledPolicy, View], ...], *, validating: boo
         conjuncts: dict[str, None] = {}  # ordered set: identical expressions are evaluated once
         for i, (policy, v) in enumerate(entries):
             if v is not view or not validating or not policy.validating or not fusable(policy):
+                continue
+            if not shares_programs(policy):
+                groups.append(_group(entries, view, [i], dict.fromkeys(_conjunct(policy))))
                 continue
             new = [c for c in _conjunct(policy) if c not in conjuncts]
             if chunk and sum(map(len, conjuncts)) + sum(map(len, new)) > CHUNK_CHARS:
