@@ -62,14 +62,18 @@ def failed_decision(handler: AdmissionHandler, request: AdmissionRequest,
     ``allowed`` + warning when every candidate says ``Ignore`` and
     ``errored`` (``allowed: false``, code 500) otherwise.
     """
-    if candidates is None:
-        try:
-            candidates = candidates_for(handler, request)
-        except Exception:
-            log.exception("candidate lookup failed", extra={"uid": request.get("uid")})
-            candidates = []  # engine_failed answers fail-closed without candidates
-    found = candidates
-    return lambda exc: handler.engine_failed(request["uid"], found, exc)
+    def answer(exc: Exception) -> AdmissionDecision:
+        # The candidates are looked up only when a failure is answered (every review builds this callback).
+        found = candidates
+        if found is None:
+            try:
+                found = candidates_for(handler, request)
+            except Exception:
+                log.exception("candidate lookup failed", extra={"uid": request.get("uid")})
+                found = []  # engine_failed answers fail-closed without candidates
+        return handler.engine_failed(request["uid"], found, exc)
+
+    return answer
 
 
 class InlineEvaluator:
