@@ -265,8 +265,11 @@ def _map_entries(buf: bytes) -> tuple[int, bytes | int]:
     return key, value
 
 
-def decode(serialized: bytes) -> CheckedAst:
-    """Decode ``Expression.serialize()`` output (an ``Any`` of CheckedExpr or ParsedExpr).
+def unpack(serialized: bytes) -> tuple[bool, bytes]:
+    """Open ``Expression.serialize()`` output: an ``Any`` holding a CheckedExpr or a ParsedExpr.
+
+    Returns:
+        ``(checked, payload)``: whether it is a CheckedExpr, and the message's bytes.
 
     Raises:
         ValueError: not a serialized CEL expression.
@@ -280,6 +283,30 @@ def decode(serialized: bytes) -> CheckedAst:
     checked = type_url.endswith("CheckedExpr")
     if not (checked or type_url.endswith("ParsedExpr")):
         raise ValueError(f"not a CEL expression: {type_url!r}")
+    return checked, payload
+
+
+def expr_bytes(serialized: bytes) -> bytes:
+    """The ``cel.expr.Expr`` message of ``Expression.serialize()`` output, without source info or types.
+
+    Raises:
+        ValueError: not a serialized CEL expression, or one without an expression.
+    """
+    checked, payload = unpack(serialized)
+    expr_field = 4 if checked else 2
+    for num, _wt, val in fields(payload):
+        if num == expr_field and isinstance(val, bytes):
+            return val
+    raise ValueError("not a serialized CEL expression: no expression in it")
+
+
+def decode(serialized: bytes) -> CheckedAst:
+    """Decode ``Expression.serialize()`` output (an ``Any`` of CheckedExpr or ParsedExpr).
+
+    Raises:
+        ValueError: not a serialized CEL expression.
+    """
+    checked, payload = unpack(serialized)
     root = Node()
     types: dict[int, str] = {}
     offsets: dict[int, int] = {}

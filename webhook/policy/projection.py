@@ -54,7 +54,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from webhook.policy.celast import Node, decode_expr, fields
+from webhook.policy.celast import Node, decode_expr, expr_bytes
 
 __all__ = ["ALL", "EACH", "KEYS", "MAX_ROUNDS", "READS_CACHE_SIZE", "ROOTS", "Projection", "Tree", "project", "reads",
            "reads_of", "union"]
@@ -375,28 +375,6 @@ class _Reads:
         return frozenset(out)
 
 
-def _expr(serialized: bytes) -> bytes:
-    """The ``cel.expr.Expr`` of ``Expression.serialize()`` output (an ``Any`` of a Checked/ParsedExpr).
-
-    The rest (source positions, the checker's maps) is left out: it is not needed, and its order varies
-    between two compilations of one text, so only the expression identifies a program.
-
-    Raises:
-        ValueError: not a serialized CEL expression.
-    """
-    type_url, payload = "", b""
-    for num, _wt, val in fields(serialized):
-        if num == 1:
-            type_url = val.decode()
-        elif num == 2:
-            payload = val
-    expr_field = 4 if type_url.endswith("CheckedExpr") else 2 if type_url.endswith("ParsedExpr") else 0
-    for num, _wt, val in fields(payload):
-        if num == expr_field and isinstance(val, bytes):
-            return val
-    raise ValueError(f"not a serialized CEL expression: {type_url!r}")
-
-
 def reads(*roots: Node, variables: Mapping[str, bytes] | None = None) -> dict[str, Tree]:
     """What programs can read from each root variable, the value of each used whole.
 
@@ -411,7 +389,7 @@ def reads(*roots: Node, variables: Mapping[str, bytes] | None = None) -> dict[st
         are :data:`ALL` when the analysis cannot bound what is read.
     """
     try:
-        analysis = _Reads({name: _expr(serialized) for name, serialized in (variables or {}).items()})
+        analysis = _Reads({name: expr_bytes(serialized) for name, serialized in (variables or {}).items()})
         for root in roots:
             analysis.use(root, {})
     except (_Whole, RecursionError, ValueError, IndexError):  # ValueError, IndexError: did not decode
@@ -431,8 +409,9 @@ def reads_of(programs: tuple[bytes, ...], variables: tuple[tuple[str, bytes], ..
         variables: ``(name, Expression.serialize())`` of the programs ``__tg_var(name)`` evaluates.
     """
     try:
-        exprs = tuple(_expr(serialized) for serialized in programs)
-        named = tuple((name, _expr(serialized)) for name, serialized in variables)
+        # Only the Expr identifies a program: its source info and type maps serialize in varying order.
+        exprs = tuple(expr_bytes(serialized) for serialized in programs)
+        named = tuple((name, expr_bytes(serialized)) for name, serialized in variables)
     except (ValueError, IndexError):  # not serialized expressions (IndexError: truncated)
         return dict.fromkeys(ROOTS, ALL)
     return _reads_of_exprs(exprs, named)
