@@ -4,7 +4,9 @@ refuses a bad write; a CEL-broken policy is answered per its failurePolicy."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -51,51 +53,57 @@ async def until(check: Any, timeout: float = 10.0) -> Any:
     raise AssertionError("condition not reached")
 
 
+@contextlib.asynccontextmanager
+async def local_server(tmp_path: Path, policies: Path) -> AsyncIterator[tuple[str, aiohttp.ClientSession]]:
+    """``serve --local policies`` on a real TLS listener (files polled every 50 ms): its URL and a client."""
+    paths = certs.write_certs(tmp_path / "certs", dns_names=["localhost"], days=1)
+    app = create_app(Settings(local_dir=policies, local_poll_interval=0.05, cert_file=paths.cert,
+                              key_file=paths.key, write_status=False))
+    runner, port = await serve_tls(app)
+    ctx = ssl.create_default_context(cafile=str(paths.ca))
+    try:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as session:
+            yield f"https://localhost:{port}", session
+    finally:
+        await runner.cleanup()
+
+
 async def test_a_file_that_stops_parsing_keeps_serving_its_last_good_objects_and_is_reported(tmp_path: Path) -> None:
     policies = tmp_path / "policies"
     policies.mkdir()
     (policies / "p.yaml").write_text(POLICY.format(name="no-privileged", failure_policy="Fail",
                                                    expression=PRIVILEGED))
-    paths = certs.write_certs(tmp_path / "certs", dns_names=["localhost"], days=1)
-    app = create_app(Settings(local_dir=policies, local_poll_interval=0.05, cert_file=paths.cert,
-                              key_file=paths.key, write_status=False))
-    runner, port = await serve_tls(app)
-    url = f"https://localhost:{port}"
-    ctx = ssl.create_default_context(cafile=str(paths.ca))
-    try:
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as session:
-            async def readyz() -> dict[str, Any] | None:
-                async with session.get(url + "/readyz") as resp:
-                    return await resp.json() if resp.status == 200 else None  # type: ignore[no-any-return]
+    async with local_server(tmp_path, policies) as (url, session):
+        async def readyz() -> dict[str, Any] | None:
+            async with session.get(url + "/readyz") as resp:
+                return await resp.json() if resp.status == 200 else None  # type: ignore[no-any-return]
 
-            async def allowed(privileged: bool) -> bool:
-                async with session.post(url + "/validate", json=review(privileged)) as resp:
-                    return (await resp.json())["response"]["allowed"] is True  # type: ignore[no-any-return]
+        async def allowed(privileged: bool) -> bool:
+            async with session.post(url + "/validate", json=review(privileged)) as resp:
+                return (await resp.json())["response"]["allowed"] is True  # type: ignore[no-any-return]
 
-            await until(readyz)
-            assert not await allowed(True)
-            (policies / "p.yaml").write_text("spec: [unclosed\n")
-            body = await until(lambda: _with_errors(readyz))
-            assert list(body["localFileErrors"]) == [str(policies / "p.yaml")]
-            assert "invalid YAML" in body["localFileErrors"][str(policies / "p.yaml")]
-            assert body["policies"] == {"no-privileged": {"ready": True, "reason": "Compiled"}}
-            assert not await allowed(True)  # the last good policy still decides
-            async with session.get(url + "/metrics") as resp:
-                assert "tollgate_local_file_errors 1.0" in await resp.text()
+        await until(readyz)
+        assert not await allowed(True)
+        (policies / "p.yaml").write_text("spec: [unclosed\n")
+        body = await until(lambda: _with_errors(readyz))
+        assert list(body["localFileErrors"]) == [str(policies / "p.yaml")]
+        assert "invalid YAML" in body["localFileErrors"][str(policies / "p.yaml")]
+        assert body["policies"] == {"no-privileged": {"ready": True, "reason": "Compiled"}}
+        assert not await allowed(True)  # the last good policy still decides
+        async with session.get(url + "/metrics") as resp:
+            assert "tollgate_local_file_errors 1.0" in await resp.text()
 
-            # A policy whose CEL does not compile is answered per its failurePolicy (Fail: denied).
-            (policies / "p.yaml").write_text(POLICY.format(name="no-privileged", failure_policy="Fail",
-                                                           expression="objekt.spec == 1"))
+        # A policy whose CEL does not compile is answered per its failurePolicy (Fail: denied).
+        (policies / "p.yaml").write_text(POLICY.format(name="no-privileged", failure_policy="Fail",
+                                                       expression="objekt.spec == 1"))
 
-            async def broken_denies() -> bool:
-                async with session.post(url + "/validate", json=review(False)) as resp:
-                    answer = (await resp.json())["response"]
-                return answer["allowed"] is False and "policy is not ready" in answer["status"]["message"]
+        async def broken_denies() -> bool:
+            async with session.post(url + "/validate", json=review(False)) as resp:
+                answer = (await resp.json())["response"]
+            return answer["allowed"] is False and "policy is not ready" in answer["status"]["message"]
 
-            await until(broken_denies)
-            assert (await until(readyz))["localFileErrors"] == {}
-    finally:
-        await runner.cleanup()
+        await until(broken_denies)
+        assert (await until(readyz))["localFileErrors"] == {}
 
 
 async def _with_errors(readyz: Any) -> dict[str, Any] | None:
@@ -117,37 +125,28 @@ async def test_references_are_served_from_the_directory_and_follow_its_files(tmp
     policies.mkdir()
     shutil.copy(example / "policy.yaml", policies / "policy.yaml")
     shutil.copy(example / "existing.yaml", policies / "existing.yaml")
-    paths = certs.write_certs(tmp_path / "certs", dns_names=["localhost"], days=1)
-    app = create_app(Settings(local_dir=policies, local_poll_interval=0.05, cert_file=paths.cert,
-                              key_file=paths.key, write_status=False))
-    runner, port = await serve_tls(app)
-    url = f"https://localhost:{port}"
-    ctx = ssl.create_default_context(cafile=str(paths.ca))
-    try:
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as session:
-            async def decide(obj: dict[str, Any]) -> dict[str, Any]:
-                async with session.post(url + "/validate", json=review_of(obj, "networking.k8s.io", "ingresses")) \
-                        as resp:
-                    return (await resp.json())["response"]  # type: ignore[no-any-return]
+    async with local_server(tmp_path, policies) as (url, session):
+        async def decide(obj: dict[str, Any]) -> dict[str, Any]:
+            async with session.post(url + "/validate", json=review_of(obj, "networking.k8s.io", "ingresses")) \
+                    as resp:
+                return (await resp.json())["response"]  # type: ignore[no-any-return]
 
-            async def synced() -> bool:
-                async with session.get(url + "/readyz") as resp:
-                    body = await resp.json()
-                return body.get("references") == {"networking.k8s.io/v1/ingresses": "synced"}
+        async def synced() -> bool:
+            async with session.get(url + "/readyz") as resp:
+                body = await resp.json()
+            return body.get("references") == {"networking.k8s.io/v1/ingresses": "synced"}
 
-            await until(synced)
-            answer = await decide(INGRESSES["shop-copy"])
-            assert answer["allowed"] is False
-            assert answer["status"]["message"] == ("unique-ingress-host: host shop.example.com is already used by "
-                                                   "another Ingress")
-            assert (await decide(INGRESSES["blog"]))["allowed"] is True
-            # A file added under the directory is a new object in the cache.
-            (policies / "blog.yaml").write_text(yaml.safe_dump(ingress("blog", "marketing", "blog.example.com")))
-            rival = ingress("blog", "platform", "blog.example.com")
+        await until(synced)
+        answer = await decide(INGRESSES["shop-copy"])
+        assert answer["allowed"] is False
+        assert answer["status"]["message"] == ("unique-ingress-host: host shop.example.com is already used by "
+                                               "another Ingress")
+        assert (await decide(INGRESSES["blog"]))["allowed"] is True
+        # A file added under the directory is a new object in the cache.
+        (policies / "blog.yaml").write_text(yaml.safe_dump(ingress("blog", "marketing", "blog.example.com")))
+        rival = ingress("blog", "platform", "blog.example.com")
 
-            async def taken() -> bool:
-                return (await decide(rival))["allowed"] is False
+        async def taken() -> bool:
+            return (await decide(rival))["allowed"] is False
 
-            await until(taken)
-    finally:
-        await runner.cleanup()
+        await until(taken)
