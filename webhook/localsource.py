@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,7 +90,34 @@ def _state_of(path: Path) -> _FileState | None:
 _listings: dict[Path, tuple[float, list[tuple[Path, dict[str, Any]]], dict[str, str]]] = {}
 
 
-def load_documents(root: Path, max_age: float = 0.0) -> tuple[list[tuple[Path, dict[str, Any]]], dict[str, str]]:
+#: A directory listing: every YAML mapping document with its file, and the files in error (path → message).
+Listing = tuple[list[tuple[Path, dict[str, Any]]], dict[str, str]]
+
+
+def _fresh(root: Path, max_age: float) -> Listing | None:
+    cached = _listings.get(root)
+    if cached is not None and time.perf_counter() - cached[0] <= max_age:
+        return cached[1], cached[2]
+    return None
+
+
+def _listing_steps(root: Path, docs: list[tuple[Path, dict[str, Any]]], errors: dict[str, str]) -> Iterator[None]:
+    """List ``root`` into ``docs``/``errors``, one step per file (a changed file is parsed in its step)."""
+    try:
+        files = yaml_files(root)
+    except InputError as e:
+        errors[str(root)] = str(e)
+        return
+    for path in files:
+        state = _state_of(path)
+        if state is not None:
+            docs += [(path, d) for d in state.documents]
+            if state.error is not None:
+                errors[str(path)] = state.error
+        yield
+
+
+def load_documents(root: Path, max_age: float = 0.0) -> Listing:
     """Every YAML mapping document under ``root``, and the files in error (path → one-line message).
 
     Documents are shared with a parse cache: callers must not mutate them.
@@ -99,51 +126,35 @@ def load_documents(root: Path, max_age: float = 0.0) -> tuple[list[tuple[Path, d
         root: the directory (or a single file).
         max_age: seconds a listing of ``root`` made by any caller may be reused (0: list now).
     """
-    now = time.perf_counter()
-    cached = _listings.get(root)
-    if cached is not None and now - cached[0] <= max_age:
-        return cached[1], cached[2]
-    documents, errors = _list_documents(root)
-    _listings[root] = (now, documents, errors)
-    return documents, errors
-
-
-def _list_documents(root: Path) -> tuple[list[tuple[Path, dict[str, Any]]], dict[str, str]]:
-    try:
-        files = yaml_files(root)
-    except InputError as e:
-        return [], {str(root): str(e)}
+    fresh = _fresh(root, max_age)
+    if fresh is not None:
+        return fresh
+    started = time.perf_counter()
     docs: list[tuple[Path, dict[str, Any]]] = []
     errors: dict[str, str] = {}
-    for path in files:
-        state = _state_of(path)
-        if state is None:
-            continue
-        docs += [(path, d) for d in state.documents]
-        if state.error is not None:
-            errors[str(path)] = state.error
+    for _ in _listing_steps(root, docs, errors):
+        pass
+    _listings[root] = (started, docs, errors)
     return docs, errors
 
 
-async def _parse_changed(root: Path, max_age: float) -> None:
-    """Parse the files under ``root`` that changed, yielding the event loop every couple of milliseconds.
+async def load_documents_yielding(root: Path, max_age: float) -> Listing:
+    """:func:`load_documents`, yielding the event loop every couple of milliseconds while it lists.
 
-    The scan that follows then finds every file in the parse cache: 50 policy files rewritten at once
-    took ~60 ms to parse in one loop turn. Skipped when ``root`` was listed less than ``max_age`` ago.
+    50 policy files rewritten at once took ~60 ms to parse in one loop turn.
     """
-    cached = _listings.get(root)
-    if cached is not None and time.perf_counter() - cached[0] <= max_age:
-        return
-    try:
-        files = yaml_files(root)
-    except InputError:
-        return
-    started = time.perf_counter()
-    for path in files:
-        _state_of(path)
-        if time.perf_counter() - started > 0.002:
+    fresh = _fresh(root, max_age)
+    if fresh is not None:
+        return fresh
+    started = slice_started = time.perf_counter()
+    docs: list[tuple[Path, dict[str, Any]]] = []
+    errors: dict[str, str] = {}
+    for _ in _listing_steps(root, docs, errors):
+        if time.perf_counter() - slice_started > 0.002:
             await asyncio.sleep(0)
-            started = time.perf_counter()
+            slice_started = time.perf_counter()
+    _listings[root] = (started, docs, errors)
+    return docs, errors
 
 
 class LocalDirectoryListerWatcher:
@@ -186,8 +197,8 @@ class LocalDirectoryListerWatcher:
         self._objects: dict[str, KubeObject] = {}
         self._history: list[tuple[int, str, KubeObject, KubeObject | None]] = []
 
-    def _scan(self, max_age: float = 0.0) -> None:
-        documents, errors = load_documents(self.root, max_age=max_age)
+    def _scan(self, listing: Listing) -> None:
+        documents, errors = listing
         self.error_count += sum(1 for path, msg in errors.items() if self.errors.get(path) != msg)
         self.errors = errors
         current: dict[str, KubeObject] = {}
@@ -227,7 +238,7 @@ class LocalDirectoryListerWatcher:
 
     async def list(self, options: ListOptions) -> ListResult:
         """All current objects of the kind (selector applied), with the directory's current RV."""
-        self._scan()
+        self._scan(load_documents(self.root))
         selector = parse_label_selector_text(options.label_selector)
         items = [o for o in self._objects.values() if selector.matches_object(o)]
         return ListResult(items=items, resource_version=str(self._rv))
@@ -239,8 +250,7 @@ class LocalDirectoryListerWatcher:
         deadline = time.monotonic() + (options.timeout_seconds or 300)
         while time.monotonic() < deadline:
             # Sources polling the same directory share one listing per half poll interval (a LIST is always fresh).
-            await _parse_changed(self.root, self.poll_interval / 2)
-            self._scan(self.poll_interval / 2)
+            self._scan(await load_documents_yielding(self.root, self.poll_interval / 2))
             for rv, etype, obj, old in self._history:
                 if rv <= since:
                     continue
