@@ -319,11 +319,12 @@ class References:
         self.lookups = lookups
         self.tenant = policy.spec.namespace if policy.spec.kind == NAMESPACED_KIND else None
 
-    def _reference(self, function: str, api_version: str, resource: str, namespace: str) -> Reference:
+    def _reference(self, function: str, api_version: str, resource: str, namespace: str | None) -> Reference:
+        """The declared reference; a tenant's read of another ``namespace`` (None: not a namespace read) errors."""
         ref = self.declared.get((api_version, resource))
         if ref is None:
             raise celenv.LibraryError(f"{function}: {api_version} {resource} is not in spec.references")
-        if self.tenant is not None and namespace != self.tenant:
+        if self.tenant is not None and namespace is not None and namespace != self.tenant:
             raise celenv.LibraryError(f"{function}: an AdmissionPolicy may only read its own namespace "
                                       f"{self.tenant!r}, not {namespace or 'every namespace'!r}")
         return ref
@@ -355,7 +356,7 @@ class References:
         Raises:
             celenv.LibraryError: the index is undeclared or not installed on the cache yet.
         """
-        ref = self._reference("resource.ByIndex", api_version, resource, self.tenant or "")
+        ref = self._reference("resource.ByIndex", api_version, resource, None)  # a tenant's results are filtered
         definition = next((i for i in ref.indexes if i.name == index), None)
         if definition is None:
             raise celenv.LibraryError(f"resource.ByIndex: {ref.cache} declares no index {index!r}")
