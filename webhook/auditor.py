@@ -75,6 +75,11 @@ def _same_version(old: dict[str, Any], new: dict[str, Any]) -> bool:
     return old is new or (rv is not None and rv == (old.get("metadata") or {}).get("resourceVersion"))
 
 
+def _resource_version(obj: dict[str, Any] | None) -> str | None:
+    rv = ((obj or {}).get("metadata") or {}).get("resourceVersion")
+    return str(rv) if rv else None
+
+
 def reads_namespace_object(spec: PolicySpec) -> bool:
     """Whether any of the policy's CEL mentions ``namespaceObject`` (conservative, on the text)."""
     exprs = [c.expression for c in spec.match_conditions] + [v.expression for v in spec.variables]
@@ -134,7 +139,13 @@ class Auditor:
         self._audited: dict[str, _Audited] = {}
         self._notes: dict[str, tuple[str | None, AuditResult]] = {}
         self._dirty_policies: set[str] = set()
+        #: objects to re-evaluate whatever their resourceVersion (a Namespace they live in changed).
         self._dirty_objects: dict[GVR, set[str]] = {}
+        #: objects an informer event named: re-evaluated only where the resourceVersion differs from the
+        #: one last evaluated (a full pass may already have seen it; relists repeat unchanged objects).
+        self._changed_objects: dict[GVR, set[str]] = {}
+        #: per policy, the resourceVersion each object was last evaluated at.
+        self._evaluated_rv: dict[str, dict[tuple[GVR, str], str]] = {}
         self._dirty_ns: set[str | None] = set()
         self._by_ns: dict[str | None, dict[_Entry, tuple[AuditResult, ...]]] = {}
         self._ns_of: dict[_Entry, str | None] = {}
@@ -203,7 +214,7 @@ class Auditor:
         self._informers[gvr] = informer
 
         def touch(obj: dict[str, Any] | DeletedFinalStateUnknown) -> None:
-            self._dirty_objects.setdefault(gvr, set()).add(meta_namespace_key(obj))
+            self._changed_objects.setdefault(gvr, set()).add(meta_namespace_key(obj))
             # The same factory runs spec.references' informers: a change there may change any verdict
             # of the policies reading it.
             self._context_references.add(gvr)
@@ -215,6 +226,7 @@ class Auditor:
     def _on_informer_stop(self, gvr: GVR) -> None:
         self._informers.pop(gvr, None)
         self._dirty_objects.pop(gvr, None)
+        self._changed_objects.pop(gvr, None)
         for entry in [e for e in self._ns_of if e[1] == gvr]:
             self._set(entry, ())
         self._wake.set()
@@ -238,7 +250,8 @@ class Auditor:
     def idle(self) -> bool:
         """No pending work and every dynamic informer's handlers have caught up."""
         return (not self._busy and not self._policy_events and not self._dirty_policies
-                and not any(self._dirty_objects.values()) and not self._dirty_ns
+                and not any(self._dirty_objects.values()) and not any(self._changed_objects.values())
+                and not self._dirty_ns
                 and all(i.handlers_idle() for i in self._informers.values()))
 
     def _set(self, entry: _Entry, results: tuple[AuditResult, ...]) -> None:
@@ -334,6 +347,7 @@ class Auditor:
             self._dirty_policies.discard(key)
             count = await self._full_pass(key, count)
         dirty, self._dirty_objects = self._dirty_objects, {}
+        changed, self._changed_objects = self._changed_objects, {}
         policies_by_gvr: dict[GVR, list[str]] = {}
         for key in sorted(self._audited):
             for gvr in self._dynamic.gvrs(key):
@@ -344,6 +358,15 @@ class Auditor:
                 obj = inf.indexer.get_by_key(obj_key) if inf is not None else None
                 for key in policies_by_gvr.get(gvr, ()):
                     count = await self._evaluate(key, gvr, obj_key, obj, count)
+        for gvr, keys in changed.items():
+            inf = self._informers.get(gvr)
+            forced = dirty.get(gvr, set())
+            for obj_key in keys - forced:
+                obj = inf.indexer.get_by_key(obj_key) if inf is not None else None
+                rv = _resource_version(obj)
+                for key in policies_by_gvr.get(gvr, ()):
+                    if rv is None or self._evaluated_rv.get(key, {}).get((gvr, obj_key)) != rv:
+                        count = await self._evaluate(key, gvr, obj_key, obj, count)
         self._publish()
 
     def _expand_context_changes(self) -> None:
@@ -370,8 +393,12 @@ class Auditor:
     async def _evaluate(self, key: str, gvr: GVR, obj_key: str, obj: dict[str, Any] | None, count: int) -> int:
         audited = self._audited.get(key)
         if obj is None or audited is None:
+            self._evaluated_rv.get(key, {}).pop((gvr, obj_key), None)
             self._set((key, gvr, obj_key), ())
             return count
+        rv = _resource_version(obj)
+        if rv is not None:
+            self._evaluated_rv.setdefault(key, {})[(gvr, obj_key)] = rv
         snapshot = self._dynamic.snapshot
         kind = (snapshot.kind(gvr) if snapshot is not None else None) or str(obj.get("kind") or "")
         results = evaluate_object(audited.policy, obj, group=gvr.group, version=gvr.version, resource=gvr.resource,
@@ -387,6 +414,7 @@ class Auditor:
     async def _full_pass(self, key: str, count: int) -> int:
         seen: set[tuple[GVR, str]] = set()
         audited = self._audited.get(key)
+        self._evaluated_rv.pop(key, None)
         if audited is not None:
             refused = self._dynamic.refused(key)
             reason = "; ".join(f"informer {g} refused: {why}" for g, why in sorted(refused.items()))

@@ -11,6 +11,7 @@ from tests.fakeapi.server import Cluster
 from webhook.auditor import Auditor, audit_rules
 from webhook.informer.dynamic import DynamicInformers
 from webhook.informer.gvr import GVR, DiscoverySnapshot
+from webhook.informer.informer import AddNotification
 from webhook.policy import InMemoryLookups
 from webhook.policy.model import Reference, parse_policy
 
@@ -140,5 +141,40 @@ async def test_a_change_in_a_referenced_cache_reevaluates_the_policies_reading_i
         await asyncio.sleep(0.005)
     assert reports["default"]["summary"] == {**reports["default"]["summary"], "pass": 3, "fail": 0}
     assert auditor.evaluations == evaluations + 3
+    await auditor.stop()
+    await dyn.stop()
+
+
+async def test_objects_already_evaluated_at_their_resource_version_are_not_evaluated_again(cluster: Cluster) -> None:
+    # A full pass may see an informer's objects before the informer's handlers have delivered its initial adds
+    # (the reflector fills the Indexer, then notifies): those late adds must not evaluate the objects again.
+    for i in range(4):
+        await cluster.apply("pods", obj(f"p{i}", spec=podspec(i == 0)))
+
+    async def discover() -> DiscoverySnapshot:
+        return snap(PODS)
+
+    dyn = DynamicInformers(factory(cluster), discover, refresh_interval=0)
+    reports: dict[str | None, Any] = {}
+    auditor = Auditor(dyn, InMemoryLookups(), reports.__setitem__)
+    await dyn.refresh()
+    await auditor.start()
+    auditor.policy_handler().on_add(cap(), True)
+    await idle(auditor)
+    assert auditor.evaluations == 4
+    inf = dyn.factory.informer(PODS)
+    assert inf is not None
+    for o in inf.indexer.list():
+        inf._notify(AddNotification(o, True))  # the same objects, delivered late
+    await idle(auditor)
+    assert auditor.evaluations == 4
+    # A real change is still evaluated, and only that object.
+    await cluster.apply("pods", obj("p1", spec=podspec(True)))
+    for _ in range(400):
+        await idle(auditor)
+        if reports["default"]["summary"]["fail"] == 2:
+            break
+        await asyncio.sleep(0.005)
+    assert auditor.evaluations == 5 and reports["default"]["summary"]["fail"] == 2
     await auditor.stop()
     await dyn.stop()
