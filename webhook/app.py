@@ -36,8 +36,9 @@ from webhook.informer import InformerKey, ListerWatcher, SharedInformer, SharedI
 from webhook.informer.dynamic import Budget, DynamicInformerFactory
 from webhook.informer.gvr import GVR
 from webhook.localsource import LocalDirectoryListerWatcher
-from webhook.metrics import DynamicInformerCollector, Metrics
+from webhook.metrics import DecisionMemoCollector, DynamicInformerCollector, Metrics
 from webhook.policy import PolicyEventHandler, PolicyIndex
+from webhook.policy.memo import DecisionMemo
 from webhook.resources import CLUSTER_POLICIES, CONFIGMAPS, NAMESPACED_POLICIES, NAMESPACES, Resource
 from webhook.tls import CertReloader
 
@@ -306,7 +307,10 @@ def build_components(settings: Settings, *, api_client: Any = None,
             inf.add_event_handler(references.handler())
     lookups = InformerLookups(namespaces, configmaps, policies_synced,
                               references.informer if references is not None else lambda _ref: None)
-    handler = AdmissionHandler(index, lookups)
+    memo = DecisionMemo(settings.decision_memo_bytes) if settings.decision_memo_bytes > 0 else None
+    if memo is not None:
+        metrics.registry.register(DecisionMemoCollector(memo))
+    handler = AdmissionHandler(index, lookups, memo)
     background = None
     if leader is not None and settings.background_audit:
         from webhook.background import BackgroundAudit

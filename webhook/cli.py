@@ -34,7 +34,7 @@ from typing import Any
 
 from webhook import certs, logs, webhookconfig
 from webhook.argparsing import EXIT_USAGE, OneLineParser
-from webhook.config import MAX_REQUEST_BYTES, Settings
+from webhook.config import DEFAULT_MEMO_BYTES, MAX_REQUEST_BYTES, Settings
 
 EXIT_INTERNAL = 70
 EXIT_BROKEN_PIPE = 141
@@ -119,6 +119,9 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument("--audit-max-objects", type=int, default=200_000, metavar="N",
                    help="refuse to cache more objects than this over every dynamic informer: background audit and "
                         "spec.references (default 200000)")
+    p.add_argument("--decision-memo-bytes", type=int, default=DEFAULT_MEMO_BYTES, metavar="BYTES",
+                   help="remember fused policy programs that passed, keyed by exactly the fields they read, in up to "
+                        f"this many bytes (default {DEFAULT_MEMO_BYTES}; 0 turns the memo off)")
     p.add_argument("--create-webhooks", action="store_true",
                    help="create a missing webhook configuration (needs RBAC create)")
     p.add_argument("--self-managed-certs", action="store_true",
@@ -337,6 +340,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         eval_memory_limit_bytes=args.eval_memory_limit,
         shutdown_delay=args.shutdown_delay if args.shutdown_delay is not None else (0.0 if args.local else 5.0),
         background_audit=args.background_audit and args.local is None, audit_max_objects=args.audit_max_objects,
+        decision_memo_bytes=max(args.decision_memo_bytes, 0),
     )
     runner: Callable[[Coroutine[Any, Any, None]], None]
     try:

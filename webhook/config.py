@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from webhook.policy import memo
+
 #: controller-runtime's maxRequestSize (pkg/webhook/admission/http.go), derived
 #: the same way: etcd's recommended maximum client request is 1.5 MB, and the API
 #: server accepts twice that per object (3 MB) because a JSON body shrinks when
@@ -12,6 +14,9 @@ from pathlib import Path
 #: objects (``object`` and ``oldObject``) plus an envelope well under 1 MB:
 #: 2 x 3 + 1 = 7 MiB.
 MAX_REQUEST_BYTES = 7 * 1024 * 1024
+
+#: The decision memo's default byte budget (``serve --decision-memo-bytes``).
+DEFAULT_MEMO_BYTES = memo.DEFAULT_MAX_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +62,7 @@ class Settings:
         audit_max_objects: budget of objects over every dynamic informer (None: unbounded).
         audit_max_bytes: budget of cached JSON bytes over every dynamic informer (None: unbounded).
         discovery_interval: seconds between API discovery refreshes (besides CRD events).
+        decision_memo_bytes: byte budget of the decision memo (:mod:`webhook.policy.memo`); 0 turns it off.
     """
 
     local_dir: Path | None = None
@@ -92,3 +98,4 @@ class Settings:
     audit_max_objects: int | None = 200_000
     audit_max_bytes: int | None = 512 * 1024 * 1024
     discovery_interval: float = 300.0
+    decision_memo_bytes: int = DEFAULT_MEMO_BYTES

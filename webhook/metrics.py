@@ -240,3 +240,42 @@ class DynamicInformerCollector(Collector):
             counter = CounterMetricFamily(f"tollgate_{name}", f"Tollgate {name.replace('_', ' ')}")
             counter.add_metric([], value)
             yield counter
+
+
+class MemoStats(Protocol):
+    """What :class:`DecisionMemoCollector` reads (e.g. ``webhook.policy.memo.DecisionMemo``)."""
+
+    hits: int
+    misses: int
+    evictions: int
+    bytes: int
+    max_bytes: int
+
+    def __len__(self) -> int:
+        """Entries held."""
+        ...
+
+
+class DecisionMemoCollector(Collector):
+    """Scrape-time metrics of the decision memo: the hit ratio is ``hits / (hits + misses)``.
+
+    Args:
+        memo: the memo the handler evaluates with.
+    """
+
+    def __init__(self, memo: MemoStats) -> None:
+        self._memo = memo
+
+    def collect(self) -> Iterator[Metric]:
+        """Yield the current values."""
+        m = self._memo
+        for name, doc, value in (
+                ("hits", "Fused-program lookups answered by the decision memo", m.hits),
+                ("misses", "Fused-program lookups the decision memo did not hold (the program was evaluated)",
+                 m.misses),
+                ("evictions", "Decision memo entries dropped for its byte budget", m.evictions)):
+            yield CounterMetricFamily(f"tollgate_decision_memo_{name}", doc, value=value)
+        yield GaugeMetricFamily("tollgate_decision_memo_entries", "Entries in the decision memo", value=len(m))
+        yield GaugeMetricFamily("tollgate_decision_memo_bytes", "Bytes counted by the decision memo", value=m.bytes)
+        yield GaugeMetricFamily("tollgate_decision_memo_max_bytes", "The decision memo's byte budget",
+                                value=m.max_bytes)

@@ -37,6 +37,7 @@ from webhook.policy import (
 from webhook.policy.compiler import CompiledPolicy
 from webhook.policy.engine import label
 from webhook.policy.lookups import POLICIES, Lookups
+from webhook.policy.memo import DecisionMemo
 from webhook.policy.plan import Plan
 
 log = logging.getLogger("tollgate.admission")
@@ -57,11 +58,13 @@ class AdmissionHandler:
     Args:
         index: the compiled policies.
         lookups: the caches (Namespaces, ConfigMaps, and whether the policy caches synced).
+        memo: the decision memo for the validating endpoint (:mod:`webhook.policy.memo`); None for none.
     """
 
-    def __init__(self, index: PolicyIndex, lookups: Lookups) -> None:
+    def __init__(self, index: PolicyIndex, lookups: Lookups, memo: DecisionMemo | None = None) -> None:
         self.index = index
         self.lookups = lookups
+        self.memo = memo
 
     def _plan(self, request: AdmissionRequest) -> Plan:
         if not self.lookups.is_synced(POLICIES):
@@ -111,7 +114,8 @@ class AdmissionHandler:
         plan: Plan | None = None
         try:
             plan = self._plan(request)
-            outcome = evaluate_validating(cast(dict[str, Any], request), plan, self.lookups, deadline=deadline)
+            outcome = evaluate_validating(cast(dict[str, Any], request), plan, self.lookups, deadline=deadline,
+                                          memo=self.memo)
         except ReviewError:
             raise
         except Exception as e:  # noqa: BLE001 - logged with its traceback in _failed, answered per failurePolicy

@@ -53,6 +53,7 @@ from webhook.policy.celenv import ENV, VariableScope, reset_scope, set_current_s
 from webhook.policy.compiler import CompiledPolicy, CompiledValidation, Program
 from webhook.policy.lookups import Lookups
 from webhook.policy.matching import View, has_selectors, selectors_match
+from webhook.policy.memo import DecisionMemo, memo_key
 from webhook.policy.model import NAMESPACED_KIND, Reference
 from webhook.policy.plan import Plan, build_plan
 from webhook.policy.projection import Projection
@@ -203,6 +204,7 @@ class RequestContext:
         self.deadline = deadline
         self.clock = clock
         self._activations: dict[View, Any] = {}
+        self._view_objects: dict[View, tuple[Any, Any]] = {}
         self._projections: dict[View, Projection | None] = {}
         self._synced: dict[str, bool] = {}
         self._namespace_obj: Any = ...
@@ -243,21 +245,30 @@ class RequestContext:
         """
         self._projections = projections or {}
 
-    def activation(self, view: View) -> Any:
-        """The shared activation over the request's object (or the Pods of its templates), projected if set."""
-        act = self._activations.get(view)
-        if act is None:
+    def view_objects(self, view: View, *, projected: bool = True) -> tuple[Any, Any]:
+        """``(object, oldObject)`` of ``view``: the request's, or its templates' Pods.
+
+        Pruned by the view's projection when one is set and ``projected`` (a new pruned copy per call).
+        """
+        whole = self._view_objects.get(view)
+        if whole is None:
             if view is View.OBJECT:
-                obj, old = self.request.get("object"), self.request.get("oldObject")
+                whole = (self.request.get("object"), self.request.get("oldObject"))
             else:
                 template = self.coords.template
                 assert template is not None
                 obj, old = (synthesize_pod(o, template) if isinstance(o, dict) else None
                             for o in (self.request.get("object"), self.request.get("oldObject")))
-            projection = self._projections.get(view)
-            if projection is not None:
-                obj, old = projection.apply(obj, old)
-            act = self._activations[view] = self._new_activation(obj, old)
+                whole = (obj, old)
+            self._view_objects[view] = whole
+        projection = self._projections.get(view) if projected else None
+        return whole if projection is None else projection.apply(*whole)
+
+    def activation(self, view: View) -> Any:
+        """The shared activation over the request's object (or the Pods of its templates), projected if set."""
+        act = self._activations.get(view)
+        if act is None:
+            act = self._activations[view] = self._new_activation(*self.view_objects(view))
         return act
 
     def activation_for(self, obj: Any) -> Any:
@@ -515,25 +526,38 @@ def _plan(policies: Sequence[CompiledPolicy] | Plan, ctx: RequestContext) -> Pla
     return policies if isinstance(policies, Plan) else build_plan(ctx.coords, list(policies))
 
 
-def _fused_passes(plan: Plan, ctx: RequestContext) -> dict[int, PolicyResult]:
-    """Pass results of every compiled fused group whose program is ``true`` (see :mod:`webhook.policy.plan`)."""
+def _fused_passes(plan: Plan, ctx: RequestContext, memo: DecisionMemo | None) -> dict[int, PolicyResult]:
+    """Pass results of every compiled fused group whose program is ``true`` (see :mod:`webhook.policy.plan`).
+
+    With a ``memo``, a group whose program reads only ``object``/``oldObject`` is looked up there first by
+    exactly the fields it reads (:mod:`webhook.policy.memo`), and remembered when it evaluates ``true``.
+    """
     passes: dict[int, PolicyResult] = {}
     if not plan.groups or not ctx.is_synced(caches.POLICIES) or ctx.past_deadline():
         return passes
     for group in plan.groups:
         if group.program is None:
             continue
+        key = None
+        if memo is not None and group.memo is not None:
+            obj, old = ctx.view_objects(group.view, projected=False)
+            key = memo_key(group.memo, obj, old, ctx.request_variable, ctx.namespace_object())
+            if key is not None and memo.passed(group.serial, key):
+                passes.update(zip(group.positions, group.passes, strict=True))
+                continue
         try:
             value = group.program.eval(ctx.activation(group.view)).plain_value()
         except RuntimeError:  # the iteration budget: decide per policy
             continue
         if value is True:
             passes.update(zip(group.positions, group.passes, strict=True))
+            if memo is not None and key is not None:
+                memo.remember(group.serial, key)
     return passes
 
 
 def evaluate_validating(request: dict[str, Any], policies: Sequence[CompiledPolicy] | Plan, lookups: Lookups, *,
-                        deadline: float | None = None) -> ValidationOutcome:
+                        deadline: float | None = None, memo: DecisionMemo | None = None) -> ValidationOutcome:
     """Decide an AdmissionRequest on the validating endpoint.
 
     Args:
@@ -545,6 +569,7 @@ def evaluate_validating(request: dict[str, Any], policies: Sequence[CompiledPoli
             order (name order; broken ones included), evaluated one by one.
         lookups: the caches.
         deadline: ``time.monotonic()`` after which remaining policies are errors.
+        memo: the decision memo fused groups' passes are looked up in and remembered in; None for none.
 
     Returns:
         The decision; a denial's message joins every denying policy's message
@@ -555,7 +580,7 @@ def evaluate_validating(request: dict[str, Any], policies: Sequence[CompiledPoli
     ctx.project(plan.projections)
     out = ValidationOutcome()
     denials: list[PolicyResult] = []
-    passes = _fused_passes(plan, ctx)
+    passes = _fused_passes(plan, ctx, memo)
     for position, (policy, view) in enumerate(plan.entries):
         result: PolicyResult | None = passes.get(position)
         if result is None:

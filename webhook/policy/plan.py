@@ -33,12 +33,14 @@ pruned to that and cel-expr-python converts only those fields.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.policy.celenv import ENV
 from webhook.policy.compiler import CompiledPolicy
 from webhook.policy.matching import View, has_selectors, rules_view
+from webhook.policy.memo import MemoSpec, memo_spec
 from webhook.policy.projection import ALL, ROOTS, Projection, Tree, union
 from webhook.policy.request import RequestCoordinates
 from webhook.policy.vocabulary import Action, PolicyResult, Result
@@ -64,6 +66,10 @@ def fusable(policy: CompiledPolicy) -> bool:
             and all(v.expression.fusable_source is not None for v in policy.validations))
 
 
+#: FusedGroup serials: a new group never shares decision-memo entries with an earlier one.
+_SERIALS = itertools.count()
+
+
 @dataclass(slots=True)
 class FusedGroup:
     """Policies evaluated as one program over one view.
@@ -76,6 +82,9 @@ class FusedGroup:
         program: the compiled program, or None until compiled (or when it would
             not compile: then it stays on the per-policy path).
         compiled: whether compilation was attempted.
+        memo: what keys the program's passes in the decision memo (:mod:`webhook.policy.memo`),
+            or None when its passes are not memoized.
+        serial: this group's identity in the decision memo (never reused in the process).
     """
 
     view: View
@@ -84,9 +93,11 @@ class FusedGroup:
     source: str
     program: Any = None
     compiled: bool = False
+    memo: MemoSpec | None = None
+    serial: int = field(default_factory=lambda: next(_SERIALS))
 
     def compile(self) -> None:
-        """Compile the fused program (once); a failure leaves ``program`` None."""
+        """Compile the fused program and its memo projection (once); a failure leaves ``program`` None."""
         if self.compiled:
             return
         self.compiled = True
@@ -94,6 +105,8 @@ class FusedGroup:
             self.program = ENV.compile(self.source, disable_check=True)
         except RuntimeError:  # e.g. the parser's nesting limit: stay on the per-policy path
             self.program = None
+            return
+        self.memo = memo_spec(self.program.program.serialize())
 
 
 @dataclass(slots=True)

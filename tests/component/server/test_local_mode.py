@@ -150,3 +150,40 @@ async def test_references_are_served_from_the_directory_and_follow_its_files(tmp
             return (await decide(rival))["allowed"] is False
 
         await until(taken)
+
+
+async def test_the_decision_memo_serves_repeated_passes_and_never_a_verdict_of_an_edited_policy(
+        tmp_path: Path) -> None:
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    (policies / "p.yaml").write_text(POLICY.format(name="no-privileged", failure_policy="Fail",
+                                                   expression=PRIVILEGED))
+    async with local_server(tmp_path, policies) as (url, session):
+        async def allowed(privileged: bool) -> bool | None:
+            async with session.post(url + "/validate", json=review(privileged)) as resp:
+                return (await resp.json())["response"]["allowed"] if resp.status == 200 else None  # type: ignore[no-any-return]
+
+        async def memo_hits() -> float:
+            async with session.get(url + "/metrics") as resp:
+                text = await resp.text()
+            return next(float(line.split()[1]) for line in text.splitlines()
+                        if line.startswith("tollgate_decision_memo_hits_total "))
+
+        async def hit() -> bool:
+            before = await memo_hits()
+            return await allowed(False) is True and await memo_hits() > before
+
+        await until(lambda: allowed(False))
+        # The plan's fused program is compiled in the background; once it is, a pass is remembered and served.
+        await until(hit)
+        assert await allowed(True) is False
+        # Edited so that the same compliant Pod is denied: the remembered pass is not the new policy's.
+        (policies / "p.yaml").write_text(POLICY.format(name="no-privileged", failure_policy="Fail",
+                                                       expression="object.spec.containers.all(c, c.image != 'x')"))
+
+        async def denied() -> bool:
+            return await allowed(False) is False
+
+        await until(denied)
+        for _ in range(5):
+            assert await allowed(False) is False

@@ -19,6 +19,7 @@ from webhook.policy import InMemoryLookups, PolicyIndex, RequestCoordinates, eva
 from webhook.policy.celenv import ENV
 from webhook.policy.engine import RequestContext, ValidationOutcome, _fused_passes
 from webhook.policy.matching import View
+from webhook.policy.memo import DecisionMemo
 from webhook.policy.plan import build_plan, fusable
 from webhook.policy.projection import ALL
 
@@ -84,13 +85,29 @@ def _outcome(out: ValidationOutcome) -> tuple[Any, ...]:
             [(r.policy, r.result, r.message, sorted(r.actions), r.code, r.reason) for r in out.results])
 
 
+#: One decision memo across every request of the module: passes remembered for one request are looked up by
+#: the requests after it (the corpus and the generated Pods share many Pod Security fields).
+MEMO = DecisionMemo()
+#: Hits on a request's first evaluation with the memo: passes another request stored.
+CROSS_HITS = [0]
+
+
 def _both(index: PolicyIndex, req: dict[str, Any]) -> tuple[tuple[Any, ...], tuple[Any, ...], int]:
-    """Both paths' outcomes, and how many policies a fused program proved passing."""
+    """Both paths' outcomes, and how many policies a fused program proved passing.
+
+    The planned path is also run with the decision memo, twice (the second time every pass it can hold is held):
+    each outcome must be the planned path's own.
+    """
     coords = RequestCoordinates.of(req)
     plan = index.plan(coords).compile_all()
     planned = evaluate_validating(req, plan, LOOKUPS)
+    for attempt in range(2):
+        hits = MEMO.hits
+        assert _outcome(evaluate_validating(req, plan, LOOKUPS, memo=MEMO)) == _outcome(planned)
+        if attempt == 0:
+            CROSS_HITS[0] += MEMO.hits - hits
     per_policy = evaluate_validating(req, index.candidates(coords), LOOKUPS)
-    return _outcome(planned), _outcome(per_policy), len(_fused_passes(plan, RequestContext(req, LOOKUPS)))
+    return _outcome(planned), _outcome(per_policy), len(_fused_passes(plan, RequestContext(req, LOOKUPS), None))
 
 
 @pytest.mark.parametrize("extra", [[], EXTRA], ids=["shipped", "shipped+fallbacks"])
@@ -106,6 +123,8 @@ def test_plans_decide_like_the_per_policy_path_on_every_fixture_request(extra: l
     # The corpus is mostly non-compliant (each violation sends its chunk down the per-policy path), yet the fast
     # path is taken for some requests too, so both paths are compared.
     assert proved > 0
+    # Passes stored for one request were served by the memo for others.
+    assert CROSS_HITS[0] > 0
 
 
 _container = st.fixed_dictionaries(

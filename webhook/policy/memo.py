@@ -1,0 +1,243 @@
+"""The decision memo: fused programs' passes remembered by exactly what they read (pure; no I/O).
+
+A fused group's program (:mod:`webhook.policy.plan`) is ``(v1) && (v2) && ...`` over the
+validations of policies with no params, selectors, references, matchConditions or variables routed
+through a per-policy scope. When the program reads nothing but ``object``, ``oldObject`` and
+``.field`` selections of ``request`` and ``namespaceObject`` (:func:`key_roots`), its value is a
+function of
+
+    key = the exact JSON of ``object`` and ``oldObject`` pruned to the program's own reads
+          (:func:`webhook.policy.projection.reads`: evaluated on the pruned copy a program yields
+          what it yields on the whole object, property-tested), plus the ``request`` and
+          ``namespaceObject`` fields it selects, whole.
+
+The memo stores only the keys of programs that evaluated ``true`` (every policy of the group
+passes); anything else — ``false``, an error, the iteration budget — is not stored and takes the
+per-policy path as before. It cannot serve a stale verdict:
+
+* **the policy set**: entries belong to one :class:`~webhook.policy.plan.FusedGroup` (its
+  ``serial``, never reused in the process); a policy edit builds new plans with new groups, and
+  the old entries age out;
+* **the Namespace**: a program selecting ``namespaceObject.metadata`` keys on the whole metadata
+  as cached (labels, annotations, its resourceVersion), and so on for any other field;
+* **params, references, variables**: a program reading ``params`` or ``variables``, calling a
+  function that reads the per-policy scope or the caches (:data:`SCOPE_FUNCTIONS`), using
+  ``request`` or ``namespaceObject`` other than by selecting a field, or binding a comprehension
+  variable under a root variable's name, is not memoized;
+* **the request**: the key holds every byte of what the program reads; JSON keeps ``1`` and
+  ``1.0``, ``true`` and ``1``, ``null`` and an absent field apart. Maps with the same content in a
+  different key order give a different key: a miss, never a wrong hit.
+
+Kubernetes' CEL environment has no clock, randomness or I/O outside those functions, so such a
+program's value depends on nothing else. Replicas of one workload (the Pods of a Deployment or a
+Job, re-created objects, the same Pod admitted again after a dry run) share most keys: their Pod
+Security fields are identical where their names, labels and images differ.
+
+Bounded by bytes (the keys' length plus :data:`ENTRY_OVERHEAD`), least recently used first out.
+Not thread-safe: the server evaluates on one event loop (evaluation workers are processes).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from webhook.policy.celast import Node, decode_expr, expr_bytes
+from webhook.policy.celenv import RESOURCE_FUNCTIONS, VARIABLES
+from webhook.policy.projection import ALL, Projection, Tree, reads_of
+
+__all__ = ["DEFAULT_MAX_BYTES", "ENTRY_OVERHEAD", "SCOPE_FUNCTIONS", "TYPE_NAMES", "DecisionMemo", "MemoSpec",
+           "key_roots", "memo_key", "memo_spec", "memoizable"]
+
+#: The default budget: 16 MiB of keys (a 3-container Pod's Pod Security key is 100-400 bytes).
+DEFAULT_MAX_BYTES = 16 * 1024 * 1024
+
+#: Bytes counted per entry besides its key (the OrderedDict slot, the tuple, the bytes header).
+ENTRY_OVERHEAD = 120
+
+#: Functions whose value depends on more than their arguments: the per-policy scope's variables and
+#: params, and the caches of ``spec.references``.
+SCOPE_FUNCTIONS = frozenset({"__tg_var", "__tg_params"}) | RESOURCE_FUNCTIONS
+
+#: Variables the key covers whole (pruned by the program's reads).
+_KEYED = frozenset({"object", "oldObject"})
+#: Variables the key covers by the top-level fields the program selects.
+_SELECTED = ("request", "namespaceObject")
+
+#: CEL's type identifiers (``type(x) == list``): constants, not inputs.
+TYPE_NAMES = frozenset({"bool", "bytes", "double", "int", "list", "map", "null_type", "string", "type", "uint"})
+
+
+@dataclass(frozen=True, slots=True)
+class MemoSpec:
+    """What keys one program's passes.
+
+    Attributes:
+        projection: the pruning of ``object``/``oldObject`` to what the program reads.
+        request_fields: the fields of ``request`` the program selects (``request.operation`` ...).
+        namespace_fields: the fields of ``namespaceObject`` it selects (``namespaceObject.metadata`` ...).
+    """
+
+    projection: Projection
+    request_fields: tuple[str, ...] = ()
+    namespace_fields: tuple[str, ...] = ()
+
+
+def key_roots(root: Node) -> dict[str, frozenset[str]] | None:
+    """The top-level fields a program selects of ``request`` and ``namespaceObject``, or None if not memoizable.
+
+    A program is memoizable when its value depends only on ``object``, ``oldObject`` and fields it
+    selects of ``request`` and ``namespaceObject``: every identifier is one of those, a CEL type
+    name (:data:`TYPE_NAMES`) or a name some comprehension of the program binds (``all``, ``map``,
+    ``cel.bind``... expand to comprehensions); ``request`` and ``namespaceObject`` appear only as
+    ``.field`` selections; no comprehension binds the name of a root variable; and no
+    :data:`SCOPE_FUNCTIONS` function is called. So ``params``, ``variables``, a bare ``request``,
+    an unchecked namespaced call such as ``resource.Get`` (a ``resource`` identifier) make it None.
+
+    Args:
+        root: the program's parse tree (:func:`webhook.policy.celast.decode_expr`).
+
+    Returns:
+        ``{"request": fields, "namespaceObject": fields}`` (either may be empty).
+    """
+    nodes = list(root.walk())
+    bound = {name for n in nodes if n.kind == "comprehension" for name in (n.name, n.iter_var2, n.accu_var) if name}
+    if bound & (frozenset(VARIABLES) | TYPE_NAMES | {"resource"}):
+        return None
+    selected: dict[str, set[str]] = {name: set() for name in _SELECTED}
+    selections = dict.fromkeys(_SELECTED, 0)
+    uses = dict.fromkeys(_SELECTED, 0)
+    for node in nodes:
+        if node.kind == "ident":
+            if node.name in _SELECTED:
+                uses[node.name] += 1
+            elif node.name not in _KEYED and node.name not in TYPE_NAMES and node.name not in bound:
+                return None
+        elif node.kind == "call" and node.name in SCOPE_FUNCTIONS:
+            return None
+        elif node.kind == "select" and node.target is not None and node.target.kind == "ident" \
+                and node.target.name in _SELECTED:
+            selected[node.target.name].add(node.name)
+            selections[node.target.name] += 1
+    if uses != selections:  # a bare request or namespaceObject (compared, passed, returned): not keyed here
+        return None
+    return {name: frozenset(fields) for name, fields in selected.items()}
+
+
+def memoizable(root: Node) -> bool:
+    """Whether a program's passes can be memoized (see :func:`key_roots`)."""
+    return key_roots(root) is not None
+
+
+def memo_spec(serialized: bytes) -> MemoSpec | None:
+    """What keys a program's passes in the memo, or None when they cannot be memoized.
+
+    Args:
+        serialized: the program's ``Expression.serialize()``.
+
+    Returns:
+        None when the program is not :func:`memoizable`, did not decode, or may read ``object`` or
+        ``oldObject`` whole (its key would be the whole object: a full encoding per request that hits only
+        on exact replicas).
+    """
+    try:
+        root = decode_expr(expr_bytes(serialized))
+    except (ValueError, IndexError):
+        return None
+    roots = key_roots(root)
+    if roots is None:
+        return None
+    trees: dict[str, Tree] = reads_of((serialized,))
+    if trees.get("object", ALL) is ALL or trees.get("oldObject", ALL) is ALL:
+        return None
+    projection = Projection.of(trees)
+    if projection is None:  # pragma: no cover - both trees are bounded here, so both prune
+        return None
+    return MemoSpec(projection, tuple(sorted(roots["request"])), tuple(sorted(roots["namespaceObject"])))
+
+
+def memo_key(spec: MemoSpec, obj: Any, old: Any, request: dict[str, Any],
+             namespace: dict[str, Any] | None) -> bytes | None:
+    """The exact JSON of what a program reads; None when it cannot be encoded.
+
+    Args:
+        spec: from :func:`memo_spec`.
+        obj: the view's ``object`` (the request's, or the Pod synthesized from its template).
+        old: the view's ``oldObject``.
+        request: the ``request`` variable as bound (the AdmissionRequest without object/oldObject).
+        namespace: the ``namespaceObject`` as bound (None for cluster-scoped requests or when not cached).
+
+    Returns:
+        ``[object, oldObject, {request field: value}, {namespaceObject field: value} or null]``, pruned,
+        encoded by orjson; a field absent from the request is absent from its map (``has()`` tells them apart).
+    """
+    pruned_obj, pruned_old = spec.projection.apply(obj, old)
+    parts: list[Any] = [pruned_obj, pruned_old]
+    if spec.request_fields:
+        parts.append({f: request[f] for f in spec.request_fields if f in request})
+    if spec.namespace_fields:
+        parts.append(None if namespace is None else {f: namespace[f] for f in spec.namespace_fields if f in namespace})
+    try:
+        return orjson.dumps(parts)
+    except TypeError:  # not JSON (an int above 64 bits, a non-string key): no memo
+        return None
+
+
+class DecisionMemo:
+    """Keys of fused programs that evaluated ``true``, least recently used evicted past ``max_bytes``.
+
+    Args:
+        max_bytes: budget over every entry (key length + :data:`ENTRY_OVERHEAD`); 0 stores nothing.
+
+    Attributes:
+        hits: lookups that found their key.
+        misses: lookups that did not.
+        evictions: entries dropped for the budget.
+        bytes: bytes currently counted.
+    """
+
+    __slots__ = ("_entries", "bytes", "evictions", "hits", "max_bytes", "misses")
+
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        if max_bytes < 0:
+            raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[tuple[int, bytes], None] = OrderedDict()
+        self.hits = self.misses = self.evictions = self.bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def passed(self, group: int, key: bytes) -> bool:
+        """Whether group ``group``'s program evaluated ``true`` on ``key`` (counts a hit or a miss)."""
+        entry = (group, key)
+        if entry in self._entries:
+            self._entries.move_to_end(entry)
+            self.hits += 1
+            return True
+        self.misses += 1
+        return False
+
+    def remember(self, group: int, key: bytes) -> None:
+        """Record that group ``group``'s program evaluated ``true`` on ``key``."""
+        cost = len(key) + ENTRY_OVERHEAD
+        if cost > self.max_bytes:
+            return
+        entry = (group, key)
+        if entry in self._entries:
+            self._entries.move_to_end(entry)
+            return
+        self._entries[entry] = None
+        self.bytes += cost
+        while self.bytes > self.max_bytes:
+            (_, old), _ = self._entries.popitem(last=False)
+            self.bytes -= len(old) + ENTRY_OVERHEAD
+            self.evictions += 1
+
+    def clear(self) -> None:
+        """Drop every entry (the counters stay)."""
+        self._entries.clear()
+        self.bytes = 0
