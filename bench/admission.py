@@ -177,7 +177,7 @@ def main() -> int:
                           separators=(",", ":"))
 
     distinct_file = work / "distinct.jsonl"
-    distinct_file.write_text("\n".join(review_line(r) for r in engine.distinct_stream()) + "\n")
+    distinct_file.write_text("\n".join(review_line(r) for r in engine.distinct_stream(marker="-__SEQ__")) + "\n")
     large_file = work / "large.json"
     large_file.write_text(review_line(engine.large_stream()[0]))
     sweep_dirs = {}
@@ -188,7 +188,8 @@ def main() -> int:
         sweep_dirs[n] = d
     print("engine in process (distinct stream, shipped policies)...", flush=True)
     policies, lookups = engine.shipped()
-    engine_figures = engine.measure(policies, lookups, engine.distinct_stream(), 3.0 if args.quick else 9.0)
+    engine_figures = engine.measure(policies, lookups, engine.distinct_stream(), 3.0 if args.quick else 9.0,
+                                    unique=True)
     print(f"  {engine_figures}", flush=True)
     bodies = {"keep-alive": body_file, "distinct": distinct_file, "large": large_file, "new-conn": body_file}
 

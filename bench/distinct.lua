@@ -1,5 +1,7 @@
 -- wrk script: POST AdmissionReviews taken in turn from BODIES_FILE (one compact JSON document per line),
 -- so consecutive requests carry different objects; prints the same WRKJSON summary as reference/admission.lua.
+-- Every "__SEQ__" in a body is replaced by the request's sequence number, so no two requests are alike even
+-- after the rotation wraps (bench/engine.py puts it in each container's image tag).
 local path = assert(os.getenv("BODIES_FILE"), "BODIES_FILE is required")
 local bodies = {}
 for line in io.lines(path) do
@@ -7,11 +9,13 @@ for line in io.lines(path) do
 end
 assert(#bodies > 0, "no bodies in " .. path)
 local i = 0
+local seq = 0
 local headers = {["Content-Type"] = "application/json", ["Accept"] = "application/json, */*"}
 
 request = function()
   i = i % #bodies + 1
-  return wrk.format("POST", nil, headers, bodies[i])
+  seq = seq + 1
+  return wrk.format("POST", nil, headers, (string.gsub(bodies[i], "__SEQ__", tostring(seq))))
 end
 
 function done(summary, latency, requests)

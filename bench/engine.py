@@ -12,9 +12,13 @@ Policy sets: every policy under policies/ (the shipped set), and the policy-coun
 policies that all match Pods, generated as renamed copies of the shipped Pod Security policies.
 
 What is timed per request: RequestCoordinates.of + PolicyIndex.plan + evaluate_validating (the handler's
-work minus JSON parsing and response building), in process CPU time; beside it the planned path without
-projection (the plans' ``projections`` emptied, so the whole object is bound and converted) and the
-per-policy path (no plan, every policy evaluated on its own). The projection figure is the JSON nodes
+work minus JSON parsing and response building), in process CPU time, with the decision memo as the server
+runs it (``serve`` default, webhook/policy/memo.py); beside it the same without the memo, the planned path
+without projection (the plans' ``projections`` emptied, so the whole object is bound and converted) and the
+per-policy path (no plan, every policy evaluated on its own). In the distinct and corpus streams every
+request gets container images no earlier request had (a sequence number in the tag, as bench/distinct.lua
+does over HTTP), so no memo can hold a whole request; fused programs that do not read images can still
+be served, as for replicas of one workload in a cluster. The projection figure is the JSON nodes
 (values and map keys) of the bound ``object``, whole → projected, averaged over the stream. Figures are
 medians of 9 passes, the three paths' passes interleaved. Ratios, not absolute numbers, are what compare
 across machines; bench/admission.py puts them next to the bare server's CPU per request measured in the
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import itertools
 import json
 import statistics
 import sys
@@ -44,6 +49,7 @@ from webhook.policy import (  # noqa: E402
     evaluate_validating,
 )
 from webhook.policy.matching import View  # noqa: E402
+from webhook.policy.memo import DecisionMemo  # noqa: E402
 from webhook.policy.plan import Plan  # noqa: E402
 
 CORPUS = ROOT / "tests" / "fixtures" / "kyverno-pod-security-cel"
@@ -100,9 +106,12 @@ def corpus_stream() -> list[dict[str, Any]]:
     return out
 
 
-def distinct_stream(n: int = 128) -> list[dict[str, Any]]:
+def distinct_stream(n: int = 128, *, marker: str = "") -> list[dict[str, Any]]:
     """``n`` different compliant Pods: the reference Pod with its name, labels, images, tags and
-    container count varied, so every request has a different object and most are allowed."""
+    container count varied, so every request has a different object and most are allowed.
+
+    ``marker`` is appended to every image tag (``"-__SEQ__"``: bench/distinct.lua puts a sequence number there).
+    """
     base = replica_stream()[0]["object"]
     out = []
     for i in range(n):
@@ -114,7 +123,7 @@ def distinct_stream(n: int = 128) -> list[dict[str, Any]]:
         for c in range(1 + i % 3):
             container = copy.deepcopy(template)
             container["name"] = f"c{c}"
-            container["image"] = f"registry.example.com/team/app-{i % 11}:{i}.{c}"
+            container["image"] = f"registry.example.com/team/app-{i % 11}:{i}.{c}{marker}"
             pod["spec"]["containers"].append(container)
         out.append(request_for(pod, f"uid-{i}"))
     return out
@@ -154,8 +163,26 @@ def large_stream(target_bytes: int = 100_000) -> list[dict[str, Any]]:
 PASSES = 9
 
 
-def _per_request(variants: list[tuple[Any, Any]], stream: list[dict[str, Any]], seconds: float) -> list[float]:
-    """Median µs per request of each ``(fn, before)`` variant over :data:`PASSES` interleaved passes."""
+def _stamper(stream: list[dict[str, Any]]) -> Any:
+    """A function giving a request's containers image tags no earlier request had (``<tag>-<n>``)."""
+    counter = itertools.count()
+    bases = {id(c): c.get("image", "") for r in stream for c in (r.get("object") or {}).get("spec", {}).get(
+        "containers", []) if isinstance(c, dict)}
+
+    def stamp(r: dict[str, Any]) -> None:
+        n = next(counter)
+        for c in r["object"]["spec"]["containers"]:
+            c["image"] = f"{bases[id(c)]}-{n}"
+    return stamp
+
+
+def _per_request(variants: list[tuple[Any, Any]], stream: list[dict[str, Any]], seconds: float, *,
+                 unique: bool = False) -> list[float]:
+    """Median µs per request of each ``(fn, before)`` variant over :data:`PASSES` interleaved passes.
+
+    With ``unique``, every request is given new image tags first (the same cost in every variant).
+    """
+    stamp = _stamper(stream) if unique else None
     passes: list[list[float]] = [[] for _ in variants]
     for _ in range(PASSES):
         for (fn, before), out in zip(variants, passes, strict=True):
@@ -165,6 +192,8 @@ def _per_request(variants: list[tuple[Any, Any]], stream: list[dict[str, Any]], 
             t0 = time.process_time()
             while time.process_time() - t0 < seconds / PASSES:
                 for r in stream:
+                    if stamp is not None:
+                        stamp(r)
                     fn(r)
                 n += len(stream)
             out.append((time.process_time() - t0) / n * 1e6)
@@ -191,8 +220,11 @@ def _bound_nodes(plans: list[Plan], stream: list[dict[str, Any]]) -> tuple[float
 
 
 def measure(policies: list[dict[str, Any]], lookups: InMemoryLookups, stream: list[dict[str, Any]],
-            seconds: float) -> dict[str, Any]:
-    """CPU µs per request on the planned path (the server's), without projection, and on the per-policy path."""
+            seconds: float, *, unique: bool = False) -> dict[str, Any]:
+    """CPU µs per request on the planned path with the memo (the server's), without the memo, without
+    projection, and on the per-policy path; ``unique``: every request gets new image tags (see the module)."""
+    if unique:
+        stream = copy.deepcopy(stream)  # stamped in place
     index = PolicyIndex()
     for p in policies:
         index.upsert(p)
@@ -208,17 +240,24 @@ def measure(policies: list[dict[str, Any]], lookups: InMemoryLookups, stream: li
         for plan, projection in zip(plans, projections, strict=True):
             plan.projections = projection if on else {}
 
+    memo = DecisionMemo()
+
+    def memoized(r: dict[str, Any]) -> Any:
+        return evaluate_validating(r, index.plan(RequestCoordinates.of(r)), lookups, memo=memo)
+
     def planned(r: dict[str, Any]) -> Any:
         return evaluate_validating(r, index.plan(RequestCoordinates.of(r)), lookups)
 
     def per_policy(r: dict[str, Any]) -> Any:
         return evaluate_validating(r, index.candidates(RequestCoordinates.of(r)), lookups)
 
-    projected_us, unprojected_us, per_policy_us = _per_request(
-        [(planned, lambda: project(True)), (planned, lambda: project(False)), (per_policy, lambda: project(True))],
-        stream, seconds)
+    memo_us, projected_us, unprojected_us, per_policy_us = _per_request(
+        [(memoized, lambda: project(True)), (planned, lambda: project(True)), (planned, lambda: project(False)),
+         (per_policy, lambda: project(True))], stream, seconds, unique=unique)
     nodes_whole, nodes_bound = _bound_nodes(plans, stream)
-    return {"us_per_review": projected_us, "us_per_review_without_projection": unprojected_us,
+    return {"us_per_review": memo_us, "us_per_review_without_memo": projected_us,
+            "memo_hit_ratio": round(memo.hits / max(1, memo.hits + memo.misses), 3),
+            "us_per_review_without_projection": unprojected_us,
             "us_per_review_per_policy_path": per_policy_us, "requests": len(stream),
             "allowed_share": round(allowed / len(stream), 3), "policies": len(policies),
             "object_nodes": nodes_whole, "object_nodes_bound": nodes_bound}
@@ -230,12 +269,13 @@ def run(seconds: float) -> dict[str, Any]:
     distinct = distinct_stream()
     out = {
         "replica/shipped": measure(policies, lookups, replica_stream(), seconds),
-        "distinct/shipped": measure(policies, lookups, distinct, seconds),
+        "distinct/shipped": measure(policies, lookups, distinct, seconds, unique=True),
         "corpus/shipped": measure(policies, lookups, corpus_stream(), seconds),
         "large/shipped": measure(policies, lookups, large_stream(), seconds),
     }
     for n in (22, 100, 200):
-        out[f"distinct/pod-security-x{n}"] = measure(pod_security_variants(n), lookups, distinct, seconds)
+        out[f"distinct/pod-security-x{n}"] = measure(pod_security_variants(n), lookups, distinct, seconds,
+                                                     unique=True)
     return out
 
 
@@ -245,13 +285,13 @@ def main() -> int:
     ap.add_argument("--json", type=Path, help="write the figures here")
     args = ap.parse_args()
     figures = run(args.seconds)
-    print(f"{'stream/policies':<28} {'policies':>8} {'requests':>8} {'allowed':>8} {'µs/review':>10} "
-          f"{'no projection':>13} {'per-policy path':>15} {'object nodes (bound)':>21}")
+    print(f"{'stream/policies':<28} {'policies':>8} {'requests':>8} {'allowed':>8} {'µs/review':>10} {'memo hits':>9} "
+          f"{'no memo':>8} {'no projection':>13} {'per-policy path':>15} {'object nodes (bound)':>21}")
     for name, f in figures.items():
         nodes = f"{f['object_nodes']:.0f} ({f['object_nodes_bound']:.0f})"
         print(f"{name:<28} {f['policies']:>8} {f['requests']:>8} {f['allowed_share']:>8.2f} "
-              f"{f['us_per_review']:>10.1f} {f['us_per_review_without_projection']:>13.1f} "
-              f"{f['us_per_review_per_policy_path']:>15.1f} {nodes:>21}")
+              f"{f['us_per_review']:>10.1f} {f['memo_hit_ratio']:>9.2f} {f['us_per_review_without_memo']:>8.1f} "
+              f"{f['us_per_review_without_projection']:>13.1f} {f['us_per_review_per_policy_path']:>15.1f} {nodes:>21}")
     sweep = [figures[f"distinct/pod-security-x{n}"]["us_per_review"] for n in (22, 100, 200)]
     print(f"\npolicy-count sweep (22 → 100 → 200 Pod policies): {sweep[0]:.0f} → {sweep[1]:.0f} → {sweep[2]:.0f} µs"
           f" ({sweep[2] / sweep[0]:.1f}x for 9.1x the policies)")

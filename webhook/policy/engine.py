@@ -535,13 +535,18 @@ def _fused_passes(plan: Plan, ctx: RequestContext, memo: DecisionMemo | None) ->
     passes: dict[int, PolicyResult] = {}
     if not plan.groups or not ctx.is_synced(caches.POLICIES) or ctx.past_deadline():
         return passes
+    keys: dict[tuple[int, View], bytes | None] = {}  # groups reading the same fields share a spec and a key
     for group in plan.groups:
         if group.program is None:
             continue
         key = None
         if memo is not None and group.memo is not None:
-            obj, old = ctx.view_objects(group.view, projected=False)
-            key = memo_key(group.memo, obj, old, ctx.request_variable, ctx.namespace_object())
+            spec_view = (id(group.memo), group.view)
+            if spec_view in keys:
+                key = keys[spec_view]
+            else:
+                obj, old = ctx.view_objects(group.view, projected=False)
+                key = keys[spec_view] = memo_key(group.memo, obj, old, ctx.request_variable, ctx.namespace_object())
             if key is not None and memo.passed(group.serial, key):
                 passes.update(zip(group.positions, group.passes, strict=True))
                 continue
@@ -581,17 +586,20 @@ def evaluate_validating(request: dict[str, Any], policies: Sequence[CompiledPoli
     out = ValidationOutcome()
     denials: list[PolicyResult] = []
     passes = _fused_passes(plan, ctx, memo)
+    results = out.results
     for position, (policy, view) in enumerate(plan.entries):
         result: PolicyResult | None = passes.get(position)
-        if result is None:
-            if not policy.validating:
-                continue
-            prepared = _prepare(policy, view, ctx)
-            if prepared is None:
-                continue
-            result = prepared if isinstance(prepared, PolicyResult) else _validate(prepared, out.warnings,
-                                                                                   out.audit_annotations)
-        out.results.append(result)
+        if result is not None:  # a prebuilt pass: nothing to record, never denies
+            results.append(result)
+            continue
+        if not policy.validating:
+            continue
+        prepared = _prepare(policy, view, ctx)
+        if prepared is None:
+            continue
+        result = prepared if isinstance(prepared, PolicyResult) else _validate(prepared, out.warnings,
+                                                                               out.audit_annotations)
+        results.append(result)
         _record(result, out.warnings, out.audit_annotations)
         if result.denies:
             denials.append(result)

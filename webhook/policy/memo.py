@@ -40,6 +40,7 @@ Not thread-safe: the server evaluates on one event loop (evaluation workers are 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -132,11 +133,14 @@ def memoizable(root: Node) -> bool:
     return key_roots(root) is not None
 
 
-def memo_spec(serialized: bytes) -> MemoSpec | None:
+def memo_spec(serialized: bytes, trees: Mapping[str, Tree] | None = None) -> MemoSpec | None:
     """What keys a program's passes in the memo, or None when they cannot be memoized.
 
     Args:
         serialized: the program's ``Expression.serialize()``.
+        trees: what the program can read of ``object``/``oldObject``, or a superset (a fused program: the
+            union of its policies' ``reads``, computed when they compiled); by default its own
+            :func:`webhook.policy.projection.reads_of`.
 
     Returns:
         None when the program is not :func:`memoizable`, did not decode, or may read ``object`` or
@@ -150,13 +154,27 @@ def memo_spec(serialized: bytes) -> MemoSpec | None:
     roots = key_roots(root)
     if roots is None:
         return None
-    trees: dict[str, Tree] = reads_of((serialized,))
+    if trees is None:
+        trees = reads_of((serialized,))
     if trees.get("object", ALL) is ALL or trees.get("oldObject", ALL) is ALL:
         return None
-    projection = Projection.of(trees)
-    if projection is None:  # pragma: no cover - both trees are bounded here, so both prune
-        return None
-    return MemoSpec(projection, tuple(sorted(roots["request"])), tuple(sorted(roots["namespaceObject"])))
+    request_fields, namespace_fields = tuple(sorted(roots["request"])), tuple(sorted(roots["namespaceObject"]))
+    # Programs reading the same fields share one spec, so a request builds their key once.
+    interned = repr((trees.get("object"), trees.get("oldObject"), request_fields, namespace_fields))
+    spec = _SPECS.get(interned)
+    if spec is None:
+        projection = Projection.of(trees)
+        if projection is None:  # pragma: no cover - both trees are bounded here, so both prune
+            return None
+        if len(_SPECS) >= _MAX_SPECS:
+            _SPECS.clear()
+        spec = _SPECS[interned] = MemoSpec(projection, request_fields, namespace_fields)
+    return spec
+
+
+#: Specs by what they read (``repr`` of the trees and fields), shared by programs that read the same.
+_SPECS: dict[str, MemoSpec] = {}
+_MAX_SPECS = 4096
 
 
 def memo_key(spec: MemoSpec, obj: Any, old: Any, request: dict[str, Any],
