@@ -11,10 +11,12 @@ certificates, all on 127.0.0.1:
   kopf     the reference kopf webhook harness (label check / add-annotation handlers)
   tollgate-ps22 / tollgate-ps200   ``tollgate serve --local`` with 22 / 200 Pod policies (renamed copies of the
            Pod Security set), for the policy-count sweep
+  tollgate-nomemo   ``tollgate`` with ``--decision-memo-bytes 0`` (the decision memo off), on the distinct stream
 Load: wrk (keep-alive, c=1/8/64, body POSTed by the reference admission.lua) and ab (a new TLS
 connection per request, c=8); both from Debian (``apt-get install wrk apache2-utils``). Streams: the
 reference Pod repeated (``keep-alive``: a memo could serve it), 128 distinct compliant Pods rotated by
-bench/distinct.lua (``distinct``: the headline), a ~100 KB Pod (``large``). The engine's CPU per review on the
+bench/distinct.lua, each request's image tags carrying its sequence number so that no two requests are alike
+(``distinct``: the headline), a ~100 KB Pod (``large``). The engine's CPU per review on the
 distinct stream is measured in process (bench/engine.py) and compared with the bare server's CPU per request.
 Each point is repeated (3x, interleaved across servers; 1x with --quick) and the median reported:
 RPS, p50/p99 latency, server CPU microseconds per request (utime+stime of the server process from
@@ -194,7 +196,7 @@ def main() -> int:
     bodies = {"keep-alive": body_file, "distinct": distinct_file, "large": large_file, "new-conn": body_file}
 
     def servers() -> list[Server]:
-        p = [free_port() for _ in range(7)]
+        p = [free_port() for _ in range(8)]
         ref_certs = ["--certdir", str(work / "certs")]
         tg = [tollgate, "serve", "--local", str(ROOT / "policies"), "--cert-dir", str(work / "tg-certs"),
               "--log-level", "WARNING"]
@@ -213,6 +215,8 @@ def main() -> int:
             Server("tollgate-ps200", [tollgate, "serve", "--local", str(sweep_dirs[200]), "--cert-dir",
                                       str(work / "tg-certs"), "--log-level", "WARNING", "--port", str(p[6])],
                    p[6], "/validate", work),
+            Server("tollgate-nomemo", [*tg, "--decision-memo-bytes", "0", "--port", str(p[7])], p[7], "/validate",
+                   work),
         ]
 
     points = [("keep-alive", 1), ("keep-alive", 8), ("keep-alive", 64), ("new-conn", 8), ("distinct", 8),
@@ -222,6 +226,7 @@ def main() -> int:
     #: Which points each server runs (the others run every point).
     only = {"bare-patch": {("keep-alive", 8)}, "tollgate-mutate": {("keep-alive", 8)},
             "tollgate-ps22": {("distinct", 8)}, "tollgate-ps200": {("distinct", 8)},
+            "tollgate-nomemo": {("distinct", 8)},
             "kopf-label": {("keep-alive", 1), ("keep-alive", 8), ("keep-alive", 64), ("new-conn", 8)}}
     results: list[dict[str, Any]] = []
     for rep in range(reps):

@@ -102,6 +102,9 @@ class CompiledPolicy:
     #: auditAnnotations, and the variables they reach) can read of ``object``/``oldObject``
     #: (:func:`webhook.policy.projection.reads`; shared, not to be modified); None when unknown: everything.
     reads: dict[str, projection.Tree] | None = None
+    #: The same for what /mutate evaluates (matchConditions, mutations, and the variables they reach);
+    #: None when unknown or the policy has no mutations.
+    mutation_reads: dict[str, projection.Tree] | None = None
 
     @property
     def name(self) -> str:
@@ -283,7 +286,9 @@ def compile_spec(spec: PolicySpec) -> CompiledPolicy:
                 *(p for _, p in audits)]
     return CompiledPolicy(spec, conditions, variables, tuple(validations), audits, tuple(mutations),
                           validating=bool(validations or audits), mutating=bool(mutations),
-                          reads=_reads(programs, variables))
+                          reads=_reads(programs, variables),
+                          mutation_reads=(_reads([*(p for _, p in conditions), *(p for _, p in mutations)], variables)
+                                          if mutations else None))
 
 
 def _reads(programs: list[Program], variables: dict[str, Any]) -> dict[str, projection.Tree]:

@@ -272,8 +272,12 @@ class RequestContext:
         return act
 
     def activation_for(self, obj: Any) -> Any:
-        """A fresh activation over an intermediate object (mutation chains)."""
-        return self._new_activation(obj, self.request.get("oldObject"))
+        """A fresh activation over an intermediate object (mutation chains), projected as the object view is."""
+        old = self.request.get("oldObject")
+        projection = self._projections.get(View.OBJECT)
+        if projection is not None:
+            obj, old = projection.apply(obj, old)
+        return self._new_activation(obj, old)
 
 
 def _error_result(policy: CompiledPolicy, text: str) -> PolicyResult:
@@ -699,7 +703,11 @@ def evaluate_mutating(request: dict[str, Any], policies: Sequence[CompiledPolicy
         return out
     current = original
     ctx = RequestContext(request, lookups, deadline=deadline)
-    for policy, view in mutation_order(_plan(policies, ctx).entries):
+    plan = _plan(policies, ctx)
+    # Each program sees the object pruned to what /mutate's programs can read; the patches they return
+    # apply to the whole object.
+    ctx.project(plan.mutation_projections)
+    for policy, view in mutation_order(plan.entries):
         if not policy.mutating:
             continue
         prepared = _prepare(policy, view, ctx)

@@ -134,6 +134,8 @@ class Plan:
         projections: per view, the pruning of ``object``/``oldObject`` for
             every program the validating endpoint may evaluate on it (a view's
             None binds them whole); None until computed (see the module docstring).
+        mutation_projections: the same for the programs the mutating endpoint evaluates (matchConditions
+            and mutations), computed in the same step.
     """
 
     coords: RequestCoordinates
@@ -141,6 +143,7 @@ class Plan:
     groups: tuple[FusedGroup, ...] = ()
     fused: frozenset[int] = field(default_factory=frozenset)
     projections: dict[View, Projection | None] | None = None
+    mutation_projections: dict[View, Projection | None] | None = None
 
     @property
     def pending(self) -> bool:
@@ -158,6 +161,7 @@ class Plan:
                 return True
         if self.projections is None:
             self.projections = _projections(self.entries)
+            self.mutation_projections = _projections(self.entries, mutating=True)
             return True
         for g in self.groups:
             if not g.analysed:
@@ -172,14 +176,18 @@ class Plan:
         return self
 
 
-def _projections(entries: tuple[tuple[CompiledPolicy, View], ...]) -> dict[View, Projection | None]:
-    """Per view, the union of the ``reads`` of the policies /validate evaluates on it."""
+def _projections(entries: tuple[tuple[CompiledPolicy, View], ...], *,
+                 mutating: bool = False) -> dict[View, Projection | None]:
+    """Per view, the union of the ``reads`` of the policies /validate evaluates on it.
+
+    With ``mutating``, the union of the ``mutation_reads`` of the policies /mutate evaluates.
+    """
     trees: dict[View, dict[str, Tree]] = {}
     for policy, view in entries:
-        if not policy.validating or policy.error is not None:
-            continue  # never evaluated on /validate, or evaluates no CEL
+        if not (policy.mutating if mutating else policy.validating) or policy.error is not None:
+            continue  # never evaluated on this endpoint, or evaluates no CEL
         acc = trees.setdefault(view, {root: {} for root in ROOTS})
-        reads = policy.reads or {}
+        reads = (policy.mutation_reads if mutating else policy.reads) or {}
         for root in ROOTS:
             acc[root] = union(acc[root], reads.get(root, ALL))
     return {view: Projection.of(t) for view, t in trees.items()}

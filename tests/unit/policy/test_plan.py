@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from tests.fixtures import ROOT, fixture_dir
 from tests.unit.policy.helpers import pod, policy, request
-from webhook.policy import InMemoryLookups, PolicyIndex, RequestCoordinates, evaluate_validating
+from webhook.policy import InMemoryLookups, PolicyIndex, RequestCoordinates, evaluate_mutating, evaluate_validating
 from webhook.policy.celenv import ENV
 from webhook.policy.engine import RequestContext, ValidationOutcome, _fused_passes
 from webhook.policy.matching import View
@@ -162,6 +162,43 @@ def test_plans_decide_like_the_per_policy_path_on_generated_pods(
                "spec": {"jobTemplate": {"spec": {"template": {"metadata": {"labels": labels}, "spec": spec}}}}}
     planned, per_policy, _ = _both(_index_with_fallbacks(), _request_for(obj, "gen"))
     assert planned == per_policy
+
+
+#: Mutating policies whose programs read parts of the object, return parts of it, and chain (each sees the last
+#: one's result): /mutate binds the object pruned to what they can read.
+MUTATING = [
+    policy("m1-copy-image", failurePolicy="Ignore", mutations=[{"patchType": "ApplyConfiguration",
+           "applyConfiguration": {"expression": "{'metadata': {'annotations': {'first-image': "
+                                                "object.spec.containers[0].image}}}"}}]),
+    policy("m2-containers", failurePolicy="Ignore", mutations=[{"patchType": "JSONPatch", "jsonPatch": {
+        "expression": "[{'op': 'add', 'path': '/metadata/annotations/containers', 'value': "
+                      "object.spec.containers.map(c, c.name).join(',')}]"}}]),
+    policy("m3-echo", failurePolicy="Fail", mutations=[{"patchType": "ApplyConfiguration", "applyConfiguration": {
+        "expression": "{'spec': {'nodeSelector': has(object.spec.nodeSelector) ? object.spec.nodeSelector : "
+                      "{'seen': object.metadata.annotations['first-image']}}}"}}]),
+    policy("m4-security", failurePolicy="Ignore", mutations=[{"patchType": "JSONPatch", "jsonPatch": {
+        "expression": "object.spec.containers.exists(c, has(c.securityContext)) ? [] : "
+                      "[{'op': 'add', 'path': '/spec/containers/0/securityContext', 'value': "
+                      "{'runAsNonRoot': true}}]"}}]),
+]
+
+
+def test_mutations_on_the_projected_object_patch_like_the_whole_object() -> None:
+    index = _index(MUTATING)
+    changed = 0
+    for req in _corpus():
+        coords = RequestCoordinates.of(req)
+        plan = index.plan(coords).compile_all()
+        if any(policy.mutating for policy, _ in plan.entries):
+            assert plan.mutation_projections and plan.mutation_projections.get(View.OBJECT) is not None
+        projected = evaluate_mutating(req, plan, LOOKUPS)
+        whole = evaluate_mutating(req, index.candidates(coords), LOOKUPS)
+        assert (projected.allowed, projected.message, projected.patch, projected.warnings,
+                [(r.policy, r.result, r.message) for r in projected.results]) == (
+            whole.allowed, whole.message, whole.patch, whole.warnings,
+            [(r.policy, r.result, r.message) for r in whole.results]), req["uid"]
+        changed += bool(projected.patch)
+    assert changed > 100
 
 
 def test_a_compliant_pod_is_decided_by_fused_programs_alone() -> None:
