@@ -23,3 +23,15 @@ async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
             raise  # we ourselves are being cancelled: do not swallow that
     except Exception:  # noqa: BLE001 - a task being shut down may have failed; nobody reads its result
         pass
+
+
+async def yield_to_loop() -> None:
+    """Let the event loop run everything else that is due before this task goes on.
+
+    One ``await asyncio.sleep(0)`` resumes the task at the head of the next iteration's ready callbacks,
+    *before* the timers and I/O that became due while it ran (their callbacks are queued behind it): two
+    costly steps separated by one ``sleep(0)`` hold the loop back to back (bench/stall.py measured it with a
+    lag probe). The second ``sleep(0)`` lets that iteration's timers and I/O callbacks run first.
+    """
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)

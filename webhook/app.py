@@ -30,7 +30,7 @@ from webhook.admission.informer_lookups import InformerLookups
 from webhook.admission.lifecycle import evaluation_pool_ctx
 from webhook.admission.references import ReferenceInformers
 from webhook.admission.server import AdmissionServer
-from webhook.aio import cancel_and_wait
+from webhook.aio import cancel_and_wait, yield_to_loop
 from webhook.config import Settings
 from webhook.informer import InformerKey, ListerWatcher, SharedInformer, SharedInformerFactory
 from webhook.informer.dynamic import Budget, DynamicInformerFactory
@@ -347,7 +347,7 @@ async def compile_plans(c: Components) -> None:
         await c.plans_pending.wait()
         c.plans_pending.clear()
         while c.index.compile_pending():
-            await asyncio.sleep(0)
+            await yield_to_loop()
 
 
 async def freeze_heap_when_synced(c: Components, *, settle: float = 1.0) -> None:

@@ -38,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.aio import cancel_and_wait
+from webhook.aio import cancel_and_wait, yield_to_loop
 from webhook.informer import (
     NAMESPACE_INDEX,
     DeletedFinalStateUnknown,
@@ -408,7 +408,7 @@ class Auditor:
         self._set((key, gvr, obj_key), results)
         count += 1
         if count % self._yield_every == 0:
-            await asyncio.sleep(0)
+            await yield_to_loop()
         return count
 
     async def _full_pass(self, key: str, count: int) -> int:

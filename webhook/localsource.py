@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from webhook import schema
+from webhook.aio import yield_to_loop
 from webhook.informer.store import meta_namespace_key
 from webhook.informer.types import KubeObject, ListOptions, ListResult, WatchEvent
 from webhook.labelquery import parse_label_selector_text
@@ -151,7 +152,7 @@ async def load_documents_yielding(root: Path, max_age: float) -> Listing:
     errors: dict[str, str] = {}
     for _ in _listing_steps(root, docs, errors):
         if time.perf_counter() - slice_started > 0.002:
-            await asyncio.sleep(0)
+            await yield_to_loop()
             slice_started = time.perf_counter()
     _listings[root] = (started, docs, errors)
     return docs, errors

@@ -39,6 +39,7 @@ Not thread-safe: the server evaluates on one event loop (evaluation workers are 
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -128,6 +129,15 @@ def key_roots(root: Node) -> dict[str, frozenset[str]] | None:
     return {name: frozenset(fields) for name, fields in selected.items()}
 
 
+@functools.lru_cache(maxsize=1024)
+def _key_roots_of(expr: bytes) -> dict[str, frozenset[str]] | None:
+    """:func:`key_roots` of an encoded ``cel.expr.Expr``, cached.
+
+    A plan rebuilt with an unchanged fused program (another policy was edited) is analysed again in microseconds.
+    """
+    return key_roots(decode_expr(expr))
+
+
 def memoizable(root: Node) -> bool:
     """Whether a program's passes can be memoized (see :func:`key_roots`)."""
     return key_roots(root) is not None
@@ -148,10 +158,9 @@ def memo_spec(serialized: bytes, trees: Mapping[str, Tree] | None = None) -> Mem
         on exact replicas).
     """
     try:
-        root = decode_expr(expr_bytes(serialized))
+        roots = _key_roots_of(expr_bytes(serialized))
     except (ValueError, IndexError):
         return None
-    roots = key_roots(root)
     if roots is None:
         return None
     if trees is None:

@@ -419,10 +419,23 @@ def reads_of(programs: tuple[bytes, ...], variables: tuple[tuple[str, bytes], ..
 
 @functools.lru_cache(maxsize=READS_CACHE_SIZE)
 def _reads_of_exprs(exprs: tuple[bytes, ...], variables: tuple[tuple[str, bytes], ...]) -> dict[str, Tree]:
+    if len(exprs) == 1:
+        return _reads_of_expr(exprs[0], variables)
+    # Marks only ever grow and never depend on one another, so the analysis of several programs is the union
+    # of each one's: each is cached on its own, and editing one expression of a policy re-analyses that one.
+    trees: dict[str, Tree] = {root: {} for root in ROOTS}
+    for expr in exprs:
+        one = _reads_of_expr(expr, variables)
+        for root in ROOTS:
+            trees[root] = union(trees[root], one.get(root, ALL))
+    return trees
+
+
+@functools.lru_cache(maxsize=4 * READS_CACHE_SIZE)
+def _reads_of_expr(expr: bytes, variables: tuple[tuple[str, bytes], ...]) -> dict[str, Tree]:
     analysis = _Reads(dict(variables))
     try:
-        for expr in exprs:
-            analysis.use(decode_expr(expr), {})
+        analysis.use(decode_expr(expr), {})
     except (_Whole, RecursionError, ValueError, IndexError):
         return dict.fromkeys(ROOTS, ALL)
     return analysis.trees

@@ -154,13 +154,14 @@ def test_a_policy_reads_what_its_validating_programs_read() -> None:
                  validations=[{"expression": "variables.cs.all(c, c.?image.orValue('') != '')",
                                "messageExpression": "'bad: ' + variables.cs.map(c, c.name).join(', ')"}],
                  auditAnnotations=[{"key": "k", "valueExpression": "string(object.spec.hostNetwork)"}],
-                 mutations=[{"patchType": "ApplyConfiguration",  # /mutate evaluates it on the whole object
+                 mutations=[{"patchType": "ApplyConfiguration",  # /mutate's programs: mutation_reads
                              "applyConfiguration": {"expression": "{'metadata': {'labels': object.spec}}"}}])
     compiled = compile_policy(doc).policy
     assert compiled is not None
     assert compiled.reads == {"object": {
         "metadata": {"namespace": {}},
         "spec": {"containers": {KEYS: {"image": {}, "name": ALL}}, "hostNetwork": ALL}}, "oldObject": {}}
+    assert compiled.mutation_reads == {"object": {"metadata": {"namespace": {}}, "spec": ALL}, "oldObject": {}}
 
 
 def test_a_recompiled_policy_reuses_its_reads() -> None:
@@ -170,6 +171,33 @@ def test_a_recompiled_policy_reuses_its_reads() -> None:
     assert first.reads is second.reads  # cached by the programs' expressions (their serialized positions vary)
     assert reads_of((b"not a serialized expression",)) == {"object": ALL, "oldObject": ALL}
     assert reads_of((b"\x0a\xff",)) == {"object": ALL, "oldObject": ALL}  # truncated
+
+
+def _policy_docs() -> list[dict[str, Any]]:
+    corpus = fixture_dir("kyverno-pod-security-cel")
+    docs = [d for path in sorted(corpus.rglob("*.yaml")) for d in yaml.safe_load_all(path.read_text())
+            if isinstance(d, dict) and d.get("kind") in ("ClusterAdmissionPolicy", "AdmissionPolicy")]
+    return [*POLICIES, *docs]
+
+
+def test_a_policys_reads_are_the_union_of_its_programs_reads() -> None:
+    # reads_of analyses each program on its own (cached per program, so an edit re-analyses one expression) and
+    # joins the results: the same trees as one analysis over every program.
+    policies = [compile_policy(d).policy for d in _policy_docs()]
+    checked = 0
+    for compiled in policies:
+        if compiled is None:
+            continue
+        programs = [*(p for _, p in compiled.match_conditions), *(v.expression for v in compiled.validations),
+                    *(v.message_expression for v in compiled.validations if v.message_expression is not None),
+                    *(p for _, p in compiled.audit_annotations)]
+        if len(programs) < 2:
+            continue
+        variables = {name: v.program.serialize() for name, v in compiled.variables.items()}
+        joint = reads(*(celast.decode(p.program.program.serialize()).root for p in programs), variables=variables)
+        assert compiled.reads == joint, compiled.name
+        checked += 1
+    assert checked > 20
 
 
 def test_union() -> None:
