@@ -18,7 +18,9 @@ reference Pod repeated (``keep-alive``: a memo could serve it), 128 distinct com
 bench/distinct.lua, each request's image tags carrying its sequence number so that no two requests are alike
 (``distinct``: the headline), a ~100 KB Pod (``large``). The engine's CPU per review on the
 distinct stream is measured in process (bench/engine.py) and compared with the bare server's CPU per request.
-Each point is repeated (3x, interleaved across servers; 1x with --quick) and the median reported:
+Every server first gets WARMUP_S seconds of unmeasured load per body it will be sent (steady state: Tollgate
+compiles a plan's fused programs in the background on the first requests of its coordinates). Each point is
+repeated (3x, interleaved across servers; 1x with --quick) and the median reported:
 RPS, p50/p99 latency, server CPU microseconds per request (utime+stime of the server process from
 /proc), and ratios to the bare server measured in the same run.
 """
@@ -94,6 +96,10 @@ class Server:
     @property
     def url(self) -> str:
         return f"https://127.0.0.1:{self.port}{self.path}"
+
+
+#: Seconds of unmeasured load per body before a server's points (see main).
+WARMUP_S = 2
 
 
 def run_wrk(url: str, body_file: Path, conc: int, duration: int) -> dict[str, Any]:
@@ -238,6 +244,11 @@ def main() -> int:
             try:
                 answer = sanity(server, body, work / "certs" / "ca.crt")
                 assert answer["uid"] == review["request"]["uid"] and answer["allowed"], answer
+                # Warm-up, not measured, the same for every server: each body the server will be sent, for
+                # WARMUP_S seconds (Tollgate compiles a plan's fused programs in the background on the first
+                # requests of its coordinates; the large Pod's go to the evaluation workers, which plan apart).
+                for mode in dict.fromkeys(m for m, _ in server_points):
+                    run_wrk(server.url, bodies[mode], 8 if mode != "large" else 2, WARMUP_S)
                 for mode, conc in server_points:
                     assert server.proc is not None
                     cpu0 = cpu_seconds(server.proc.pid)

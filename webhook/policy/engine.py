@@ -544,7 +544,7 @@ def _fused_passes(plan: Plan, ctx: RequestContext, memo: DecisionMemo | None) ->
         if group.program is None:
             continue
         key = None
-        if memo is not None and group.memo is not None:
+        if memo is not None and group.memo is not None and memo.worth_trying(group.serial):
             spec_view = (id(group.memo), group.view)
             if spec_view in keys:
                 key = keys[spec_view]

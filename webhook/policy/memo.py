@@ -51,13 +51,13 @@ from webhook.policy.celast import Node, decode_expr, expr_bytes
 from webhook.policy.celenv import RESOURCE_FUNCTIONS, VARIABLES
 from webhook.policy.projection import ALL, Projection, Tree, reads_of
 
-__all__ = ["DEFAULT_MAX_BYTES", "ENTRY_OVERHEAD", "SCOPE_FUNCTIONS", "TYPE_NAMES", "DecisionMemo", "MemoSpec",
-           "key_roots", "memo_key", "memo_spec", "memoizable"]
+__all__ = ["DEFAULT_MAX_BYTES", "ENTRY_OVERHEAD", "MIN_HIT_RATIO", "MIN_LOOKUPS", "PROBE_EVERY", "SCOPE_FUNCTIONS",
+           "TYPE_NAMES", "DecisionMemo", "MemoSpec", "key_roots", "memo_key", "memo_spec", "memoizable"]
 
 #: The default budget: 16 MiB of keys (a 3-container Pod's Pod Security key is 100-400 bytes).
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024
 
-#: Bytes counted per entry besides its key (the OrderedDict slot, the tuple, the bytes header).
+#: Bytes counted per entry besides its key and the group's 8-byte serial (the OrderedDict slot, the bytes header).
 ENTRY_OVERHEAD = 120
 
 #: Functions whose value depends on more than their arguments: the per-policy scope's variables and
@@ -213,58 +213,103 @@ def memo_key(spec: MemoSpec, obj: Any, old: Any, request: dict[str, Any],
         return None
 
 
+#: Lookups of a group before its hit ratio may turn its lookups off, and the window they are counted over.
+MIN_LOOKUPS = 256
+#: A group whose hits are below this share of its lookups is not looked up (nor remembered) any more...
+MIN_HIT_RATIO = 0.02
+#: ...except once every this many requests, so a workload that changes is noticed.
+PROBE_EVERY = 256
+
+
 class DecisionMemo:
     """Keys of fused programs that evaluated ``true``, least recently used evicted past ``max_bytes``.
 
+    A group whose lookups keep missing (its program reads what differs from request to request, e.g. image
+    tags) costs a key per request and fills the memo with entries nobody asks for again. After
+    :data:`MIN_LOOKUPS` lookups with fewer than :data:`MIN_HIT_RATIO` of them hits, :meth:`worth_trying`
+    says no for that group, but yes once every :data:`PROBE_EVERY` requests (counts halve every
+    ``2 * MIN_LOOKUPS`` lookups, so the ratio follows the workload).
+
     Args:
-        max_bytes: budget over every entry (key length + :data:`ENTRY_OVERHEAD`); 0 stores nothing.
+        max_bytes: budget over every entry (8 + key length + :data:`ENTRY_OVERHEAD`); 0 stores nothing.
 
     Attributes:
         hits: lookups that found their key.
         misses: lookups that did not.
         evictions: entries dropped for the budget.
+        skipped: lookups not made because the group's hit ratio was too low.
         bytes: bytes currently counted.
     """
 
-    __slots__ = ("_entries", "bytes", "evictions", "hits", "max_bytes", "misses")
+    __slots__ = ("_entries", "_groups", "bytes", "evictions", "hits", "max_bytes", "misses", "skipped")
 
     def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         if max_bytes < 0:
             raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
         self.max_bytes = max_bytes
-        self._entries: OrderedDict[tuple[int, bytes], None] = OrderedDict()
-        self.hits = self.misses = self.evictions = self.bytes = 0
+        # Keys are the group's serial (8 bytes) + the key: bytes are not tracked by the garbage collector.
+        self._entries: OrderedDict[bytes, None] = OrderedDict()
+        #: group serial -> [lookups, hits, requests skipped since the last probe]
+        self._groups: dict[int, list[int]] = {}
+        self.hits = self.misses = self.evictions = self.skipped = self.bytes = 0
 
     def __len__(self) -> int:
         return len(self._entries)
 
+    def worth_trying(self, group: int) -> bool:
+        """Whether to build a key and look group ``group`` up for this request (see the class docstring)."""
+        stats = self._groups.get(group)
+        if stats is None or stats[0] < MIN_LOOKUPS or stats[1] >= MIN_HIT_RATIO * stats[0]:
+            return True
+        stats[2] += 1
+        if stats[2] >= PROBE_EVERY:
+            stats[2] = 0
+            return True
+        self.skipped += 1
+        return False
+
     def passed(self, group: int, key: bytes) -> bool:
         """Whether group ``group``'s program evaluated ``true`` on ``key`` (counts a hit or a miss)."""
-        entry = (group, key)
+        stats = self._groups.get(group)
+        if stats is None:
+            if len(self._groups) >= _MAX_GROUPS:  # groups of plans long replaced
+                self._groups.clear()
+            stats = self._groups[group] = [0, 0, 0]
+        elif stats[0] >= 2 * MIN_LOOKUPS:
+            stats[0] //= 2
+            stats[1] //= 2
+        stats[0] += 1
+        entry = group.to_bytes(8, "little") + key
         if entry in self._entries:
             self._entries.move_to_end(entry)
             self.hits += 1
+            stats[1] += 1
             return True
         self.misses += 1
         return False
 
     def remember(self, group: int, key: bytes) -> None:
         """Record that group ``group``'s program evaluated ``true`` on ``key``."""
-        cost = len(key) + ENTRY_OVERHEAD
+        entry = group.to_bytes(8, "little") + key
+        cost = len(entry) + ENTRY_OVERHEAD
         if cost > self.max_bytes:
             return
-        entry = (group, key)
         if entry in self._entries:
             self._entries.move_to_end(entry)
             return
         self._entries[entry] = None
         self.bytes += cost
         while self.bytes > self.max_bytes:
-            (_, old), _ = self._entries.popitem(last=False)
+            old, _ = self._entries.popitem(last=False)
             self.bytes -= len(old) + ENTRY_OVERHEAD
             self.evictions += 1
 
     def clear(self) -> None:
         """Drop every entry (the counters stay)."""
         self._entries.clear()
+        self._groups.clear()
         self.bytes = 0
+
+
+#: Groups whose hit ratio is tracked at most (the table is emptied past it).
+_MAX_GROUPS = 4096

@@ -10,7 +10,15 @@ from tests.unit.policy.helpers import pod, policy, request
 from webhook.policy import InMemoryLookups, PolicyIndex, RequestCoordinates, evaluate_validating
 from webhook.policy.celast import decode_expr, expr_bytes
 from webhook.policy.celenv import ENV
-from webhook.policy.memo import ENTRY_OVERHEAD, DecisionMemo, key_roots, memo_key, memo_spec
+from webhook.policy.memo import (
+    ENTRY_OVERHEAD,
+    MIN_LOOKUPS,
+    PROBE_EVERY,
+    DecisionMemo,
+    key_roots,
+    memo_key,
+    memo_spec,
+)
 
 
 def _spec_of(text: str) -> Any:
@@ -96,10 +104,11 @@ def test_namespace_fields_are_keyed_whole_and_a_missing_namespace_is_null() -> N
 
 
 def test_the_memo_evicts_least_recently_used_entries_past_its_byte_budget() -> None:
-    memo = DecisionMemo(max_bytes=3 * (10 + ENTRY_OVERHEAD))
+    entry = 8 + 10 + ENTRY_OVERHEAD  # the group's serial, the key, the overhead
+    memo = DecisionMemo(max_bytes=3 * entry)
     for k in (b"a" * 10, b"b" * 10, b"c" * 10):
         memo.remember(1, k)
-    assert len(memo) == 3 and memo.bytes == 3 * (10 + ENTRY_OVERHEAD)
+    assert len(memo) == 3 and memo.bytes == 3 * entry
     assert memo.passed(1, b"a" * 10)  # now the most recently used
     memo.remember(1, b"d" * 10)
     assert memo.evictions == 1 and len(memo) == 3
@@ -113,6 +122,26 @@ def test_the_memo_evicts_least_recently_used_entries_past_its_byte_budget() -> N
     assert len(memo) == 0 and memo.bytes == 0
     with pytest.raises(ValueError, match="max_bytes"):
         DecisionMemo(-1)
+
+
+def test_a_group_that_keeps_missing_is_looked_up_only_to_probe() -> None:
+    memo = DecisionMemo()
+    for i in range(MIN_LOOKUPS):  # every key new: never a hit
+        assert memo.worth_trying(7)
+        assert not memo.passed(7, str(i).encode())
+    tried = sum(memo.worth_trying(7) for _ in range(10 * PROBE_EVERY))
+    assert tried == 10 and memo.skipped == 10 * PROBE_EVERY - 10
+    # A group that hits often enough is always looked up.
+    memo.remember(8, b"k")
+    for _ in range(MIN_LOOKUPS):
+        assert memo.worth_trying(8) and memo.passed(8, b"k")
+    assert all(memo.worth_trying(8) for _ in range(100))
+    # The workload changes: the probes now hit, and the counts halve, so the group is looked up again.
+    memo.remember(7, b"same")
+    for _ in range(10 * PROBE_EVERY * 4):
+        if memo.worth_trying(7):
+            assert memo.passed(7, b"same")
+    assert all(memo.worth_trying(7) for _ in range(100))
 
 
 def _decide(index: PolicyIndex, req: dict[str, Any], lookups: InMemoryLookups,
