@@ -533,8 +533,9 @@ def _plan(policies: Sequence[CompiledPolicy] | Plan, ctx: RequestContext) -> Pla
 def _fused_passes(plan: Plan, ctx: RequestContext, memo: DecisionMemo | None) -> dict[int, PolicyResult]:
     """Pass results of every compiled fused group whose program is ``true`` (see :mod:`webhook.policy.plan`).
 
-    With a ``memo``, a group whose program reads only ``object``/``oldObject`` is looked up there first by
-    exactly the fields it reads (:mod:`webhook.policy.memo`), and remembered when it evaluates ``true``.
+    With a ``memo``, a group whose program's value depends only on ``object``/``oldObject`` and fields it
+    selects of ``request``/``namespaceObject`` is looked up there first by exactly what it reads
+    (:mod:`webhook.policy.memo`), and remembered when it evaluates ``true``.
     """
     passes: dict[int, PolicyResult] = {}
     if not plan.groups or not ctx.is_synced(caches.POLICIES) or ctx.past_deadline():
