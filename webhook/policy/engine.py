@@ -535,17 +535,44 @@ def _fused_passes(plan: Plan, ctx: RequestContext, memo: DecisionMemo | None) ->
 
     With a ``memo``, a group whose program's value depends only on ``object``/``oldObject`` and fields it
     selects of ``request``/``namespaceObject`` is looked up there first by exactly what it reads
-    (:mod:`webhook.policy.memo`), and remembered when it evaluates ``true``.
+    (:mod:`webhook.policy.memo`), and remembered when it evaluates ``true``. The groups of one view are first
+    looked up together, by one key over the union of their reads: a hit answers every group that passed on it.
     """
     passes: dict[int, PolicyResult] = {}
     if not plan.groups or not ctx.is_synced(caches.POLICIES) or ctx.past_deadline():
         return passes
+    tried: dict[View, list[int]] = {}
+    done: set[int] = set()
+    unions: list[tuple[int, bytes, tuple[int, ...]]] = []  # (union serial, key, its groups) that missed
+    if memo is not None:
+        for i, group in enumerate(plan.groups):
+            if group.program is not None and group.memo is not None and memo.worth_trying(group.serial):
+                tried.setdefault(group.view, []).append(i)
+        for view, members in tried.items():
+            union = plan.memo_union(tuple(members)) if len(members) > 1 else None
+            if union is None:
+                continue
+            obj, old = ctx.view_objects(view, projected=False)
+            key = memo_key(union[1], obj, old, ctx.request_variable, ctx.namespace_object())
+            if key is None:
+                continue
+            mask = memo.passed_set(union[0], key)
+            if mask is None:
+                unions.append((union[0], key, tuple(members)))
+                continue
+            for bit, i in enumerate(members):
+                if mask >> bit & 1:
+                    group = plan.groups[i]
+                    passes.update(zip(group.positions, group.passes, strict=True))
+                    done.add(i)
+    keyed = {i for members in tried.values() for i in members}
     keys: dict[tuple[int, View], bytes | None] = {}  # groups reading the same fields share a spec and a key
-    for group in plan.groups:
-        if group.program is None:
+    passed: set[int] = set()
+    for i, group in enumerate(plan.groups):
+        if group.program is None or i in done:
             continue
         key = None
-        if memo is not None and group.memo is not None and memo.worth_trying(group.serial):
+        if memo is not None and group.memo is not None and i in keyed:
             spec_view = (id(group.memo), group.view)
             if spec_view in keys:
                 key = keys[spec_view]
@@ -554,6 +581,7 @@ def _fused_passes(plan: Plan, ctx: RequestContext, memo: DecisionMemo | None) ->
                 key = keys[spec_view] = memo_key(group.memo, obj, old, ctx.request_variable, ctx.namespace_object())
             if key is not None and memo.passed(group.serial, key):
                 passes.update(zip(group.positions, group.passes, strict=True))
+                passed.add(i)
                 continue
         try:
             value = group.program.eval(ctx.activation(group.view)).plain_value()
@@ -561,8 +589,14 @@ def _fused_passes(plan: Plan, ctx: RequestContext, memo: DecisionMemo | None) ->
             continue
         if value is True:
             passes.update(zip(group.positions, group.passes, strict=True))
+            passed.add(i)
             if memo is not None and key is not None:
                 memo.remember(group.serial, key)
+    if memo is not None:
+        for serial, key, union_members in unions:
+            mask = sum(1 << bit for bit, i in enumerate(union_members) if i in passed)
+            if mask:
+                memo.remember_set(serial, key, mask)
     return passes
 
 

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import functools
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,10 +49,10 @@ import orjson
 
 from webhook.policy.celast import Node, decode_expr, expr_bytes
 from webhook.policy.celenv import RESOURCE_FUNCTIONS, VARIABLES
-from webhook.policy.projection import ALL, Projection, Tree, reads_of
+from webhook.policy.projection import ALL, Projection, Tree, reads_of, union
 
 __all__ = ["DEFAULT_MAX_BYTES", "ENTRY_OVERHEAD", "MIN_HIT_RATIO", "MIN_LOOKUPS", "PROBE_EVERY", "SCOPE_FUNCTIONS",
-           "TYPE_NAMES", "DecisionMemo", "MemoSpec", "key_roots", "memo_key", "memo_spec", "memoizable"]
+           "TYPE_NAMES", "DecisionMemo", "MemoSpec", "key_roots", "memo_key", "memo_spec", "memoizable", "union_spec"]
 
 #: The default budget: 16 MiB of keys (a 3-container Pod's Pod Security key is 100-400 bytes).
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024
@@ -186,6 +186,28 @@ _SPECS: dict[str, MemoSpec] = {}
 _MAX_SPECS = 4096
 
 
+def union_spec(specs: Sequence[MemoSpec]) -> MemoSpec | None:
+    """One spec that reads what each of ``specs`` reads (a key of it decides every one of their programs).
+
+    Returns:
+        None when the union would keep ``object`` or ``oldObject`` whole.
+    """
+    trees: dict[str, Tree] = {"object": {}, "oldObject": {}}
+    request_fields: set[str] = set()
+    namespace_fields: set[str] = set()
+    for spec in specs:
+        trees["object"] = union(trees["object"], spec.projection.object)
+        trees["oldObject"] = union(trees["oldObject"], spec.projection.old_object)
+        request_fields.update(spec.request_fields)
+        namespace_fields.update(spec.namespace_fields)
+    if trees["object"] is ALL or trees["oldObject"] is ALL:
+        return None
+    projection = Projection.of(trees)
+    if projection is None:  # pragma: no cover - both trees are bounded here, so both prune
+        return None
+    return MemoSpec(projection, tuple(sorted(request_fields)), tuple(sorted(namespace_fields)))
+
+
 def memo_key(spec: MemoSpec, obj: Any, old: Any, request: dict[str, Any],
              namespace: dict[str, Any] | None) -> bytes | None:
     """The exact JSON of what a program reads; None when it cannot be encoded.
@@ -248,7 +270,7 @@ class DecisionMemo:
             raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
         self.max_bytes = max_bytes
         # Keys are the group's serial (8 bytes) + the key: bytes are not tracked by the garbage collector.
-        self._entries: OrderedDict[bytes, None] = OrderedDict()
+        self._entries: OrderedDict[bytes, int] = OrderedDict()  # a union's entry holds its mask
         #: group serial -> [lookups, hits, requests skipped since the last probe]
         self._groups: dict[int, list[int]] = {}
         self.hits = self.misses = self.evictions = self.skipped = self.bytes = 0
@@ -288,16 +310,38 @@ class DecisionMemo:
         self.misses += 1
         return False
 
+    def passed_set(self, union: int, key: bytes) -> int | None:
+        """The groups that passed on ``key`` under union ``union`` (a bit mask, see :meth:`remember_set`), or None.
+
+        A union is one key over several groups' reads (:func:`union_spec`): one lookup instead of one per group
+        when requests differ only in what none of them reads. Counts a hit or a miss.
+        """
+        entry = union.to_bytes(8, "little") + key
+        mask = self._entries.get(entry)
+        if mask is None:
+            self.misses += 1
+            return None
+        self._entries.move_to_end(entry)
+        self.hits += 1
+        return mask
+
+    def remember_set(self, union: int, key: bytes, mask: int) -> None:
+        """Record that the groups in ``mask`` (bits in the union's own order) passed on ``key``."""
+        self._store(union.to_bytes(8, "little") + key, mask)
+
     def remember(self, group: int, key: bytes) -> None:
         """Record that group ``group``'s program evaluated ``true`` on ``key``."""
-        entry = group.to_bytes(8, "little") + key
+        self._store(group.to_bytes(8, "little") + key, 0)
+
+    def _store(self, entry: bytes, value: int) -> None:
         cost = len(entry) + ENTRY_OVERHEAD
         if cost > self.max_bytes:
             return
         if entry in self._entries:
             self._entries.move_to_end(entry)
+            self._entries[entry] = value
             return
-        self._entries[entry] = None
+        self._entries[entry] = value
         self.bytes += cost
         while self.bytes > self.max_bytes:
             old, _ = self._entries.popitem(last=False)

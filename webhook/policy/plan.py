@@ -42,7 +42,7 @@ from typing import Any
 from webhook.policy.celenv import ENV
 from webhook.policy.compiler import CompiledPolicy
 from webhook.policy.matching import View, has_selectors, rules_view
-from webhook.policy.memo import MemoSpec, memo_spec
+from webhook.policy.memo import MemoSpec, memo_spec, union_spec
 from webhook.policy.projection import ALL, ROOTS, Projection, Tree, union
 from webhook.policy.request import RequestCoordinates
 from webhook.policy.vocabulary import Action, PolicyResult, Result
@@ -136,6 +136,7 @@ class Plan:
             None binds them whole); None until computed (see the module docstring).
         mutation_projections: the same for the programs the mutating endpoint evaluates (matchConditions
             and mutations), computed in the same step.
+        memo_unions: the decision memo's unions of this plan's groups, by their indices (see :meth:`memo_union`).
     """
 
     coords: RequestCoordinates
@@ -144,6 +145,19 @@ class Plan:
     fused: frozenset[int] = field(default_factory=frozenset)
     projections: dict[View, Projection | None] | None = None
     mutation_projections: dict[View, Projection | None] | None = None
+    memo_unions: dict[tuple[int, ...], tuple[int, MemoSpec] | None] = field(default_factory=dict)
+
+    def memo_union(self, indices: tuple[int, ...]) -> tuple[int, MemoSpec] | None:
+        """A serial of its own and the union spec of the groups at ``indices`` (one view), built once per set.
+
+        See :func:`webhook.policy.memo.union_spec`; None when the union keeps the object whole.
+        """
+        found = self.memo_unions.get(indices, ...)
+        if found is ...:
+            specs = [self.groups[i].memo for i in indices]
+            spec = union_spec([m for m in specs if m is not None]) if all(specs) else None
+            found = self.memo_unions[indices] = None if spec is None else (next(_SERIALS), spec)
+        return found
 
     @property
     def pending(self) -> bool:

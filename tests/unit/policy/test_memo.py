@@ -18,6 +18,7 @@ from webhook.policy.memo import (
     key_roots,
     memo_key,
     memo_spec,
+    union_spec,
 )
 
 
@@ -183,3 +184,37 @@ def test_only_passes_are_remembered() -> None:
     for _ in range(2):
         assert _decide(index, bad, lookups, memo)[0] is False
     assert len(memo) == 0 and memo.hits == 0 and memo.misses == 2
+
+
+def test_a_union_entry_answers_the_groups_that_passed_on_its_key() -> None:
+    memo = DecisionMemo()
+    assert memo.passed_set(5, b"k") is None
+    memo.remember_set(5, b"k", 0b101)
+    assert memo.passed_set(5, b"k") == 0b101
+    assert memo.passed_set(6, b"k") is None  # another union
+    assert (memo.hits, memo.misses) == (1, 2)
+    a, b = _spec_of("object.spec.x == 1"), _spec_of("object.spec.y == 2 && request.operation == 'CREATE'")
+    assert a is not None and b is not None
+    both = union_spec([a, b])
+    assert both is not None and both.request_fields == ("operation",)
+    assert memo_key(both, {"spec": {"x": 1, "y": 2, "z": 3}}, None, {"operation": "CREATE"}, None) == \
+        memo_key(both, {"spec": {"x": 1, "y": 2, "z": 4}}, None, {"operation": "CREATE"}, None)
+    assert memo_key(both, {"spec": {"x": 1, "y": 2}}, None, {}, None) != \
+        memo_key(both, {"spec": {"x": 1, "y": 3}}, None, {}, None)
+
+
+def test_a_union_hit_still_evaluates_the_groups_that_did_not_pass() -> None:
+    # Two Deny policies too long to share a program: two groups of one view, looked up as one union.
+    long_true = " && ".join(f"size(object.spec.containers) != {i + 100}" for i in range(40))
+    index, memo, lookups = PolicyIndex(), DecisionMemo(), InMemoryLookups()
+    index.upsert(policy("a-images", validations=[{"expression": "object.spec.containers.all(c, c.image != 'bad')",
+                                                  "message": "bad image"}, {"expression": long_true}]))
+    index.upsert(policy("b-names", validations=[{"expression": "object.spec.containers.all(c, c.name != 'c0')",
+                                                 "message": "c0 is taken"}, {"expression": long_true}]))
+    plan = index.plan(RequestCoordinates.of(request(pod()))).compile_all()
+    assert len(plan.groups) == 2 and all(g.memo is not None for g in plan.groups)
+    for name in ("p1", "p2", "p3"):  # b-names fails every time; a-images passes
+        assert _decide(index, request(pod(name)), lookups, memo) == (False, "b-names: c0 is taken")
+    assert memo.hits >= 2  # the union answered a-images for p2 and p3
+    assert _decide(index, request(pod("p4", images=("bad",))), lookups, memo) == (
+        False, "a-images: bad image; b-names: c0 is taken")
