@@ -55,7 +55,7 @@ from webhook.policy.lookups import Lookups
 from webhook.policy.matching import View, has_selectors, selectors_match
 from webhook.policy.memo import DecisionMemo, memo_key
 from webhook.policy.model import NAMESPACED_KIND, Reference
-from webhook.policy.plan import Plan, build_plan
+from webhook.policy.plan import FusedGroup, Plan, build_plan
 from webhook.policy.projection import Projection
 from webhook.policy.request import RequestCoordinates
 from webhook.policy.vocabulary import Action, FailurePolicy, PolicyResult, Result
@@ -530,6 +530,39 @@ def _plan(policies: Sequence[CompiledPolicy] | Plan, ctx: RequestContext) -> Pla
     return policies if isinstance(policies, Plan) else build_plan(ctx.coords, list(policies))
 
 
+def _pass(group: FusedGroup, passes: dict[int, PolicyResult]) -> None:
+    passes.update(zip(group.positions, group.passes, strict=True))
+
+
+def _memo_unions(plan: Plan, ctx: RequestContext, memo: DecisionMemo, tried: dict[View, list[int]],
+                 passes: dict[int, PolicyResult]) -> tuple[set[int], list[tuple[int, bytes, tuple[int, ...]]]]:
+    """Look the memoized groups of each view up together, by one key over the union of their reads.
+
+    Returns:
+        The groups a hit answered (their passes added to ``passes``), and each union that missed as
+        ``(union serial, key, its groups)``, to be remembered with the groups that pass.
+    """
+    answered: set[int] = set()
+    missed: list[tuple[int, bytes, tuple[int, ...]]] = []
+    for view, members in tried.items():
+        union = plan.memo_union(tuple(members)) if len(members) > 1 else None
+        if union is None:
+            continue
+        obj, old = ctx.view_objects(view, projected=False)
+        key = memo_key(union[1], obj, old, ctx.request_variable, ctx.namespace_object())
+        if key is None:
+            continue
+        mask = memo.passed_set(union[0], key)
+        if mask is None:
+            missed.append((union[0], key, tuple(members)))
+            continue
+        for bit, i in enumerate(members):
+            if mask >> bit & 1:  # the others did not pass on this key: evaluated below
+                _pass(plan.groups[i], passes)
+                answered.add(i)
+    return answered, missed
+
+
 def _fused_passes(plan: Plan, ctx: RequestContext, memo: DecisionMemo | None) -> dict[int, PolicyResult]:
     """Pass results of every compiled fused group whose program is ``true`` (see :mod:`webhook.policy.plan`).
 
@@ -541,35 +574,17 @@ def _fused_passes(plan: Plan, ctx: RequestContext, memo: DecisionMemo | None) ->
     passes: dict[int, PolicyResult] = {}
     if not plan.groups or not ctx.is_synced(caches.POLICIES) or ctx.past_deadline():
         return passes
-    tried: dict[View, list[int]] = {}
-    done: set[int] = set()
-    unions: list[tuple[int, bytes, tuple[int, ...]]] = []  # (union serial, key, its groups) that missed
+    tried: dict[View, list[int]] = {}  # memoized groups to look up, by view
     if memo is not None:
         for i, group in enumerate(plan.groups):
             if group.program is not None and group.memo is not None and memo.worth_trying(group.serial):
                 tried.setdefault(group.view, []).append(i)
-        for view, members in tried.items():
-            union = plan.memo_union(tuple(members)) if len(members) > 1 else None
-            if union is None:
-                continue
-            obj, old = ctx.view_objects(view, projected=False)
-            key = memo_key(union[1], obj, old, ctx.request_variable, ctx.namespace_object())
-            if key is None:
-                continue
-            mask = memo.passed_set(union[0], key)
-            if mask is None:
-                unions.append((union[0], key, tuple(members)))
-                continue
-            for bit, i in enumerate(members):
-                if mask >> bit & 1:
-                    group = plan.groups[i]
-                    passes.update(zip(group.positions, group.passes, strict=True))
-                    done.add(i)
+    answered, missed = _memo_unions(plan, ctx, memo, tried, passes) if memo is not None else (set(), [])
     keyed = {i for members in tried.values() for i in members}
     keys: dict[tuple[int, View], bytes | None] = {}  # groups reading the same fields share a spec and a key
     passed: set[int] = set()
     for i, group in enumerate(plan.groups):
-        if group.program is None or i in done:
+        if group.program is None or i in answered:
             continue
         key = None
         if memo is not None and group.memo is not None and i in keyed:
@@ -580,7 +595,7 @@ def _fused_passes(plan: Plan, ctx: RequestContext, memo: DecisionMemo | None) ->
                 obj, old = ctx.view_objects(group.view, projected=False)
                 key = keys[spec_view] = memo_key(group.memo, obj, old, ctx.request_variable, ctx.namespace_object())
             if key is not None and memo.passed(group.serial, key):
-                passes.update(zip(group.positions, group.passes, strict=True))
+                _pass(group, passes)
                 passed.add(i)
                 continue
         try:
@@ -588,13 +603,13 @@ def _fused_passes(plan: Plan, ctx: RequestContext, memo: DecisionMemo | None) ->
         except RuntimeError:  # the iteration budget: decide per policy
             continue
         if value is True:
-            passes.update(zip(group.positions, group.passes, strict=True))
+            _pass(group, passes)
             passed.add(i)
             if memo is not None and key is not None:
                 memo.remember(group.serial, key)
     if memo is not None:
-        for serial, key, union_members in unions:
-            mask = sum(1 << bit for bit, i in enumerate(union_members) if i in passed)
+        for serial, key, members in missed:
+            mask = sum(1 << bit for bit, i in enumerate(members) if i in passed)
             if mask:
                 memo.remember_set(serial, key, mask)
     return passes
