@@ -50,14 +50,14 @@ from __future__ import annotations
 
 import enum
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from webhook.policy.celast import Node, decode_expr, expr_bytes
 
 __all__ = ["ALL", "EACH", "KEYS", "MAX_ROUNDS", "READS_CACHE_SIZE", "ROOTS", "Projection", "Tree", "project", "reads",
-           "reads_of", "union"]
+           "reads_of", "union", "union_reads"]
 
 
 class _All(enum.Enum):
@@ -423,12 +423,7 @@ def _reads_of_exprs(exprs: tuple[bytes, ...], variables: tuple[tuple[str, bytes]
         return _reads_of_expr(exprs[0], variables)
     # Marks only ever grow and never depend on one another, so the analysis of several programs is the union
     # of each one's: each is cached on its own, and editing one expression of a policy re-analyses that one.
-    trees: dict[str, Tree] = {root: {} for root in ROOTS}
-    for expr in exprs:
-        one = _reads_of_expr(expr, variables)
-        for root in ROOTS:
-            trees[root] = union(trees[root], one.get(root, ALL))
-    return trees
+    return union_reads(_reads_of_expr(expr, variables) for expr in exprs)
 
 
 @functools.lru_cache(maxsize=4 * READS_CACHE_SIZE)
@@ -439,6 +434,15 @@ def _reads_of_expr(expr: bytes, variables: tuple[tuple[str, bytes], ...]) -> dic
     except (_Whole, RecursionError, ValueError, IndexError):
         return dict.fromkeys(ROOTS, ALL)
     return analysis.trees
+
+
+def union_reads(many: Iterable[Mapping[str, Tree] | None]) -> dict[str, Tree]:
+    """Per root, what any of ``many`` reads (:func:`reads` results; None, or a missing root, keeps it whole)."""
+    trees: dict[str, Tree] = {root: {} for root in ROOTS}
+    for reads_ in many:
+        for root in ROOTS:
+            trees[root] = union(trees[root], (reads_ or {}).get(root, ALL))
+    return trees
 
 
 def union(a: Tree, b: Tree) -> Tree:
