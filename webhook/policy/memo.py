@@ -49,10 +49,10 @@ import orjson
 
 from webhook.policy.celast import Node, decode_expr, expr_bytes
 from webhook.policy.celenv import RESOURCE_FUNCTIONS, VARIABLES
-from webhook.policy.projection import ALL, Projection, Tree, reads_of, union
+from webhook.policy.projection import ALL, Projection, Tree, reads_of, union_reads
 
 __all__ = ["DEFAULT_MAX_BYTES", "ENTRY_OVERHEAD", "MIN_HIT_RATIO", "MIN_LOOKUPS", "PROBE_EVERY", "SCOPE_FUNCTIONS",
-           "TYPE_NAMES", "DecisionMemo", "MemoSpec", "key_roots", "memo_key", "memo_spec", "memoizable", "union_spec"]
+           "TYPE_NAMES", "DecisionMemo", "MemoSpec", "key_roots", "memo_key", "memo_spec", "union_spec"]
 
 #: The default budget: 16 MiB of keys (a 3-container Pod's Pod Security key is 100-400 bytes).
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024
@@ -138,11 +138,6 @@ def _key_roots_of(expr: bytes) -> dict[str, frozenset[str]] | None:
     return key_roots(decode_expr(expr))
 
 
-def memoizable(root: Node) -> bool:
-    """Whether a program's passes can be memoized (see :func:`key_roots`)."""
-    return key_roots(root) is not None
-
-
 def memo_spec(serialized: bytes, trees: Mapping[str, Tree] | None = None) -> MemoSpec | None:
     """What keys a program's passes in the memo, or None when they cannot be memoized.
 
@@ -153,7 +148,7 @@ def memo_spec(serialized: bytes, trees: Mapping[str, Tree] | None = None) -> Mem
             :func:`webhook.policy.projection.reads_of`.
 
     Returns:
-        None when the program is not :func:`memoizable`, did not decode, or may read ``object`` or
+        None when the program is not :func:`key_roots`, did not decode, or may read ``object`` or
         ``oldObject`` whole (its key would be the whole object: a full encoding per request that hits only
         on exact replicas).
     """
@@ -192,14 +187,9 @@ def union_spec(specs: Sequence[MemoSpec]) -> MemoSpec | None:
     Returns:
         None when the union would keep ``object`` or ``oldObject`` whole.
     """
-    trees: dict[str, Tree] = {"object": {}, "oldObject": {}}
-    request_fields: set[str] = set()
-    namespace_fields: set[str] = set()
-    for spec in specs:
-        trees["object"] = union(trees["object"], spec.projection.object)
-        trees["oldObject"] = union(trees["oldObject"], spec.projection.old_object)
-        request_fields.update(spec.request_fields)
-        namespace_fields.update(spec.namespace_fields)
+    trees = union_reads({"object": s.projection.object, "oldObject": s.projection.old_object} for s in specs)
+    request_fields = {f for spec in specs for f in spec.request_fields}
+    namespace_fields = {f for spec in specs for f in spec.namespace_fields}
     if trees["object"] is ALL or trees["oldObject"] is ALL:
         return None
     projection = Projection.of(trees)
