@@ -261,8 +261,11 @@ class RequestContext:
                             for o in (self.request.get("object"), self.request.get("oldObject")))
                 whole = (obj, old)
             self._view_objects[view] = whole
-        projection = self._projections.get(view) if projected else None
-        return whole if projection is None else projection.apply(*whole)
+        return self._pruned(view, *whole) if projected else whole
+
+    def _pruned(self, view: View, obj: Any, old: Any) -> tuple[Any, Any]:
+        projection = self._projections.get(view)
+        return (obj, old) if projection is None else projection.apply(obj, old)
 
     def activation(self, view: View) -> Any:
         """The shared activation over the request's object (or the Pods of its templates), projected if set."""
@@ -273,11 +276,7 @@ class RequestContext:
 
     def activation_for(self, obj: Any) -> Any:
         """A fresh activation over an intermediate object (mutation chains), projected as the object view is."""
-        old = self.request.get("oldObject")
-        projection = self._projections.get(View.OBJECT)
-        if projection is not None:
-            obj, old = projection.apply(obj, old)
-        return self._new_activation(obj, old)
+        return self._new_activation(*self._pruned(View.OBJECT, obj, self.request.get("oldObject")))
 
 
 def _error_result(policy: CompiledPolicy, text: str) -> PolicyResult:
