@@ -69,15 +69,15 @@ ReportSink = Callable[[str | None, dict[str, Any] | None], object]
 _Entry = tuple[str, GVR, str]  # (policy key, GVR, object key)
 
 
+def _resource_version(obj: dict[str, Any] | None) -> Any:
+    """``metadata.resourceVersion``, or None."""
+    return ((obj or {}).get("metadata") or {}).get("resourceVersion")
+
+
 def _same_version(old: dict[str, Any], new: dict[str, Any]) -> bool:
     """A resync (``old is new``) or an update that did not change the resourceVersion."""
-    rv = (new.get("metadata") or {}).get("resourceVersion")
-    return old is new or (rv is not None and rv == (old.get("metadata") or {}).get("resourceVersion"))
-
-
-def _resource_version(obj: dict[str, Any] | None) -> str | None:
-    rv = ((obj or {}).get("metadata") or {}).get("resourceVersion")
-    return str(rv) if rv else None
+    rv = _resource_version(new)
+    return old is new or (rv is not None and rv == _resource_version(old))
 
 
 def reads_namespace_object(spec: PolicySpec) -> bool:
@@ -145,7 +145,7 @@ class Auditor:
         #: one last evaluated (a full pass may already have seen it; relists repeat unchanged objects).
         self._changed_objects: dict[GVR, set[str]] = {}
         #: per policy, the resourceVersion each object was last evaluated at.
-        self._evaluated_rv: dict[str, dict[tuple[GVR, str], str]] = {}
+        self._evaluated_rv: dict[str, dict[tuple[GVR, str], Any]] = {}
         self._dirty_ns: set[str | None] = set()
         self._by_ns: dict[str | None, dict[_Entry, tuple[AuditResult, ...]]] = {}
         self._ns_of: dict[_Entry, str | None] = {}
@@ -365,7 +365,7 @@ class Auditor:
                 obj = inf.indexer.get_by_key(obj_key) if inf is not None else None
                 rv = _resource_version(obj)
                 for key in policies_by_gvr.get(gvr, ()):
-                    if rv is None or self._evaluated_rv.get(key, {}).get((gvr, obj_key)) != rv:
+                    if not rv or self._evaluated_rv.get(key, {}).get((gvr, obj_key)) != rv:
                         count = await self._evaluate(key, gvr, obj_key, obj, count)
         self._publish()
 
@@ -397,7 +397,7 @@ class Auditor:
             self._set((key, gvr, obj_key), ())
             return count
         rv = _resource_version(obj)
-        if rv is not None:
+        if rv:
             self._evaluated_rv.setdefault(key, {})[(gvr, obj_key)] = rv
         snapshot = self._dynamic.snapshot
         kind = (snapshot.kind(gvr) if snapshot is not None else None) or str(obj.get("kind") or "")
