@@ -102,13 +102,16 @@ def _fresh(root: Path, max_age: float) -> Listing | None:
     return None
 
 
-def _listing_steps(root: Path, docs: list[tuple[Path, dict[str, Any]]], errors: dict[str, str]) -> Iterator[None]:
-    """List ``root`` into ``docs``/``errors``, one step per file (a changed file is parsed in its step)."""
+def _listing_steps(root: Path) -> Iterator[None]:
+    """List ``root`` into :data:`_listings`, one step per file (a changed file is parsed in its step)."""
+    started = time.perf_counter()
+    docs: list[tuple[Path, dict[str, Any]]] = []
+    errors: dict[str, str] = {}
     try:
         files = yaml_files(root)
     except InputError as e:
         errors[str(root)] = str(e)
-        return
+        files = []
     for path in files:
         state = _state_of(path)
         if state is not None:
@@ -116,6 +119,7 @@ def _listing_steps(root: Path, docs: list[tuple[Path, dict[str, Any]]], errors: 
             if state.error is not None:
                 errors[str(path)] = state.error
         yield
+    _listings[root] = (started, docs, errors)
 
 
 def load_documents(root: Path, max_age: float = 0.0) -> Listing:
@@ -130,13 +134,9 @@ def load_documents(root: Path, max_age: float = 0.0) -> Listing:
     fresh = _fresh(root, max_age)
     if fresh is not None:
         return fresh
-    started = time.perf_counter()
-    docs: list[tuple[Path, dict[str, Any]]] = []
-    errors: dict[str, str] = {}
-    for _ in _listing_steps(root, docs, errors):
+    for _ in _listing_steps(root):
         pass
-    _listings[root] = (started, docs, errors)
-    return docs, errors
+    return _listings[root][1:]
 
 
 async def load_documents_yielding(root: Path, max_age: float) -> Listing:
@@ -147,15 +147,12 @@ async def load_documents_yielding(root: Path, max_age: float) -> Listing:
     fresh = _fresh(root, max_age)
     if fresh is not None:
         return fresh
-    started = slice_started = time.perf_counter()
-    docs: list[tuple[Path, dict[str, Any]]] = []
-    errors: dict[str, str] = {}
-    for _ in _listing_steps(root, docs, errors):
+    slice_started = time.perf_counter()
+    for _ in _listing_steps(root):
         if time.perf_counter() - slice_started > 0.002:
             await yield_to_loop()
             slice_started = time.perf_counter()
-    _listings[root] = (started, docs, errors)
-    return docs, errors
+    return _listings[root][1:]
 
 
 class LocalDirectoryListerWatcher:
