@@ -40,18 +40,28 @@ def podspec(privileged: bool) -> dict[str, Any]:
     return {"containers": [{"name": "c", "image": "x", "securityContext": {"privileged": privileged}}]}
 
 
-async def test_resyncs_are_ignored_and_real_policy_changes_reevaluate_everything(cluster: Cluster) -> None:
-    for i in range(4):
-        await cluster.apply("pods", obj(f"p{i}", spec=podspec(i == 0)))
+async def started(cluster: Cluster, pods: list[bool],
+                  lookups: Any = None) -> tuple[DynamicInformers, Auditor, dict[str | None, Any]]:
+    """Pods ``p0``, ``p1``... (privileged or not) in the cluster, and a started Auditor over a Pod informer factory.
+
+    ``lookups``: a function of the factory giving the auditor's lookups (default: empty in-memory ones).
+    """
+    for i, privileged in enumerate(pods):
+        await cluster.apply("pods", obj(f"p{i}", spec=podspec(privileged)))
 
     async def discover() -> DiscoverySnapshot:
         return snap(PODS)
 
     dyn = DynamicInformers(factory(cluster), discover, refresh_interval=0)
     reports: dict[str | None, Any] = {}
-    auditor = Auditor(dyn, InMemoryLookups(), reports.__setitem__)
+    auditor = Auditor(dyn, lookups(dyn.factory) if lookups else InMemoryLookups(), reports.__setitem__)
     await dyn.refresh()
     await auditor.start()
+    return dyn, auditor, reports
+
+
+async def test_resyncs_are_ignored_and_real_policy_changes_reevaluate_everything(cluster: Cluster) -> None:
+    dyn, auditor, reports = await started(cluster, [True, False, False, False])
     handler = auditor.policy_handler()
     policy = cap()
     handler.on_add(policy, True)
@@ -114,17 +124,7 @@ async def test_a_change_in_a_referenced_cache_reevaluates_the_policies_reading_i
     # Pods pass only where a Service exists in their namespace; the Services cache is a spec.references one,
     # run by the same factory. Creating a Service re-evaluates the policy's objects without any Pod changing.
     services = GVR("", "v1", "services")
-    for i in range(3):
-        await cluster.apply("pods", obj(f"p{i}", spec=podspec(False)))
-
-    async def discover() -> DiscoverySnapshot:
-        return snap(PODS)
-
-    dyn = DynamicInformers(factory(cluster), discover, refresh_interval=0)
-    reports: dict[str | None, Any] = {}
-    auditor = Auditor(dyn, _ReferenceLookups(dyn.factory), reports.__setitem__)
-    await dyn.refresh()
-    await auditor.start()
+    dyn, auditor, reports = await started(cluster, [False] * 3, _ReferenceLookups)
     await dyn.factory.acquire(services, "references:p")
     policy = cap(references=[{"apiVersion": "v1", "resource": "services"}], validations=[
         {"expression": 'resource.List("v1", "services", object.metadata.namespace).items.size() > 0',
@@ -148,17 +148,7 @@ async def test_a_change_in_a_referenced_cache_reevaluates_the_policies_reading_i
 async def test_objects_already_evaluated_at_their_resource_version_are_not_evaluated_again(cluster: Cluster) -> None:
     # A full pass may see an informer's objects before the informer's handlers have delivered its initial adds
     # (the reflector fills the Indexer, then notifies): those late adds must not evaluate the objects again.
-    for i in range(4):
-        await cluster.apply("pods", obj(f"p{i}", spec=podspec(i == 0)))
-
-    async def discover() -> DiscoverySnapshot:
-        return snap(PODS)
-
-    dyn = DynamicInformers(factory(cluster), discover, refresh_interval=0)
-    reports: dict[str | None, Any] = {}
-    auditor = Auditor(dyn, InMemoryLookups(), reports.__setitem__)
-    await dyn.refresh()
-    await auditor.start()
+    dyn, auditor, reports = await started(cluster, [True, False, False, False])
     auditor.policy_handler().on_add(cap(), True)
     await idle(auditor)
     assert auditor.evaluations == 4
