@@ -214,7 +214,8 @@ def _leader_only(settings: Settings, api_client: Any, metrics: Metrics, policy_i
             return certs.ca_bundle(ca_file.read_bytes()) if ca_file is not None and ca_file.exists() else ""
 
         reconciler = WebhookConfigReconciler(
-            api_client, WebhookTarget(name=settings.webhook_config_name, service=settings.webhook_service,
+            api_client, WebhookTarget(name=settings.webhook_config_name, url=settings.webhook_url,
+                                      service=settings.webhook_service,
                                       namespace=settings.namespace, service_account=settings.service_account),
             policies=lambda: parsed_specs([o for inf in policy_informers for o in inf.indexer.list()]),
             is_leader=is_leader, synced=synced, ca_bundle=ca_bundle, create_missing=settings.create_webhooks,

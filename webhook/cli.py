@@ -102,6 +102,9 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument("--manage-webhooks", action=argparse.BooleanOptionalAction, default=True,
                    help="in a cluster, the leader keeps both webhook configurations as narrow as the loaded "
                         "policies need (default on; never with --local)")
+    p.add_argument("--webhook-url", metavar="BASE",
+                   help="with --manage-webhooks: the configurations call BASE/validate and BASE/mutate "
+                        "(clientConfig.url, e.g. https://127.0.0.1:8443 out of the cluster) instead of the Service")
     p.add_argument("--eval-workers", type=int, default=2, metavar="N",
                    help="evaluation worker processes for large reviews, killed at the review's deadline "
                         "(default 2; 0 evaluates every review on the event loop)")
@@ -326,6 +329,14 @@ def _run_serve(args: argparse.Namespace) -> int:
             raise UsageError("--self-managed-certs needs --cert-dir and a cluster (not --local)")
     else:
         _check_certs(cert, key, args.client_ca)
+    webhook_url = ""
+    if args.webhook_url:
+        from webhook.policy.webhooks import parse_webhook_url
+
+        try:
+            webhook_url = parse_webhook_url(args.webhook_url)
+        except ValueError as e:
+            raise UsageError(f"--webhook-url: {e}") from None
     _check_kube_config(args)
     settings = Settings(
         local_dir=args.local, kubeconfig=args.kubeconfig, context=args.context, cert_file=cert, key_file=key,
@@ -334,7 +345,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         cert_poll_interval=args.cert_poll_interval, write_status=args.write_status and args.local is None,
         pod_name=os.environ.get("POD_NAME", ""), namespace=os.environ.get("POD_NAMESPACE", "tollgate-system"),
         manage_webhooks=args.manage_webhooks and args.local is None, create_webhooks=args.create_webhooks,
-        self_managed_certs=args.self_managed_certs, cert_dir=args.cert_dir, ca_file=ca,
+        self_managed_certs=args.self_managed_certs, cert_dir=args.cert_dir, ca_file=ca, webhook_url=webhook_url,
         service_account=os.environ.get("POD_SERVICE_ACCOUNT", "tollgate"),
         eval_workers=max(args.eval_workers, 0), isolate_above_bytes=max(args.isolate_above_bytes, 0),
         eval_memory_limit_bytes=args.eval_memory_limit,

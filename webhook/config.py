@@ -48,6 +48,7 @@ class Settings:
         cert_dir: the certificate directory (``tls.crt``, ``tls.key``, ``ca.crt``).
         ca_file: the CA whose bundle the reconciler writes into ``caBundle`` (static certificates).
         webhook_service: the Service the webhook configurations point at.
+        webhook_url: when set, the configurations call this base URL (``clientConfig.url``) instead.
         webhook_config_name: ``metadata.name`` of both webhook configurations.
         service_account: the webhook's own ServiceAccount (its writes are never sent to it).
         eval_workers: evaluation worker processes (0: every review is evaluated inline on the
@@ -88,6 +89,7 @@ class Settings:
     cert_dir: Path | None = None
     ca_file: Path | None = None
     webhook_service: str = "tollgate"
+    webhook_url: str = ""
     webhook_config_name: str = "tollgate"
     service_account: str = "tollgate"
     eval_workers: int = 0

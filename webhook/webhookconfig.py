@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from webhook.policy.model import KINDS
-from webhook.policy.webhooks import WebhookTarget, parsed_specs, webhook_configurations
+from webhook.policy.webhooks import WebhookTarget, parse_webhook_url, parsed_specs, webhook_configurations
 
 __all__ = ["add_parser", "load_policies", "read_ca_bundle", "render", "run"]
 
@@ -34,6 +34,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                                    "webhook with --manage-webhooks (GitOps).")
     p.add_argument("--policies", type=Path, nargs="+", default=[Path("policies")], metavar="PATH",
                    help="policy YAML files or directories (recursive; default: policies)")
+    p.add_argument("--url", metavar="BASE",
+                   help="call the webhook at BASE/validate and BASE/mutate (clientConfig.url, e.g. "
+                        "https://127.0.0.1:8443 for a local or out-of-cluster Tollgate) instead of the Service")
     p.add_argument("--service", default="tollgate", help="webhook Service name (default tollgate)")
     p.add_argument("--namespace", default="tollgate-system", help="webhook namespace (default tollgate-system)")
     p.add_argument("--service-account", default="tollgate",
@@ -91,10 +94,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         policies = load_policies(list(args.policies))
         ca = read_ca_bundle(args.ca_bundle) if args.ca_bundle else ""
+        url = parse_webhook_url(args.url) if args.url else ""
     except (OSError, ValueError, yaml.YAMLError) as exc:
         print(f"tollgate webhook-config: {exc}", file=sys.stderr)
         return 2
-    target = WebhookTarget(name=args.name, service=args.service, namespace=args.namespace,
+    target = WebhookTarget(name=args.name, url=url, service=args.service, namespace=args.namespace,
                            service_account=args.service_account, ca_bundle=ca,
                            timeout_seconds=args.timeout_seconds)
     sys.stdout.write(render(policies, target))

@@ -38,6 +38,7 @@ deterministic: rules, lists and entries are sorted.
 from __future__ import annotations
 
 import json
+import urllib.parse
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,6 +52,7 @@ __all__ = [
     "VALIDATE_PATH",
     "WebhookConfigurations",
     "WebhookTarget",
+    "parse_webhook_url",
     "parsed_specs",
     "webhook_configurations",
 ]
@@ -70,6 +72,10 @@ class WebhookTarget:
 
     Attributes:
         name: ``metadata.name`` of both configurations.
+        url: when not empty, the API server calls ``url`` + ``/validate`` or
+            ``/mutate`` (``clientConfig.url``, for a webhook outside the
+            cluster or on 127.0.0.1) instead of the Service; checked by
+            :func:`parse_webhook_url`.
         service: the Service name, e.g. ``"tollgate"``.
         namespace: the Service's (and the webhook's own) namespace.
         service_account: the webhook's ServiceAccount name (its own writes
@@ -85,6 +91,7 @@ class WebhookTarget:
     """
 
     name: str = "tollgate"
+    url: str = ""
     service: str = "tollgate"
     namespace: str = "tollgate-system"
     service_account: str = "tollgate"
@@ -242,12 +249,48 @@ def _not_covered_by(rules: list[dict[str, Any]]) -> dict[str, str]:
 # -- configurations ----------------------------------------------------------------------------------------------
 
 
+def parse_webhook_url(text: str) -> str:
+    """A base URL for ``clientConfig.url``, checked as the API server checks a webhook URL.
+
+    The API server (admissionregistration validation, ``ValidateWebhookURL``)
+    accepts only ``https`` URLs with a host and without user info, query or
+    fragment. Tollgate appends ``/validate`` or ``/mutate`` to the path.
+
+    Args:
+        text: e.g. ``"https://127.0.0.1:8443"`` or ``"https://hooks.example.com/tollgate"``.
+
+    Returns:
+        ``text`` without a trailing ``/``.
+
+    Raises:
+        ValueError: a one-line reason the API server would refuse it.
+    """
+    parts = urllib.parse.urlsplit(text)
+    if parts.scheme != "https":
+        raise ValueError(f"webhook URL {text!r}: the scheme must be https")
+    if not parts.hostname:
+        raise ValueError(f"webhook URL {text!r}: no host")
+    if parts.username is not None or parts.password is not None:
+        raise ValueError(f"webhook URL {text!r}: user info is not allowed")
+    if parts.query or parts.fragment or text.endswith(("?", "#")):
+        raise ValueError(f"webhook URL {text!r}: a query or fragment is not allowed")
+    try:
+        parts.port  # noqa: B018 - raises ValueError on a port out of range
+    except ValueError:
+        raise ValueError(f"webhook URL {text!r}: invalid port") from None
+    return text.rstrip("/")
+
+
+def _client_config(target: WebhookTarget, path: str) -> dict[str, Any]:
+    if target.url:
+        return {"url": target.url.rstrip("/") + path}
+    return {"service": {"name": target.service, "namespace": target.namespace, "path": path, "port": target.port}}
+
+
 def _entry(target: WebhookTarget, *, mutating: bool, failure_policy: str, rules: list[dict[str, Any]],
            fail_rules: list[dict[str, Any]]) -> dict[str, Any]:
     verb = "mutate" if mutating else "validate"
-    client_config: dict[str, Any] = {"service": {"name": target.service, "namespace": target.namespace,
-                                                 "path": MUTATE_PATH if mutating else VALIDATE_PATH,
-                                                 "port": target.port}}
+    client_config = _client_config(target, MUTATE_PATH if mutating else VALIDATE_PATH)
     if target.ca_bundle:
         client_config["caBundle"] = target.ca_bundle
     conditions = _exclusions(target)

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from webhook import certs
 from webhook.cli import EXIT_BROKEN_PIPE, main
@@ -55,11 +56,23 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     (["serve", "--port", "x"], "tollgate serve: error: argument --port: invalid port 'x': not a number"),
     (["serve", "--port", "99999"], "tollgate serve: error: argument --port: invalid port 99999: must be 1-65535"),
     (["certs", "--out-dir", "/proc/tollgate-no"], "tollgate certs: --out-dir /proc/tollgate-no:"),
+    (["webhook-config", "--url", "http://127.0.0.1:8443"],
+     "tollgate webhook-config: webhook URL 'http://127.0.0.1:8443': the scheme must be https"),
+    (["serve", "--local", "policies", "--webhook-url", "https://h/?q=1"],
+     "tollgate serve: --webhook-url: webhook URL 'https://h/?q=1': a query or fragment is not allowed"),
 ])
 def test_usage_errors_are_one_line_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(message), err
+
+
+def test_webhook_config_url_points_both_configurations_at_the_url(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["webhook-config", "--policies", str(EXAMPLES), "--url", "https://127.0.0.1:8443/"]) == 0
+    docs = list(yaml.safe_load_all(capsys.readouterr().out))
+    urls = {hook["clientConfig"]["url"] for doc in docs for hook in doc["webhooks"]}
+    assert urls == {"https://127.0.0.1:8443/validate", "https://127.0.0.1:8443/mutate"}
+    assert not any("service" in hook["clientConfig"] for doc in docs for hook in doc["webhooks"])
 
 
 def one_line_failure(result: subprocess.CompletedProcess[str], message: str) -> None:

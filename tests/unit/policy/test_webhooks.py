@@ -10,7 +10,7 @@ from cel_expr_python import cel
 
 from tests.unit.policy.helpers import policy
 from webhook.policy.matching import POD_CONTROLLERS
-from webhook.policy.webhooks import WebhookTarget, parsed_specs, webhook_configurations
+from webhook.policy.webhooks import WebhookTarget, parse_webhook_url, parsed_specs, webhook_configurations
 
 MUTATION = [{"patchType": "JSONPatch", "jsonPatch": {"expression": "[]"}}]
 
@@ -129,6 +129,32 @@ def test_exclusions_follow_the_target() -> None:
     assert not _sent(hook, _request("authorization.k8s.io", "subjectaccessreviews"))
     assert _sent(hook, _request("", "pods"))
     assert hook["sideEffects"] == "None" and hook["admissionReviewVersions"] == ["v1"]
+
+
+def test_url_target_calls_the_url_instead_of_the_service() -> None:
+    target = WebhookTarget(url="https://127.0.0.1:8443/base", ca_bundle="Q0E=")
+    validating, mutating = _configs(policy("v"), policy("m", mutations=MUTATION), target=target)
+    assert validating["webhooks"][0]["clientConfig"] == {"url": "https://127.0.0.1:8443/base/validate",
+                                                         "caBundle": "Q0E="}
+    assert mutating["webhooks"][0]["clientConfig"] == {"url": "https://127.0.0.1:8443/base/mutate",
+                                                       "caBundle": "Q0E="}
+
+
+@pytest.mark.parametrize(("text", "reason"), [
+    ("http://127.0.0.1:8443", "scheme must be https"),
+    ("https:///validate", "no host"),
+    ("https://user:pw@127.0.0.1:8443", "user info"),
+    ("https://127.0.0.1:8443/?a=b", "query or fragment"),
+    ("https://127.0.0.1:8443/#x", "query or fragment"),
+    ("https://127.0.0.1:99999", "invalid port"),
+])
+def test_webhook_urls_the_api_server_would_refuse_are_refused(text: str, reason: str) -> None:
+    with pytest.raises(ValueError, match=reason):
+        parse_webhook_url(text)
+
+
+def test_webhook_url_loses_its_trailing_slash() -> None:
+    assert parse_webhook_url("https://hooks.example.com/tollgate/") == "https://hooks.example.com/tollgate"
 
 
 @pytest.mark.parametrize(("pattern", "sub", "covered"), [
