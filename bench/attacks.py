@@ -95,8 +95,8 @@ def gil(args: argparse.Namespace) -> None:
 
 # -- cost --------------------------------------------------------------------------------------------------
 async def _cost(args: argparse.Namespace) -> None:
-    from webhook.admission.evalpool import EvaluationPool
-    from webhook.admission.isolation import Evaluator, InlineEvaluator, IsolatedEvaluator
+    from webhook.admission.isolation.evaluators import Evaluator, InlineEvaluator, IsolatedEvaluator
+    from webhook.admission.isolation.pool import EvaluationPool
 
     handler = _handler()
     request = big_pod_review(1, uid="cheap")["request"]
@@ -131,8 +131,8 @@ SERVE = '''
 import asyncio, sys
 from pathlib import Path
 from aiohttp import web
-from webhook.app import CERTS, create_app
-from webhook.config import Settings
+from webhook.server.app import CERTS, create_app
+from webhook.server.settings import Settings
 from webhook.admission.server import AdmissionServer
 
 async def main(mode, port, cert_dir):
@@ -143,8 +143,8 @@ async def main(mode, port, cert_dir):
                   if isinstance(getattr(r.handler, "__self__", None), AdmissionServer))
     pool = None
     if mode == "isolated":
-        from webhook.admission.evalpool import EvaluationPool
-        from webhook.admission.isolation import IsolatedEvaluator
+        from webhook.admission.isolation.pool import EvaluationPool
+        from webhook.admission.isolation.evaluators import IsolatedEvaluator
         pool = EvaluationPool(workers=2)
         await pool.start()
         server.evaluator = IsolatedEvaluator(server.handler, pool)
@@ -227,7 +227,7 @@ async def _curve_one(url: str, ctx: ssl.SSLContext, pid: int, n: int) -> dict[st
 
 
 def curve(args: argparse.Namespace) -> None:
-    from webhook import certs
+    from webhook.tls import generate as certs
 
     tmp = Path(tempfile.mkdtemp(prefix="tollgate-attacks-"))
     paths = certs.write_certs(tmp, dns_names=["localhost"], ip_addresses=["127.0.0.1"], days=1)
@@ -268,7 +268,7 @@ async def _sigterm(args: argparse.Namespace) -> None:
 
     import aiohttp
 
-    from webhook import certs
+    from webhook.tls import generate as certs
 
     tmp = Path(tempfile.mkdtemp(prefix="tollgate-sigterm-"))
     paths = certs.write_certs(tmp, dns_names=["localhost"], ip_addresses=["127.0.0.1"], days=1)

@@ -32,7 +32,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.fakeapi.server import FakeApiServer
-from webhook.auditor import Auditor
+from webhook.audit.auditor import Auditor
 from webhook.informer import ReflectorOptions
 from webhook.informer.dynamic import DynamicInformerFactory, DynamicInformers
 from webhook.informer.gvr import GVR

@@ -43,7 +43,7 @@ def pod(n: int) -> dict[str, object]:
 
 def child(root: Path, n: int) -> dict[str, float]:
     sys.path.insert(0, str(root))
-    from webhook.offline import _docs_of, build_request
+    from webhook.cli.test import _docs_of, build_request
     from webhook.policy.engine import evaluate_mutating, evaluate_validating
     from webhook.policy.index import PolicyIndex
     from webhook.policy.lookups import InMemoryLookups

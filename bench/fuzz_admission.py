@@ -29,10 +29,10 @@ from tests.component.server.conftest import serve_tls
 from tests.component.server.test_admission_tls import PRIVILEGED_POLICY
 from tests.component.server.test_hostile_input import corrupted_review
 from tests.fakeapi.server import FakeApiServer
-from webhook import certs
-from webhook.app import create_app
-from webhook.config import Settings
 from webhook.kube.client import api_client_for_url
+from webhook.server.app import create_app
+from webhook.server.settings import Settings
+from webhook.tls import generate as certs
 
 
 def generate(n: int) -> list[bytes]:

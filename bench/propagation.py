@@ -35,10 +35,10 @@ from aiohttp import web  # noqa: E402
 
 from tests.component.server.test_admission_tls import PRIVILEGED_POLICY, pod_create, review  # noqa: E402
 from tests.fakeapi.server import FakeApiServer  # noqa: E402
-from webhook import certs  # noqa: E402
-from webhook.app import CERTS, create_app  # noqa: E402
-from webhook.config import Settings  # noqa: E402
 from webhook.kube.client import api_client_for_url  # noqa: E402
+from webhook.server.app import CERTS, create_app  # noqa: E402
+from webhook.server.settings import Settings  # noqa: E402
+from webhook.tls import generate as certs  # noqa: E402
 
 POLICIES = "clusteradmissionpolicies"
 DENY = PRIVILEGED_POLICY["spec"]["validations"][0]["expression"]

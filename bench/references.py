@@ -35,12 +35,12 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from webhook.admission.informer_lookups import InformerLookups  # noqa: E402
+from webhook.caches.lookups import InformerLookups  # noqa: E402
 from webhook.informer import NAMESPACE_INDEX  # noqa: E402
 from webhook.informer.store import Indexer, namespace_index  # noqa: E402
 from webhook.policy import PolicyIndex, RequestCoordinates, evaluate_validating  # noqa: E402
-from webhook.policy.indexes import index_values  # noqa: E402
 from webhook.policy.model import Reference, ReferenceIndex, parse_policy  # noqa: E402
+from webhook.policy.reference_indexes import index_values  # noqa: E402
 
 EXAMPLES = ROOT / "policies" / "examples"
 SIZES = (10, 100, 1000, 5000)
@@ -49,7 +49,7 @@ NAMESPACES = 100
 
 class _Cache:
     """Just enough of a SharedInformer for InformerLookups: an Indexer that has synced, with the indexes
-    ``webhook.admission.references`` would install for ``indexes``."""
+    ``webhook.caches.references`` would install for ``indexes``."""
 
     def __init__(self, objects: list[dict[str, Any]], indexes: tuple[ReferenceIndex, ...] = ()) -> None:
         self.indexer = Indexer({NAMESPACE_INDEX: namespace_index,

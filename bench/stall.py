@@ -8,7 +8,7 @@ Serves ``tollgate serve --local DIR`` (a subprocess pinned to CPU 0, with uvloop
 exactly as the CLI runs it) where DIR holds ``--policies`` ClusterAdmissionPolicies, one per file: renamed
 copies of the shipped Pod Security policies (bench/engine.py ``pod_security_variants``, autogen and all),
 each with one more validation, ``object.metadata.labels[?'stall-NNN'] != 'vK'``. The subprocess is this
-script in ``--child`` mode: it runs ``webhook.cli`` unchanged, adding only
+script in ``--child`` mode: it runs ``webhook.cli.main`` unchanged, adding only
   * a lag probe task on the server's event loop (``asyncio.sleep(0.001)`` in a loop; each wake-up later
     than due by ``--lag-threshold`` ms or more is logged with its time): the loop's stalls, measured
     where they happen;
@@ -71,7 +71,7 @@ MARKER = re.compile(r"stall-(\d{3})-v(\d+)")
 
 
 # ----------------------------------------------------------------------------------------------------------
-# The server side (--child): webhook.cli's serve, plus the lag probe and the timers.
+# The server side (--child): webhook.cli.main's serve, plus the lag probe and the timers.
 
 
 class _Trace:
@@ -103,8 +103,8 @@ def _instrument(trace: _Trace) -> None:
     """Wrap the calls that run on the loop when policies change (this process only; nothing is edited)."""
     import gc
 
-    from webhook import localsource
     from webhook.admission import handler
+    from webhook.files import local_source as localsource
     from webhook.policy import events, index, plan
 
     index.compile_policy = _timed(trace, "compile_policy", index.compile_policy)
@@ -155,7 +155,7 @@ def child(trace_path: Path, threshold_ms: float, serve_args: list[str]) -> int:
     """Run ``tollgate serve`` with the lag probe and the timers; SIGUSR1/SIGUSR2 start/stop cProfile."""
     import cProfile
 
-    from webhook import cli
+    from webhook.cli import main as cli
 
     trace = _Trace(trace_path)
     _instrument(trace)

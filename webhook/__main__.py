@@ -2,6 +2,6 @@
 
 import sys
 
-from webhook.cli import main
+from webhook.cli.main import main
 
 sys.exit(main())

@@ -155,7 +155,7 @@ class StatusMetrics:
 
 
 class WebhookConfigMetrics:
-    """The webhook configuration reconciler's metrics (``webhook.kube.webhooks``).
+    """The webhook configuration reconciler's metrics (``webhook.kube.webhook_reconciler``).
 
     Attributes:
         reconciles: ``tollgate_webhook_config_reconciles_total{configuration,result}``;
@@ -179,7 +179,7 @@ class WebhookConfigMetrics:
 
 
 class ManagedCertMetrics:
-    """The self-managed certificate controller's metrics (``webhook.kube.certs``).
+    """The self-managed certificate controller's metrics (``webhook.kube.managed_certs``).
 
     Attributes:
         rotations: ``tollgate_managed_certificate_rotations_total{what}``;

@@ -25,7 +25,7 @@ if [[ -z "${PYTHON:-}" ]]; then
   if [[ -x "$ROOT/.venv/bin/python" ]]; then PYTHON="$ROOT/.venv/bin/python"; else PYTHON=python3; fi
 fi
 # The `tollgate` console script, run by the chosen interpreter.
-TOLLGATE=("$PYTHON" -c "import sys; from webhook.cli import main; sys.exit(main())")
+TOLLGATE=("$PYTHON" -c "import sys; from webhook.cli.main import main; sys.exit(main())")
 
 log() { printf '\n=== %s\n' "$*" >&2; }
 die() { printf 'run.sh: %s\n' "$*" >&2; exit 1; }

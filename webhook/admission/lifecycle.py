@@ -15,8 +15,8 @@ from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
-from webhook.admission.evalpool import DEFAULT_MEMORY_LIMIT, DEFAULT_RECYCLE_RSS, EvaluationPool
-from webhook.admission.isolation import IsolatedEvaluator, SizeRoutedEvaluator
+from webhook.admission.isolation.evaluators import IsolatedEvaluator, SizeRoutedEvaluator
+from webhook.admission.isolation.pool import DEFAULT_MEMORY_LIMIT, DEFAULT_RECYCLE_RSS, EvaluationPool
 from webhook.admission.limits import OutputLimits
 from webhook.admission.server import AdmissionServer
 from webhook.metrics import Metrics

@@ -33,7 +33,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
 from webhook.admission.handler import AdmissionHandler
-from webhook.admission.isolation import Evaluator, InlineEvaluator
+from webhook.admission.isolation.evaluators import Evaluator, InlineEvaluator
 from webhook.admission.review import ReviewError, parse_review, review_body
 from webhook.metrics import Metrics
 from webhook.policy import Decision, Result
@@ -106,7 +106,7 @@ class AdmissionServer:
         clock: monotonic seconds (tests).
         evaluator: how the handler runs; default :class:`InlineEvaluator`
             (on the event loop, deadline not enforced). Production passes an
-            :class:`~webhook.admission.isolation.IsolatedEvaluator`.
+            :class:`~webhook.admission.isolation.evaluators.IsolatedEvaluator`.
         ready: a readiness gate; while it returns False every review is
             answered HTTP 503 (a failed webhook call: the API server applies
             the webhook configuration's failurePolicy). None: always open.

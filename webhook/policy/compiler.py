@@ -21,8 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.policy import celenv, projection
-from webhook.policy.celenv import (
+from webhook.policy import projection
+from webhook.policy.cel import env as celenv
+from webhook.policy.cel.env import (
     ENV,
     MAX_EXPRESSION_LENGTH,
     ResourceCall,
@@ -230,7 +231,7 @@ def compile_spec(spec: PolicySpec) -> CompiledPolicy:
     refs = spec.references
     for i, ref in enumerate(refs):
         for j, index in enumerate(ref.indexes):
-            # Evaluated over each cached object by the informer's Indexer (webhook.policy.indexes).
+            # Evaluated over each cached object by the informer's Indexer (webhook.policy.reference_indexes).
             compile_expression(index.expression, f"{p}.references[{i}].indexes[{j}].expression",
                                expect=(T.STRING, T.LIST, T.NULL), known_variables=frozenset())
     declared: list[str] = []

@@ -47,9 +47,9 @@ from typing import Any
 import jsonpatch
 import orjson
 
-from webhook.policy import celenv
 from webhook.policy import lookups as caches
-from webhook.policy.celenv import ENV, VariableScope, reset_scope, set_current_scope
+from webhook.policy.cel import env as celenv
+from webhook.policy.cel.env import ENV, VariableScope, reset_scope, set_current_scope
 from webhook.policy.compiler import CompiledPolicy, CompiledValidation, Program
 from webhook.policy.lookups import Lookups
 from webhook.policy.matching import View, has_selectors, selectors_match

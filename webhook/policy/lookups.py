@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
-from webhook.policy.indexes import index_values
 from webhook.policy.model import Reference, ReferenceIndex
+from webhook.policy.reference_indexes import index_values
 from webhook.policy.selectors import LabelSelector
 
 #: Cache names ``is_synced`` is asked about.

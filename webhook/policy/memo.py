@@ -47,8 +47,8 @@ from typing import Any
 
 import orjson
 
-from webhook.policy.celast import Node, decode_expr, expr_bytes
-from webhook.policy.celenv import RESOURCE_FUNCTIONS, VARIABLES
+from webhook.policy.cel.ast import Node, decode_expr, expr_bytes
+from webhook.policy.cel.env import RESOURCE_FUNCTIONS, VARIABLES
 from webhook.policy.projection import ALL, Projection, Tree, reads_of, union_reads
 
 __all__ = ["DEFAULT_MAX_BYTES", "ENTRY_OVERHEAD", "MIN_HIT_RATIO", "MIN_LOOKUPS", "PROBE_EVERY", "SCOPE_FUNCTIONS",
@@ -100,7 +100,7 @@ def key_roots(root: Node) -> dict[str, frozenset[str]] | None:
     an unchecked namespaced call such as ``resource.Get`` (a ``resource`` identifier) make it None.
 
     Args:
-        root: the program's parse tree (:func:`webhook.policy.celast.decode_expr`).
+        root: the program's parse tree (:func:`webhook.policy.cel.ast.decode_expr`).
 
     Returns:
         ``{"request": fields, "namespaceObject": fields}`` (either may be empty).

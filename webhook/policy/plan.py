@@ -39,7 +39,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.policy.celenv import ENV
+from webhook.policy.cel.env import ENV
 from webhook.policy.compiler import CompiledPolicy
 from webhook.policy.matching import View, has_selectors, rules_view
 from webhook.policy.memo import MemoSpec, memo_spec, union_spec

@@ -4,7 +4,7 @@ cel-expr-python converts a bound variable whole into CEL values on its first acc
 per JSON node: ~100 µs for a 6 KB Pod, ~2.5 ms for 100 KB). Policies read a few fields, so a plan
 (:mod:`webhook.policy.plan`) binds the request's object pruned to what its programs can read.
 
-**Field trees.** :func:`reads` analyses parse trees (:mod:`webhook.policy.celast`) and returns, per
+**Field trees.** :func:`reads` analyses parse trees (:mod:`webhook.policy.cel.ast`) and returns, per
 root variable, a :data:`Tree`: :data:`ALL` (keep the whole value) or a dict from segment to subtree.
 A segment is a field name (that key of a map), ``"*"`` (every list element and every map value:
 all keys are kept), or ``"#"`` (what one-variable iteration yields: every list element, every map
@@ -54,7 +54,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from webhook.policy.celast import Node, decode_expr, expr_bytes
+from webhook.policy.cel.ast import Node, decode_expr, expr_bytes
 
 __all__ = ["ALL", "EACH", "KEYS", "MAX_ROUNDS", "READS_CACHE_SIZE", "ROOTS", "Projection", "Tree", "project", "reads",
            "reads_of", "union", "union_reads"]

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from tests.fakeapi.server import Cluster, FakeApiServer
-from webhook.admission.informer_lookups import InformerLookups
-from webhook.auditor import Auditor
+from webhook.audit.auditor import Auditor
+from webhook.caches.lookups import InformerLookups
 from webhook.informer import Backoff, ReflectorOptions, SharedInformer
 from webhook.informer.dynamic import DynamicInformerFactory, DynamicInformers, crd_informer
 from webhook.informer.gvr import GVR

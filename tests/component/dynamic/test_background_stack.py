@@ -8,12 +8,12 @@ from prometheus_client import CollectorRegistry
 
 from tests.component.dynamic.conftest import NO_PRIV, POLICIES, cap, pod
 from tests.fakeapi.server import FakeApiServer
-from webhook.admission.informer_lookups import InformerLookups
-from webhook.background import BackgroundAudit
+from webhook.caches.lookups import InformerLookups
 from webhook.informer import Backoff, ReflectorOptions, SharedInformer
 from webhook.informer.dynamic import Budget
 from webhook.kube.client import api_client_for_url
 from webhook.kube.listwatch import KubeListerWatcher
+from webhook.server.audit_stack import BackgroundAudit
 
 
 async def test_background_audit_stack_writes_reports_and_exports_metrics() -> None:

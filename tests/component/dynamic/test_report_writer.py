@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from tests.fakeapi.server import FakeApiServer
+from webhook.audit.evaluate import AuditResult, ResourceRef, build_report
 from webhook.informer import Backoff
 from webhook.kube.client import api_client_for_url
 from webhook.kube.reports import PolicyReportWriter, TokenBucket
-from webhook.policy.audit import AuditResult, ResourceRef, build_report
 
 
 @pytest.fixture

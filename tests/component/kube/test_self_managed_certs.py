@@ -13,9 +13,9 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from kubernetes_asyncio.client import ApiClient
 
 from tests.fakeapi.server import FakeApiServer
-from webhook import certs
 from webhook.kube.api import ApiException
-from webhook.kube.certs import CertMaterial, RotationPolicy, SelfManagedCerts, plan
+from webhook.kube.managed_certs import CertMaterial, RotationPolicy, SelfManagedCerts, plan
+from webhook.tls import generate as certs
 
 NS = "tollgate-system"
 SECRET = f"{NS}/tollgate-tls"

@@ -13,9 +13,9 @@ from tests.fakeapi.server import FakeApiServer
 from tests.unit.policy.helpers import policy
 from webhook.informer import Backoff
 from webhook.kube.api import ApiException
-from webhook.kube.webhooks import WebhookConfigReconciler
+from webhook.kube.webhook_reconciler import WebhookConfigReconciler
 from webhook.policy.model import PolicySpec
-from webhook.policy.webhooks import WebhookTarget, parsed_specs
+from webhook.policy.webhook_configs import WebhookTarget, parsed_specs
 
 VWC = "validatingwebhookconfigurations"
 MWC = "mutatingwebhookconfigurations"

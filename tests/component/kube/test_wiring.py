@@ -1,4 +1,4 @@
-"""The cluster-side pieces wired as `tollgate serve` should wire them (the reference for webhook/app.py).
+"""The cluster-side pieces wired as `tollgate serve` should wire them (the reference for webhook/server/app.py).
 
 Real informers (KubeListerWatcher) on the policies, the leader elector, the
 status writer, the webhook configuration reconciler and the self-managed
@@ -19,16 +19,16 @@ from kubernetes_asyncio.client import ApiClient
 
 from tests.fakeapi.server import FakeApiServer
 from tests.unit.policy.helpers import policy
-from webhook import certs
 from webhook.informer import ResourceEventHandlerFuncs, SharedInformer
-from webhook.kube.certs import CertMaterial, RotationPolicy, SelfManagedCerts
 from webhook.kube.leader import LeaderElectionConfig, LeaderElector
 from webhook.kube.listwatch import KubeListerWatcher
+from webhook.kube.managed_certs import CertMaterial, RotationPolicy, SelfManagedCerts
 from webhook.kube.status import StatusWriter
-from webhook.kube.webhooks import WebhookConfigReconciler
+from webhook.kube.webhook_reconciler import WebhookConfigReconciler
 from webhook.metrics import Metrics
 from webhook.policy import compile_policy
-from webhook.policy.webhooks import WebhookTarget, parsed_specs
+from webhook.policy.webhook_configs import WebhookTarget, parsed_specs
+from webhook.tls import generate as certs
 
 NS = "tollgate-system"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from webhook.cli import main
+from webhook.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[3]
 SUITES = sorted((ROOT / "policies" / "examples").glob("*/test.yaml"))

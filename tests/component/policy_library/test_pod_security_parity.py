@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from tests.fixtures import ROOT, fixture_dir
-from webhook.offline import build_request, evaluate_pair
+from webhook.cli.test import build_request, evaluate_pair
 from webhook.policy import InMemoryLookups, compile_policy
 
 FIXTURES = fixture_dir("kyverno-pod-security-cel")

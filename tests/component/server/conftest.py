@@ -14,10 +14,10 @@ import pytest
 from aiohttp import web
 
 from tests.fakeapi.server import Cluster, FakeApiServer
-from webhook import certs
-from webhook.app import CERTS, create_app
-from webhook.config import Settings
 from webhook.kube.client import api_client_for_url
+from webhook.server.app import CERTS, create_app
+from webhook.server.settings import Settings
+from webhook.tls import generate as certs
 
 
 @dataclass

@@ -12,17 +12,17 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from webhook import certs
-from webhook.admission.evalpool import EvaluationPool
 from webhook.admission.handler import AdmissionHandler
-from webhook.admission.isolation import IsolatedEvaluator
+from webhook.admission.isolation.evaluators import IsolatedEvaluator
+from webhook.admission.isolation.pool import EvaluationPool
 from webhook.admission.lifecycle import evaluation_pool_ctx
 from webhook.admission.limits import OutputLimits
 from webhook.admission.server import AdmissionServer
 from webhook.metrics import Metrics
 from webhook.policy import PolicyIndex
 from webhook.policy.lookups import InMemoryLookups
-from webhook.tls import CertReloader
+from webhook.tls import generate as certs
+from webhook.tls.reload import CertReloader
 
 ROOT = Path(__file__).resolve().parents[3]
 

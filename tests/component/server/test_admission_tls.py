@@ -20,9 +20,9 @@ import pytest
 
 from tests.component.server.conftest import Served
 from tests.fixtures import fixture_dir
-from webhook import certs
-from webhook.app import CERTS, COMPONENTS
-from webhook.resources import CLUSTER_POLICIES
+from webhook.policy.resources import CLUSTER_POLICIES
+from webhook.server.app import CERTS, COMPONENTS
+from webhook.tls import generate as certs
 
 PRIVILEGED_POLICY: dict[str, Any] = {
     "apiVersion": "tollgate.dev/v1alpha1",

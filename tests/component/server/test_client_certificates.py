@@ -26,10 +26,10 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from tests.component.server.conftest import serve_tls
 from tests.component.server.test_admission_tls import pod_create, review
 from tests.fakeapi.server import FakeApiServer
-from webhook import certs
-from webhook.app import create_app
-from webhook.config import Settings
 from webhook.kube.client import api_client_for_url
+from webhook.server.app import create_app
+from webhook.server.settings import Settings
+from webhook.tls import generate as certs
 
 
 def client_pki(directory: Path, name: str) -> tuple[Path, Path, Path]:

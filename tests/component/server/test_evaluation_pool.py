@@ -11,9 +11,9 @@ import pytest
 
 from tests.unit.policy.helpers import pod, policy
 from tests.unit.policy.helpers import request as raw_request
-from webhook.admission.evalpool import EvaluationAborted, EvaluationPool
 from webhook.admission.handler import AdmissionHandler
-from webhook.admission.isolation import IsolatedEvaluator
+from webhook.admission.isolation.evaluators import IsolatedEvaluator
+from webhook.admission.isolation.pool import EvaluationAborted, EvaluationPool
 from webhook.admission.limits import OutputLimits
 from webhook.admission.patch import decode_patch
 from webhook.admission.review import AdmissionRequest

@@ -18,14 +18,14 @@ import aiohttp
 from aiohttp import web
 
 from tests.component.server.test_admission_tls import pod_create, review
-from webhook import certs
 from webhook.admission.handler import AdmissionHandler
 from webhook.admission.lifecycle import graceful_stop
 from webhook.admission.server import AdmissionServer
 from webhook.metrics import Metrics
 from webhook.policy import PolicyIndex
 from webhook.policy.lookups import InMemoryLookups
-from webhook.tls import CertReloader
+from webhook.tls import generate as certs
+from webhook.tls.reload import CertReloader
 
 
 async def test_begin_shutdown_closes_kept_alive_connections_after_a_full_answer(tmp_path: Path) -> None:

@@ -13,9 +13,9 @@ from typing import Any
 import aiohttp
 
 from tests.component.server.conftest import serve_tls
-from webhook import certs
-from webhook.app import create_app
-from webhook.config import Settings
+from webhook.server.app import create_app
+from webhook.server.settings import Settings
+from webhook.tls import generate as certs
 
 POLICY = """apiVersion: tollgate.dev/v1alpha1
 kind: ClusterAdmissionPolicy

@@ -20,11 +20,11 @@ import yaml
 from tests.component.server.conftest import serve_tls
 from tests.component.server.test_in_cluster import until
 from tests.fakeapi.server import FakeApiServer
-from webhook import certs
-from webhook.app import COMPONENTS, create_app
-from webhook.config import Settings
 from webhook.kube.client import api_client_for_url
 from webhook.policy.model import ReferenceIndex
+from webhook.server.app import COMPONENTS, create_app
+from webhook.server.settings import Settings
+from webhook.tls import generate as certs
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "policies" / "examples"
 POLICIES = "clusteradmissionpolicies"

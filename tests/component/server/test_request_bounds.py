@@ -16,13 +16,13 @@ from aiohttp import web
 
 from tests.component.server.conftest import Served
 from tests.component.server.test_admission_tls import pod_create, review
-from webhook import certs
 from webhook.admission.handler import AdmissionHandler
 from webhook.admission.server import AdmissionServer
 from webhook.metrics import Metrics
 from webhook.policy import PolicyIndex
 from webhook.policy.lookups import InMemoryLookups
-from webhook.tls import CertReloader
+from webhook.tls import generate as certs
+from webhook.tls.reload import CertReloader
 
 BODY = json.dumps(review(pod_create())).encode()
 

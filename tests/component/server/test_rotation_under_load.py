@@ -22,7 +22,7 @@ from tests.component.server.test_admission_tls import (
     review,
     start,
 )
-from webhook import certs
+from webhook.tls import generate as certs
 
 
 def serial_of(pem: Path) -> int:

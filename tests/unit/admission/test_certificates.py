@@ -11,8 +11,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from webhook.certs import CertificateRejected, check_pair
-from webhook.tls import CertReloader
+from webhook.tls.generate import CertificateRejected, check_pair
+from webhook.tls.reload import CertReloader
 
 NOW = dt.datetime(2026, 11, 23, 12, 0, tzinfo=dt.UTC)
 DAY = dt.timedelta(days=1)

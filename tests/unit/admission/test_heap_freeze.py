@@ -6,7 +6,7 @@ import asyncio
 import gc
 from types import SimpleNamespace
 
-from webhook.app import freeze_heap_when_synced
+from webhook.server.app import freeze_heap_when_synced
 
 
 async def test_the_heap_is_frozen_only_after_the_policies_synced() -> None:

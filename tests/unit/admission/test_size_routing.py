@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.admission.isolation import SizeRoutedEvaluator
+from webhook.admission.isolation.evaluators import SizeRoutedEvaluator
 
 
 class Recorder:

@@ -1,7 +1,7 @@
 """The ``tollgate`` command's lifecycle: --version, one-line failures with documented exit codes, cleanup.
 
 ``serve`` runs in a subprocess here (it installs signal handlers and logging for the process);
-everything else calls ``webhook.cli.main`` in-process.
+everything else calls ``webhook.cli.main.main`` in-process.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from webhook import certs
-from webhook.cli import EXIT_BROKEN_PIPE, main
+from webhook.cli.main import EXIT_BROKEN_PIPE, main
+from webhook.tls import generate as certs
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "policies" / "examples"
-TOLLGATE = [sys.executable, "-m", "webhook.cli"]
+TOLLGATE = [sys.executable, "-m", "webhook.cli.main"]
 
 
 def run(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from webhook.cli import main
+from webhook.cli.main import main
 
 POLICY = """\
 apiVersion: tollgate.dev/v1alpha1

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from webhook.files.local_source import LocalDirectoryListerWatcher
 from webhook.informer.types import ListOptions, WatchEvent
-from webhook.labelquery import parse_label_selector_text
-from webhook.localsource import LocalDirectoryListerWatcher
+from webhook.policy.labelquery import parse_label_selector_text
 
 SELECTOR = "tollgate.dev/params=true"
 

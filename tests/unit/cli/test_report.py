@@ -1,4 +1,4 @@
-"""Output formats of ``tollgate test`` (webhook.report), rendered from rows without running anything."""
+"""Output formats of ``tollgate test`` (webhook.cli.report), rendered from rows without running anything."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import xml.etree.ElementTree as ET
 import pytest
 import yaml
 
-from webhook.report import render
-from webhook.testsuite import Row
+from webhook.cli.report import render
+from webhook.files.testsuite import Row
 
 ADHOC = [Row("p", "Pod", "default", "a", "pass", ""), Row("p", "Pod", "default", "b", "fail", "no <&> way"),
          Row("p", "Namespace", "", "n", "error", "boom"), Row("p", "Pod", "default", "c", "warn", "careful")]

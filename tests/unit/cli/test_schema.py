@@ -1,4 +1,4 @@
-"""Strict schema validation (webhook.schema): one source of truth with manifests/crds, kubectl-like messages."""
+"""Strict schema validation (webhook.files.schema): one source of truth with manifests/crds, kubectl-like messages."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from webhook import schema
+from webhook.files import schema
 
 ROOT = Path(__file__).resolve().parents[3]
 CRDS = sorted((ROOT / "manifests" / "crds").glob("*policies.yaml"))
@@ -26,7 +26,7 @@ def test_package_schema_is_the_crd_schema(crd: Path) -> None:
     doc = yaml.safe_load(crd.read_text())
     assert doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"] == schema.policy_openapi_schema(), (
         f"webhook/schemas/policy-v1alpha1.yaml differs from {crd}: run "
-        f"python -m webhook.schema --sync {crd.relative_to(ROOT)}")
+        f"python -m webhook.files.schema --sync {crd.relative_to(ROOT)}")
 
 
 def test_sync_rewrites_the_package_copy_from_a_crd(tmp_path: Path) -> None:
@@ -44,7 +44,7 @@ def with_spec(**changes: Any) -> dict[str, Any]:
 
 
 def messages(doc: dict[str, Any]) -> list[tuple[str, str]]:
-    from webhook.yamlio import format_path
+    from webhook.files.yamlio import format_path
 
     return [(format_path(p.path), p.message) for p in schema.validate(doc)]
 

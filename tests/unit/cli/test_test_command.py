@@ -1,4 +1,4 @@
-"""``tollgate test`` through ``webhook.cli.main``: suites, directories, stdin, outputs, the admission chain."""
+"""``tollgate test`` through ``webhook.cli.main.main``: suites, directories, stdin, outputs, the admission chain."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from webhook.cli import main
+from webhook.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "policies" / "examples"
@@ -203,7 +203,7 @@ def test_table_marks_the_mismatch(examples_with_one_mismatch: Path, capsys: pyte
 def test_suite_from_stdin(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(EXAMPLES / "allowed-registries")
     monkeypatch.setattr("sys.stdin", io.StringIO((EXAMPLES / "allowed-registries" / "test.yaml").read_text()))
-    monkeypatch.setattr("webhook.yamlio._stdin_cache", [])
+    monkeypatch.setattr("webhook.files.yamlio._stdin_cache", [])
     code, rows, _ = run_json(capsys, "-")
     assert code == 0
     assert [r["suite"] for r in rows] == ["-"] * 3
@@ -212,12 +212,12 @@ def test_suite_from_stdin(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Captur
 def test_resources_from_stdin_adhoc_exit_1_on_fail(monkeypatch: pytest.MonkeyPatch,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr("sys.stdin", io.StringIO((EXAMPLES / "disallow-latest-tag" / "resources.yaml").read_text()))
-    monkeypatch.setattr("webhook.yamlio._stdin_cache", [])
+    monkeypatch.setattr("webhook.files.yamlio._stdin_cache", [])
     code, rows, _ = run_json(capsys, "-p", str(EXAMPLES / "disallow-latest-tag" / "policy.yaml"), "-r", "-")
     assert code == 0  # warn rows do not fail an ad-hoc run
     assert [r["result"] for r in rows] == ["pass", "warn", "warn"]
     monkeypatch.setattr("sys.stdin", io.StringIO((EXAMPLES / "team-a-require-limits" / "resources.yaml").read_text()))
-    monkeypatch.setattr("webhook.yamlio._stdin_cache", [])
+    monkeypatch.setattr("webhook.files.yamlio._stdin_cache", [])
     code, rows, err = run_json(capsys, "-p", str(EXAMPLES / "team-a-require-limits" / "policy.yaml"), "-r", "-",
                                "--fail-only")
     assert code == 1

@@ -1,4 +1,4 @@
-"""The one YAML loader (webhook.yamlio): documents keep file, index and line; errors are one line."""
+"""The one YAML loader (webhook.files.yamlio): documents keep file, index and line; errors are one line."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from webhook.yamlio import InputError, format_path, load_file, parse_path, parse_text, yaml_files
+from webhook.files.yamlio import InputError, format_path, load_file, parse_path, parse_text, yaml_files
 
 TEXT = "a: 1\n---\n---\nkind: X\nspec:\n  l:\n  - a\n  - b: 2\n"
 

@@ -17,11 +17,11 @@ import jsonpatch
 import pytest
 import yaml
 
-from webhook import certs
-from webhook.cli import main
+from webhook.cli.main import main
 from webhook.policy import compile_policy
 from webhook.policy.matching import POD_CONTROLLERS
 from webhook.policy.model import parse_references
+from webhook.tls import generate as certs
 
 ROOT = Path(__file__).resolve().parents[3]
 MANIFESTS = ROOT / "manifests"
@@ -102,7 +102,7 @@ def test_cert_manager_overlay() -> None:
 
 
 def test_self_managed_overlay() -> None:
-    from webhook.kube.certs import SelfManagedCerts
+    from webhook.kube.managed_certs import SelfManagedCerts
 
     docs = build(MANIFESTS / "overlays" / "self-managed")
     secret = _one(docs, "Secret")

@@ -2,7 +2,7 @@
 
 Parses manifests/install/ (everything but crds/, which another part of the
 project owns) and the webhook configurations the leader generates for the
-shipped policies (``webhook.policy.webhooks`` over policies/), and fails when:
+shipped policies (``webhook.policy.webhook_configs`` over policies/), and fails when:
 
 * RBAC grants more than get/list/watch on the cached resources, patch on the
   policy ``/status`` subresources, get/update/patch on the two webhook
@@ -234,9 +234,9 @@ def test_tls_secret_mounted_read_only_and_tmp_is_empty_dir() -> None:
 @pytest.fixture(scope="module")
 def server_routes(tmp_path_factory: pytest.TempPathFactory) -> set[tuple[str, str]]:
     """``(method, path)`` of every route of the real app built by ``create_app``."""
-    from webhook.app import create_app
-    from webhook.certs import write_certs
-    from webhook.config import Settings
+    from webhook.server.app import create_app
+    from webhook.server.settings import Settings
+    from webhook.tls.generate import write_certs
 
     tmp = tmp_path_factory.mktemp("server")
     paths = write_certs(tmp, dns_names=["localhost"], ip_addresses=["127.0.0.1"], days=1)
@@ -257,7 +257,7 @@ def test_probes_use_https_paths_the_server_serves(server_routes: set[tuple[str, 
 
 
 def _target() -> Any:
-    from webhook.policy.webhooks import WebhookTarget
+    from webhook.policy.webhook_configs import WebhookTarget
 
     service = _one("Service")
     return WebhookTarget(name=WEBHOOK_CONFIG_NAME, service=service["metadata"]["name"],
@@ -267,8 +267,8 @@ def _target() -> Any:
 
 def _generated() -> list[dict[str, Any]]:
     """What the leader writes for the shipped policy library (the same as `tollgate webhook-config`)."""
-    from webhook.policy.webhooks import parsed_specs, webhook_configurations
-    from webhook.webhookconfig import load_policies
+    from webhook.cli.webhook_config import load_policies
+    from webhook.policy.webhook_configs import parsed_specs, webhook_configurations
 
     configs = webhook_configurations(parsed_specs(load_policies([ROOT / "policies"])), _target())
     return configs.documents()
@@ -325,7 +325,7 @@ def test_server_serves_the_webhook_paths(server_routes: set[tuple[str, str]]) ->
 
 
 def test_deployment_and_image_arguments_parse_and_match_the_port() -> None:
-    from webhook.cli import build_parser
+    from webhook.cli.main import build_parser
 
     container = _pod_spec()["containers"][0]
     args = build_parser().parse_args(container["args"])
@@ -361,7 +361,7 @@ def test_kustomize_build_generates_the_tls_secret(tmp_path: Path, capsys: pytest
     copy = tmp_path / "manifests"
     shutil.copytree(MANIFESTS, copy, ignore=shutil.ignore_patterns("tls"))
     # The real `tollgate certs` flow, as docs/deploying.md describes it.
-    from webhook.cli import main
+    from webhook.cli.main import main
 
     assert main(["certs", "--out-dir", str(copy / "tls"), "--service", "tollgate", "--namespace", NAMESPACE]) == 0
     capsys.readouterr()

@@ -8,8 +8,7 @@ from typing import Any
 import pytest
 
 from tests.unit.policy.helpers import pod, policy
-from webhook.policy import InMemoryLookups, compile_policy
-from webhook.policy.audit import (
+from webhook.audit.evaluate import (
     SEVERITY_ANNOTATION,
     AuditResult,
     ReportMeta,
@@ -21,6 +20,7 @@ from webhook.policy.audit import (
     not_auditable_result,
     report_meta,
 )
+from webhook.policy import InMemoryLookups, compile_policy
 from webhook.policy.compiler import CompiledPolicy
 from webhook.policy.model import PolicySpecError, parse_policy
 
@@ -157,7 +157,7 @@ def test_offline_audit_prints_the_reports_it_would_write(tmp_path: Any, capsys: 
 
     import yaml
 
-    from webhook.cli import main
+    from webhook.cli.main import main
 
     audited = policy("no-priv", validations=[NO_PRIV], background=True, autogen={"podControllers": True})
     audited["metadata"]["annotations"] = {SEVERITY_ANNOTATION: "medium"}
@@ -196,7 +196,7 @@ def test_offline_audit_reads_references_from_the_audited_resources(tmp_path: Any
 
     import yaml
 
-    from webhook.cli import main
+    from webhook.cli.main import main
 
     example = Path(__file__).resolve().parents[3] / "policies" / "examples" / "unique-ingress-host"
     existing = list(yaml.safe_load_all((example / "existing.yaml").read_text()))
@@ -212,7 +212,7 @@ def test_offline_audit_reads_references_from_the_audited_resources(tmp_path: Any
 
 
 def test_offline_audit_rejects_unusable_input(tmp_path: Any, capsys: Any) -> None:
-    from webhook.cli import main
+    from webhook.cli.main import main
 
     (tmp_path / "empty.yaml").write_text("kind: ConfigMap\n")
     assert main(["audit", "-p", str(tmp_path / "empty.yaml"), "-r", str(tmp_path / "empty.yaml")]) == 2

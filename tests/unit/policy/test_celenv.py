@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from tests.fixtures import fixture_dir
-from webhook.policy.celenv import (
+from webhook.policy.cel.env import (
     ENV,
     MAX_RANGE,
     BudgetExceeded,
@@ -384,8 +384,8 @@ def test_compiled_expressions_are_reused_so_an_edit_recompiles_only_what_changed
     import copy as _copy
 
     from tests.unit.policy.helpers import policy
-    from webhook.policy import celenv as env_module
     from webhook.policy import compile_policy
+    from webhook.policy.cel import env as env_module
 
     compiled: list[str] = []
     real = env_module.PolicyEnv.compile_checked

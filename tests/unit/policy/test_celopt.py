@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
-from webhook.policy import celast, celopt
-from webhook.policy.celenv import ENV, T
+from webhook.policy.cel import ast as celast
+from webhook.policy.cel import optimize as celopt
+from webhook.policy.cel.env import ENV, T
 
 
 def plain_and_chunked(expr: str, **data: Any) -> tuple[Any, Any]:

@@ -8,8 +8,8 @@ import pytest
 
 from tests.unit.policy.helpers import pod, policy, request
 from webhook.policy import InMemoryLookups, PolicyIndex, RequestCoordinates, evaluate_validating
-from webhook.policy.celast import decode_expr, expr_bytes
-from webhook.policy.celenv import ENV
+from webhook.policy.cel.ast import decode_expr, expr_bytes
+from webhook.policy.cel.env import ENV
 from webhook.policy.memo import (
     ENTRY_OVERHEAD,
     MIN_LOOKUPS,

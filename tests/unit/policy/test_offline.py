@@ -1,4 +1,4 @@
-"""``tollgate test`` (webhook.offline.main): help, TestSuite expectations, input errors."""
+"""``tollgate test`` (webhook.cli.test.main): help, TestSuite expectations, input errors."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from webhook.offline import main
+from webhook.cli.test import main
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "policies" / "examples" / "allowed-registries"
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from tests.fixtures import ROOT, fixture_dir
 from tests.unit.policy.helpers import pod, policy, request
 from webhook.policy import InMemoryLookups, PolicyIndex, RequestCoordinates, evaluate_mutating, evaluate_validating
-from webhook.policy.celenv import ENV
+from webhook.policy.cel.env import ENV
 from webhook.policy.engine import RequestContext, ValidationOutcome, _fused_passes
 from webhook.policy.matching import View
 from webhook.policy.memo import DecisionMemo

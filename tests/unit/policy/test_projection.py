@@ -19,8 +19,9 @@ from hypothesis import strategies as st
 from tests.fixtures import fixture_dir
 from tests.unit.policy.helpers import policy
 from tests.unit.policy.test_plan import LOOKUPS, POLICIES, _container, _corpus, _index
-from webhook.policy import RequestCoordinates, celast
-from webhook.policy.celenv import (
+from webhook.policy import RequestCoordinates
+from webhook.policy.cel import ast as celast
+from webhook.policy.cel.env import (
     ENV,
     T,
     VariableScope,

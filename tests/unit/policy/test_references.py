@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 
 from tests.unit.policy.helpers import pod, policy, request
-from webhook.localsource import LocalDirectoryListerWatcher
+from webhook.files.local_source import LocalDirectoryListerWatcher
+from webhook.files.testsuite import reference_objects
+from webhook.files.yamlio import InputError, load_paths
 from webhook.policy import (
     InMemoryLookups,
     PolicyIndex,
@@ -23,8 +25,6 @@ from webhook.policy import (
 )
 from webhook.policy.model import PolicySpecError, Reference, parse_policy, parse_references
 from webhook.policy.plan import fusable
-from webhook.testsuite import reference_objects
-from webhook.yamlio import InputError, load_paths
 
 INGRESSES = Reference("networking.k8s.io/v1", "ingresses")
 DEPLOYMENTS = Reference("apps/v1", "deployments")
@@ -285,8 +285,8 @@ def test_a_malformed_index_names_its_path(index: dict[str, str], error: str) -> 
     ("object.metadata", []),  # neither a string nor a list
 ])
 def test_index_values(expression: str, values: list[str]) -> None:
-    from webhook.policy.indexes import index_values
     from webhook.policy.model import ReferenceIndex
+    from webhook.policy.reference_indexes import index_values
 
     obj = {"metadata": {"name": "a", "values": ["v", 1, None]}}
     assert index_values(ReferenceIndex("i", expression), obj) == values

@@ -1,4 +1,4 @@
-"""webhook.policy.webhooks: the generated webhook configurations (pure)."""
+"""webhook.policy.webhook_configs: the generated webhook configurations (pure)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from cel_expr_python import cel
 
 from tests.unit.policy.helpers import policy
 from webhook.policy.matching import POD_CONTROLLERS
-from webhook.policy.webhooks import WebhookTarget, parse_webhook_url, parsed_specs, webhook_configurations
+from webhook.policy.webhook_configs import WebhookTarget, parse_webhook_url, parsed_specs, webhook_configurations
 
 MUTATION = [{"patchType": "JSONPatch", "jsonPatch": {"expression": "[]"}}]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.policy.celenv import ENV, T
+from webhook.policy.cel.env import ENV, T
 
 
 def run(expr: str, **data: Any) -> tuple[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.unit.policy.library._cel import check, run
-from webhook.policy.library.format import FORMATS
+from webhook.policy.cel.library.format import FORMATS
 
 LABEL = ("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and "
          "end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is "

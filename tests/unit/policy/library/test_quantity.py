@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.unit.policy.library._cel import check, run
-from webhook.policy.library import quantity
+from webhook.policy.cel.library import quantity
 
 # TestQuantity
 CASES = [

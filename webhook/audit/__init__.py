@@ -1,0 +1,1 @@
+"""Background audit: existing objects evaluated with the admission engine, and the PolicyReports built from it."""

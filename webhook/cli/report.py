@@ -1,0 +1,81 @@
+"""Render ``tollgate test`` rows as a table, JSON, YAML or JUnit XML (text in, text out; no I/O).
+
+JUnit follows the schema CI systems read (Jenkins, GitLab, GitHub test
+reporters): one ``<testsuite>`` per TestSuite file (``tollgate test`` for
+ad-hoc runs), one ``<testcase>`` per row, a ``<failure>`` for an unmet
+expectation (ad-hoc: a ``fail`` or ``error`` row) carrying the mismatch.
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+
+import yaml
+
+from webhook.files.testsuite import Row
+
+FORMATS = ("table", "json", "yaml", "junit")
+
+
+def render(rows: Sequence[Row], output: str) -> str:
+    """The rows in ``output`` format (one of :data:`FORMATS`), ending with a newline.
+
+    Raises:
+        ValueError: an unknown format.
+    """
+    if output == "json":
+        return json.dumps([r.as_dict() for r in rows], indent=2) + "\n"
+    if output == "yaml":
+        return yaml.safe_dump([r.as_dict() for r in rows], sort_keys=False, allow_unicode=True, width=1 << 16)
+    if output == "junit":
+        return junit(rows)
+    if output == "table":
+        return table(rows)
+    raise ValueError(f"unknown output format {output!r} (want one of {', '.join(FORMATS)})")
+
+
+def table(rows: Sequence[Row]) -> str:
+    """Aligned columns; suite rows add EXPECTED (``MISMATCH: ...`` in MESSAGE when unmet)."""
+    suite = any(r.expected is not None for r in rows)
+    headers = ["POLICY", "KIND", "NAMESPACE", "NAME", "RESULT"] + (["EXPECTED"] if suite else []) + ["MESSAGE"]
+    body = []
+    for r in rows:
+        cells = [r.policy, r.kind, r.namespace, r.name, r.result]
+        if suite:
+            cells.append(r.expected or "")
+        message = r.message if r.ok or not r.mismatch else f"MISMATCH: {r.mismatch}"
+        body.append([*cells, message.replace("\n", " ")])
+    widths = [max(len(row[i]) for row in [headers, *body]) for i in range(len(headers) - 1)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row[:-1], widths, strict=True)) + "  " + row[-1] for row in
+             [headers, *body]]
+    return "\n".join(line.rstrip() for line in lines) + "\n"
+
+
+def junit(rows: Sequence[Row]) -> str:
+    """JUnit XML: ``<testsuites>`` → ``<testsuite name=FILE>`` → ``<testcase>`` (+ ``<failure>``)."""
+    root = ET.Element("testsuites", name="tollgate test")
+    groups: dict[str, list[Row]] = {}
+    for r in rows:
+        groups.setdefault(r.suite or "tollgate test", []).append(r)
+    total = failed = 0
+    for name, members in groups.items():
+        bad = [r for r in members if not r.ok]
+        suite = ET.SubElement(root, "testsuite", name=name, tests=str(len(members)), failures=str(len(bad)),
+                              errors="0", skipped="0")
+        for r in members:
+            where = f"{r.kind} {r.namespace}/{r.name}" if r.namespace else f"{r.kind} {r.name}"
+            case = ET.SubElement(suite, "testcase", classname=r.policy, name=f"{where} {r.operation}")
+            if not r.ok:
+                text = r.mismatch or f"{r.result}: {r.message}"
+                failure = ET.SubElement(case, "failure", message=text, type=r.result)
+                failure.text = f"expected: {r.expected or 'pass'}\ngot: {r.result}\nmessage: {r.message}\n"
+            elif r.message:
+                ET.SubElement(case, "system-out").text = f"{r.result}: {r.message}"
+        total += len(members)
+        failed += len(bad)
+    root.set("tests", str(total))
+    root.set("failures", str(failed))
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

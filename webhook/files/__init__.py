@@ -1,0 +1,1 @@
+"""Kubernetes objects from YAML files: loading, schema checks, the local ListerWatcher and TestSuites."""

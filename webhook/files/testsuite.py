@@ -1,0 +1,578 @@
+"""Offline evaluation for ``tollgate test``: requests built from files, the admission chain, TestSuites.
+
+Each resource becomes the AdmissionRequest the API server would send
+(:func:`build_request`); it then goes through the chain as kube-apiserver
+runs it: every matching mutating policy first (namespaced AdmissionPolicies,
+then ClusterAdmissionPolicies, each group in name order, each on the result of
+the previous), then every validating policy on the mutated object. The engine
+is the server's (:mod:`webhook.policy`); only the caches are replaced by files.
+
+Results per (policy, resource): ``pass``, ``fail`` (a violated validation, or
+a denying param/sync failure), ``warn`` (a violated validation of a policy
+whose ``validationActions`` has ``Warn`` and not ``Deny``: the request would be
+admitted with a warning), ``skip`` (no match, or a false matchCondition) and
+``error`` (a CEL runtime or mutation error).
+
+Caches, as on a cluster: a ConfigMap is a param only when the params selector
+(``--params-selector``, default ``tollgate.dev/params=true``) selects it;
+others are ignored with a warning. ``namespaceObject`` of a request whose
+namespace no Namespace file names is synthesized with the name only, no
+labels (as Kyverno's CLI does).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import sys
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+
+from webhook.files import schema
+from webhook.files.checks import compile_for_evaluation, schema_problems
+from webhook.files.yamlio import STDIN, Document, InputError, load_file, load_paths, yaml_files
+from webhook.policy import CompiledPolicy, InMemoryLookups, evaluate_mutating, evaluate_validating
+from webhook.policy.labelquery import parse_label_selector_text
+from webhook.policy.model import Reference
+from webhook.policy.resources import resource_for_kind
+
+OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+RESULTS = ("pass", "fail", "warn", "skip", "error")
+DEFAULT_PARAMS_SELECTOR = "tollgate.dev/params=true"
+DEFAULT_USER: dict[str, Any] = {"username": "tollgate-test", "groups": ["system:authenticated"]}
+_SEVERITY = {"error": 0, "fail": 1, "warn": 2, "pass": 3, "skip": 4}
+
+
+@dataclass(slots=True)
+class Row:
+    """One result row.
+
+    Ad-hoc rows carry the first six fields; TestSuite rows also the suite file,
+    the operation, the expected result and ``mismatch`` (``""`` when the
+    expectation holds, else why not).
+    """
+
+    policy: str
+    kind: str
+    namespace: str
+    name: str
+    result: str
+    message: str
+    suite: str | None = None
+    operation: str = "CREATE"
+    expected: str | None = None
+    mismatch: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """Whether a TestSuite expectation holds (ad-hoc: the row is neither ``fail`` nor ``error``)."""
+        if self.expected is None:
+            return self.result not in ("fail", "error")
+        return not self.mismatch
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON/YAML object of the row.
+
+        ``{"policy", "kind", "namespace", "name", "result", "message"}``, plus for a
+        suite row ``"suite", "operation", "expected", "ok", "mismatch"``.
+        """
+        out: dict[str, Any] = {"policy": self.policy, "kind": self.kind, "namespace": self.namespace,
+                               "name": self.name, "result": self.result, "message": self.message}
+        if self.expected is not None:
+            out.update(suite=self.suite, operation=self.operation, expected=self.expected, ok=self.ok,
+                       mismatch=self.mismatch)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedPolicy:
+    """A compiled policy and the document it came from."""
+
+    doc: Document
+    compiled: CompiledPolicy
+
+    @property
+    def name(self) -> str:
+        """``metadata.name``."""
+        return self.compiled.name
+
+    @property
+    def namespaced(self) -> bool:
+        """True for an ``AdmissionPolicy``."""
+        return self.doc.kind == "AdmissionPolicy"
+
+    @property
+    def actions(self) -> frozenset[str]:
+        """``spec.validationActions`` (default ``[Deny]``)."""
+        return frozenset(self.doc.obj.get("spec", {}).get("validationActions") or ("Deny",))
+
+
+def resource_key(obj: dict[str, Any]) -> tuple[str, str, str]:
+    """``(kind, namespace, name)``: namespace ``default`` if a namespaced object has none, ``""`` if cluster-scoped."""
+    kind = str(obj.get("kind", ""))
+    meta = obj.get("metadata") or {}
+    namespaced = resource_for_kind(kind, str(obj.get("apiVersion", ""))).namespaced
+    namespace = str(meta.get("namespace") or "default") if namespaced else ""
+    return kind, namespace, str(meta.get("name", ""))
+
+
+def describe_key(key: tuple[str, str, str]) -> str:
+    """``Pod default/web`` or ``Namespace shop``."""
+    kind, namespace, name = key
+    return f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"
+
+
+def build_request(obj: dict[str, Any], *, operation: str, user_info: dict[str, Any],
+                  old_object: dict[str, Any] | None = None) -> dict[str, Any]:
+    """An AdmissionRequest for ``obj`` as the API server would send it.
+
+    Args:
+        obj: the resource.
+        operation: ``CREATE`` | ``UPDATE`` | ``DELETE`` | ``CONNECT``.
+        user_info: ``request.userInfo`` (``username``, ``uid``, ``groups``, ``extra``).
+        old_object: ``oldObject`` for UPDATE. On DELETE ``object`` is null and
+            ``oldObject`` is ``obj`` (or ``old_object`` when given), as on a cluster.
+    """
+    api_version = str(obj.get("apiVersion", "v1"))
+    group, _, version = api_version.rpartition("/")
+    kind, namespace, name = resource_key(obj)
+    gvk = {"group": group, "version": version, "kind": kind}
+    gvr = {"group": group, "version": version, "resource": resource_for_kind(kind, api_version).plural}
+    request: dict[str, Any] = {
+        "uid": str(uuid.uuid4()),
+        "kind": gvk, "resource": gvr, "requestKind": gvk, "requestResource": gvr,
+        "name": name,
+        "operation": operation,
+        "userInfo": user_info,
+        "object": None if operation == "DELETE" else obj,
+        "oldObject": (old_object or obj) if operation == "DELETE" else old_object,
+        "dryRun": False,
+        "options": None,
+    }
+    if namespace:
+        request["namespace"] = namespace
+    return request
+
+
+@dataclass(slots=True)
+class Verdict:
+    """One policy's outcome on one request: ``result`` (see module doc) and ``message``."""
+
+    result: str
+    message: str
+
+
+@dataclass(slots=True)
+class Evaluation:
+    """A request through the chain: per-policy verdicts and the object as the mutating policies left it."""
+
+    verdicts: dict[str, Verdict]
+    patched: dict[str, Any] | None
+
+
+class Evaluator:
+    """Runs requests through the admission chain over in-memory caches.
+
+    Args:
+        policies: compiled policies (any order; the chain orders them).
+        namespaces: Namespace objects standing in for the Namespace cache.
+        configmaps: ConfigMaps standing in for the params cache (already selected).
+        objects: reference → its objects, standing in for the caches of ``spec.references``
+            (see :func:`reference_objects`).
+    """
+
+    def __init__(self, policies: Sequence[LoadedPolicy], *, namespaces: Iterable[dict[str, Any]] = (),
+                 configmaps: Iterable[dict[str, Any]] = (),
+                 objects: Mapping[Reference, list[dict[str, Any]]] | None = None) -> None:
+        # The order of the mutating chain: namespaced policies first, the platform's last (policy-api.md).
+        self.policies = sorted(policies, key=lambda p: (not p.namespaced, p.name))
+        self.namespaces = list(namespaces)
+        self.configmaps = list(configmaps)
+        self.objects = dict(objects or {})
+
+    def _lookups(self, request: dict[str, Any]) -> InMemoryLookups:
+        namespaces = self.namespaces
+        ns = request.get("namespace")
+        if ns and not any((n.get("metadata") or {}).get("name") == ns for n in namespaces):
+            namespaces = [*namespaces, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}]
+        return InMemoryLookups(namespaces=namespaces, configmaps=self.configmaps, objects=self.objects)
+
+    def evaluate(self, request: dict[str, Any]) -> Evaluation:
+        """Mutations in chain order, then validations on the mutated object; a verdict for every policy."""
+        lookups = self._lookups(request)
+        verdicts: dict[str, list[Verdict]] = {p.name: [] for p in self.policies}
+        current = request.get("object")
+        # The API server's order: tenants' AdmissionPolicies, then ClusterAdmissionPolicies, each in name order.
+        chain = sorted(self.policies, key=lambda p: (not p.namespaced, p.compiled.spec.name,
+                                                    p.compiled.spec.namespace or ""))
+        for policy in chain:
+            if not policy.compiled.mutating or not isinstance(current, dict):
+                continue
+            step = evaluate_mutating({**request, "object": current}, [policy.compiled], lookups)
+            for r in step.results:
+                if str(r.result) == "pass" and step.patch:
+                    verdicts[policy.name].append(Verdict("pass", "patch: " + json.dumps(step.patch, sort_keys=True)))
+                else:
+                    verdicts[policy.name].append(Verdict(str(r.result), r.message))
+            if step.patch:
+                current = jsonpatch.apply_patch(current, step.patch)
+        validated = request if current is request.get("object") else {**request, "object": current}
+        for policy in self.policies:
+            if not policy.compiled.validating:
+                continue
+            outcome = evaluate_validating(validated, [policy.compiled], lookups)
+            for r in outcome.results:
+                result = str(r.result)
+                if result == "fail":
+                    actions = getattr(r, "actions", None) or policy.actions
+                    if "Deny" not in actions and "Warn" in actions:
+                        result = "warn"
+                verdicts[policy.name].append(Verdict(result, r.message))
+        out = {}
+        for name, found in verdicts.items():
+            if not found:
+                out[name] = Verdict("skip", "policy does not match the resource")
+                continue
+            worst = min(found, key=lambda v: _SEVERITY.get(v.result, 0))
+            out[name] = Verdict(worst.result, "; ".join(v.message for v in found if v.message))
+        return Evaluation(out, current if isinstance(current, dict) else None)
+
+
+# ---------------------------------------------------------------- loading inputs
+
+
+def load_policies(paths: Iterable[Path]) -> list[LoadedPolicy]:
+    """Every ClusterAdmissionPolicy / AdmissionPolicy in the files, schema-checked and compiled.
+
+    Raises:
+        InputError: none found, a duplicate name, a schema violation or a compile error
+            (one line: file, line, document, policy, spec path, CEL position).
+    """
+    paths = list(paths)
+    out: list[LoadedPolicy] = []
+    seen: dict[tuple[str, str], Document] = {}
+    for doc in load_paths(paths):
+        if doc.kind not in schema.POLICY_KINDS:
+            continue
+        problems = schema_problems(doc)
+        if problems:
+            raise InputError(problems[0])
+        compiled, error = compile_for_evaluation(doc)
+        if compiled is None:
+            raise InputError(str(error))
+        if error is not None:
+            # As in a cluster: the policy is not Ready, and what it selects is answered per its failurePolicy.
+            print(f"tollgate test: warning: {error} (not Ready: the requests it selects are answered per its "
+                  f"failurePolicy)", file=sys.stderr)
+        key = (doc.kind, compiled.key)
+        if key in seen:
+            raise InputError(f"{doc.where()}: {doc.display_name}: defined twice (first in {seen[key].where()})")
+        seen[key] = doc
+        out.append(LoadedPolicy(doc, compiled))
+    if not out:
+        raise InputError(f"no ClusterAdmissionPolicy or AdmissionPolicy in {', '.join(map(str, paths))}")
+    return out
+
+
+def load_kind(paths: Iterable[Path], kind: str) -> list[Document]:
+    """Every document of ``kind`` in the files, schema-checked (other kinds are ignored).
+
+    Raises:
+        InputError: unreadable file or the first schema violation.
+    """
+    out = []
+    for doc in load_paths(paths):
+        if doc.kind != kind:
+            continue
+        problems = schema_problems(doc)
+        if problems:
+            raise InputError(problems[0])
+        out.append(doc)
+    return out
+
+
+def select_params(docs: Iterable[Document], selector: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """The ConfigMaps the server's params informer would cache, and a warning for each it would not.
+
+    Raises:
+        InputError: an unparsable selector.
+    """
+    sel = parse_label_selector_text(selector)
+    kept, warnings = [], []
+    for doc in docs:
+        if sel.matches_object(doc.obj):
+            kept.append(doc.obj)
+        else:
+            warnings.append(f"{doc.where()}: {doc.display_name} is ignored: its labels do not match the params "
+                            f"selector {selector} (the server would not cache it; add the label)")
+    return kept, warnings
+
+
+def load_resources(paths: Iterable[Path]) -> list[Document]:
+    """The resources under test: every document except policies and TestSuites, each with kind and name.
+
+    Raises:
+        InputError: unreadable file, or a resource without ``kind`` or ``metadata.name``.
+    """
+    out = []
+    for doc in load_paths(paths):
+        if doc.kind in schema.POLICY_KINDS or doc.kind == "TestSuite":
+            continue
+        if not doc.kind:
+            raise InputError(doc.problem(("kind",), "required field is missing"))
+        if not isinstance(doc.obj.get("metadata"), dict) or not doc.obj["metadata"].get("name"):
+            raise InputError(doc.problem(("metadata", "name"), "required field is missing"))
+        out.append(doc)
+    return out
+
+
+def reference_objects(docs: Iterable[Document]) -> dict[Reference, list[dict[str, Any]]]:
+    """Objects standing in for the caches of ``spec.references``, keyed by apiVersion and resource.
+
+    The resource of a kind is the API machinery's (:func:`webhook.policy.resources.resource_for_kind`);
+    a namespaced object without a namespace is in ``default``, as ``kubectl apply`` puts it.
+
+    Raises:
+        InputError: an object without ``apiVersion``, or two with the same resource, namespace and name.
+    """
+    out: dict[Reference, dict[tuple[str, str], dict[str, Any]]] = {}
+    for doc in docs:
+        api_version = doc.obj.get("apiVersion")
+        if not isinstance(api_version, str) or not api_version:
+            raise InputError(doc.problem(("apiVersion",), "required field is missing"))
+        r = resource_for_kind(str(doc.kind), api_version)
+        meta = dict(doc.obj["metadata"])
+        if r.namespaced:
+            meta.setdefault("namespace", "default")
+        else:
+            meta.pop("namespace", None)
+        ref = Reference(api_version, r.plural)
+        key = (str(meta.get("namespace") or ""), str(meta["name"]))
+        if key in out.setdefault(ref, {}):
+            raise InputError(f"{doc.where()}: {ref.cache} {'/'.join(k for k in key if k)} is defined twice")
+        out[ref][key] = {**doc.obj, "metadata": meta}
+    return {ref: list(objs.values()) for ref, objs in out.items()}
+
+
+def index_resources(docs: Iterable[Document]) -> dict[tuple[str, str, str], Document]:
+    """Resources by :func:`resource_key`.
+
+    Raises:
+        InputError: two documents with the same kind, namespace and name.
+    """
+    out: dict[tuple[str, str, str], Document] = {}
+    for doc in docs:
+        key = resource_key(doc.obj)
+        if key in out:
+            raise InputError(f"{doc.where()}: {describe_key(key)} is defined twice (first in {out[key].where()})")
+        out[key] = doc
+    return out
+
+
+# ---------------------------------------------------------------- ad-hoc mode
+
+
+def run_adhoc(*, policies: list[Path], resources: list[Path], configmaps: list[Path], namespaces: list[Path],
+              old_resources: list[Path], operation: str, user_info: dict[str, Any],
+              params_selector: str = DEFAULT_PARAMS_SELECTOR,
+              references: Sequence[Path] = ()) -> tuple[list[Row], list[str]]:
+    """Every policy against every resource (``tollgate test -p ... -r ...``).
+
+    Returns:
+        ``(rows, warnings)``: rows in resource order, policies in name order.
+
+    Raises:
+        InputError: unusable input (one line naming file and location).
+    """
+    loaded = load_policies(policies)
+    params, warnings = select_params(load_kind(configmaps, "ConfigMap"), params_selector)
+    evaluator = Evaluator(loaded, namespaces=[d.obj for d in load_kind(namespaces, "Namespace")], configmaps=params,
+                          objects=reference_objects(load_resources(references)))
+    olds = index_resources(load_resources(old_resources))
+    rows = []
+    names = sorted(p.name for p in loaded)
+    for doc in load_resources(resources):
+        key = resource_key(doc.obj)
+        old = _old_object(key, olds, operation, doc.where())
+        evaluation = evaluator.evaluate(build_request(doc.obj, operation=operation, user_info=user_info,
+                                                      old_object=old))
+        for name in names:
+            v = evaluation.verdicts[name]
+            rows.append(Row(name, key[0], key[1], key[2], v.result, v.message, operation=operation))
+    return rows, warnings
+
+
+def _old_object(key: tuple[str, str, str], olds: dict[tuple[str, str, str], Document], operation: str,
+                where: str) -> dict[str, Any] | None:
+    old = olds.get(key)
+    if operation == "UPDATE" and old is None:
+        raise InputError(f"{where}: operation UPDATE needs the old {describe_key(key)}: add it to the old "
+                         "resources (TestSuite oldResources, or --old-resource)")
+    return old.obj if old is not None else None
+
+
+# ---------------------------------------------------------------- TestSuites
+
+_SUITE_MARK = re.compile(r"^kind:\s*[\"']?TestSuite[\"']?\s*$", re.MULTILINE)
+
+
+def find_suites(paths: Iterable[Path]) -> list[Document]:
+    """The TestSuite documents of the given files; directories are searched recursively (like ``kyverno test DIR``).
+
+    A file given by name must hold TestSuites only; in a directory, files without
+    a ``kind: TestSuite`` line are skipped unread (resources, policies).
+
+    Raises:
+        InputError: a missing path, a directory without suites, or a named file that is not a TestSuite.
+    """
+    out: list[Document] = []
+    for root in paths:
+        is_dir = str(root) != STDIN and root.is_dir()
+        found = []
+        for path in yaml_files(root):
+            if is_dir and not _SUITE_MARK.search(_read(path)):
+                continue
+            docs = load_file(path)
+            for doc in docs:
+                if doc.kind != "TestSuite":
+                    raise InputError(doc.problem(("kind",), f"expected TestSuite, got {doc.kind or 'nothing'}"))
+            found += docs
+        if not found:
+            raise InputError(f"{root}: no TestSuite found (kind: TestSuite)")
+        out += found
+    return out
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError as e:
+        raise InputError(f"{path}: cannot read: {e.strerror or e}") from None
+
+
+def _base_dir(suite: Document) -> Path:
+    return Path.cwd() if suite.source == STDIN else Path(suite.source).parent
+
+
+def _files(suite: Document, field_name: str) -> list[Path]:
+    base = _base_dir(suite)
+    out = []
+    for i, name in enumerate(suite.obj.get(field_name) or []):
+        path = base / name
+        if not path.exists():
+            raise InputError(suite.problem((field_name, i), f"{path}: no such file or directory"))
+        out.append(path)
+    return out
+
+
+@dataclass(slots=True)
+class SuiteRun:
+    """The outcome of one TestSuite: rows (one per expectation) and warnings."""
+
+    suite: Document
+    rows: list[Row] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def failures(self) -> list[Row]:
+        """Rows whose expectation does not hold."""
+        return [r for r in self.rows if not r.ok]
+
+
+def run_suite(suite: Document, *, params_selector: str = DEFAULT_PARAMS_SELECTOR) -> SuiteRun:
+    """Run one TestSuite document: every ``results`` entry becomes a row with ``mismatch`` set when it fails.
+
+    Raises:
+        InputError: the suite violates its schema, or names a policy, resource or file that is not there.
+    """
+    problems = schema_problems(suite)
+    if problems:
+        raise InputError(problems[0])
+    spec = suite.obj
+    out = SuiteRun(suite)
+    loaded = load_policies(_files(suite, "policies"))
+    params, out.warnings = select_params(load_kind(_files(suite, "configMaps"), "ConfigMap"), params_selector)
+    evaluator = Evaluator(loaded, namespaces=[d.obj for d in load_kind(_files(suite, "namespaces"), "Namespace")],
+                          configmaps=params, objects=reference_objects(load_resources(_files(suite, "references"))))
+    resources = index_resources(load_resources(_files(suite, "resources")))
+    olds = index_resources(load_resources(_files(suite, "oldResources")))
+    names = sorted(p.name for p in loaded)
+    cache: dict[str, Evaluation] = {}
+    for i, exp in enumerate(spec["results"]):
+        where = suite.where(("results", i))
+        if exp["policy"] not in names:
+            raise InputError(f"{where}: results[{i}].policy: no policy {exp['policy']} in the suite's policies "
+                             f"(have: {', '.join(names)})")
+        res = exp["resource"]
+        kind = res["kind"]
+        key = (kind, res.get("namespace") or "default" if resource_for_kind(kind).namespaced else "", res["name"])
+        doc = resources.get(key)
+        if doc is None:
+            raise InputError(f"{where}: results[{i}].resource: no {describe_key(key)} in the suite's resources")
+        operation = exp.get("operation") or spec.get("operation") or "CREATE"
+        user_info = {**DEFAULT_USER, **(exp.get("userInfo") or spec.get("userInfo") or {})}
+        memo = json.dumps([key, operation, user_info], sort_keys=True)
+        if memo not in cache:
+            old = _old_object(key, olds, operation, where)
+            cache[memo] = evaluator.evaluate(build_request(doc.obj, operation=operation, user_info=user_info,
+                                                           old_object=old))
+        evaluation = cache[memo]
+        verdict = evaluation.verdicts[exp["policy"]]
+        row = Row(exp["policy"], key[0], key[1], key[2], verdict.result, verdict.message, suite=suite.source,
+                  operation=operation, expected=exp["result"])
+        row.mismatch = _mismatch(suite, i, exp, row, evaluation)
+        out.rows.append(row)
+    return out
+
+
+def _mismatch(suite: Document, i: int, exp: dict[str, Any], row: Row, evaluation: Evaluation) -> str:
+    if row.result != exp["result"]:
+        return f"expected {exp['result']}, got {row.result}" + (f": {row.message}" if row.message else "")
+    if "messageContains" in exp and exp["messageContains"] not in row.message:
+        return f"message does not contain \"{exp['messageContains']}\": {row.message or '(empty)'}"
+    if "patchedResource" in exp:
+        path = _base_dir(suite) / exp["patchedResource"]
+        docs = load_file(path)
+        if len(docs) != 1:
+            raise InputError(f"{suite.where(('results', i, 'patchedResource'))}: {path}: must hold exactly one "
+                             f"document, has {len(docs)}")
+        differences = diff_objects(docs[0].obj, evaluation.patched)
+        if differences:
+            return f"patchedResource {exp['patchedResource']} differs from the mutated object: " + \
+                "; ".join(differences)
+    return ""
+
+
+def diff_objects(expected: Any, actual: Any, *, limit: int = 5) -> list[str]:
+    """Human-readable differences, one per JSON pointer: ``/metadata/labels/team: expected "a", got "b"``."""
+    if actual is None:
+        return ["no object (DELETE)"]
+    out = []
+    for op in jsonpatch.make_patch(expected, actual).patch:
+        pointer = op["path"]
+        if op["op"] == "add":
+            out.append(f"{pointer}: unexpected {json.dumps(op['value'], sort_keys=True)}")
+        elif op["op"] == "remove":
+            out.append(f"{pointer}: missing {json.dumps(_resolve(expected, pointer), sort_keys=True)}")
+        elif op["op"] == "replace":
+            out.append(f"{pointer}: expected {json.dumps(_resolve(expected, pointer), sort_keys=True)}, "
+                       f"got {json.dumps(op['value'], sort_keys=True)}")
+        else:  # move / copy
+            out.append(f"{op.get('from', '')} → {pointer}: {op['op']}")
+    if len(out) > limit:
+        out = [*out[:limit], f"... {len(out) - limit} more"]
+    return out
+
+
+def _resolve(doc: Any, pointer: str) -> Any:
+    try:
+        return jsonpatch.JsonPointer(pointer).resolve(copy.deepcopy(doc))
+    except (jsonpatch.JsonPointerException, KeyError, IndexError, TypeError):
+        return None
+

@@ -1,0 +1,1 @@
+"""The CEL environment policies compile in: the environment, its analyses and the Kubernetes libraries (pure)."""
