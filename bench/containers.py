@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,12 +44,17 @@ def pod(n: int) -> dict[str, object]:
 
 def child(root: Path, n: int) -> dict[str, float]:
     sys.path.insert(0, str(root))
-    from webhook.cli.test import _docs_of, build_request
+    from webhook.files.testsuite import build_request
+    from webhook.files.yamlio import load_paths
     from webhook.policy.engine import evaluate_mutating, evaluate_validating
     from webhook.policy.index import PolicyIndex
     from webhook.policy.lookups import InMemoryLookups
 
     dirs = [root / "policies" / "pod-security", root / "policies" / "examples"]
+
+    def _docs_of(paths: list[Path], kinds: set[str]) -> list[dict[str, Any]]:
+        return [doc.obj for doc in load_paths(paths) if doc.kind in kinds]
+
     index = PolicyIndex()
     compiled = []
     for doc in _docs_of(dirs, {"ClusterAdmissionPolicy", "AdmissionPolicy"}):
@@ -56,7 +62,8 @@ def child(root: Path, n: int) -> dict[str, float]:
         if state.result.policy is not None:
             compiled.append(state.result.policy)
     lookups = InMemoryLookups(namespaces=_docs_of(dirs, {"Namespace"}), configmaps=_docs_of(dirs, {"ConfigMap"}))
-    request = build_request(pod(n), operation="CREATE", username="bench", groups=["system:authenticated"])
+    request = build_request(pod(n), operation="CREATE",
+                            user_info={"username": "bench", "groups": ["system:authenticated"]})
     times = []
     for _ in range(3):
         start = time.perf_counter()

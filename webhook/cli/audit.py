@@ -35,6 +35,7 @@ from webhook.audit.evaluate import (
     report_meta,
     split_validations,
 )
+from webhook.cli.command import ExitStatus, Subparsers, add_command
 from webhook.files.testsuite import load_resources, reference_objects
 from webhook.files.yamlio import InputError, load_file
 from webhook.policy import InMemoryLookups, compile_policy
@@ -114,10 +115,10 @@ def audit_documents(policy_docs: list[dict[str, Any]], resource_docs: list[dict[
     return reports
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``tollgate audit`` argument parser."""
-    p = argparse.ArgumentParser(
-        prog="tollgate audit",
+def add_parser(sub: Subparsers) -> None:
+    """Register ``tollgate audit``."""
+    p = add_command(
+        sub, "audit", run, help="print the PolicyReports the background audit would write (offline)",
         description="Print the PolicyReports / ClusterPolicyReports the background audit would write for the "
                     "given resources, with the server's engine (policies with spec.background: true).")
     p.add_argument("-p", "--policy", action="append", type=Path, required=True,
@@ -130,12 +131,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Namespaces standing in for the Namespace cache")
     p.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml", help="output format (default yaml)")
     p.add_argument("--all", action="store_true", help="audit every policy, not only spec.background: true ones")
-    return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``tollgate audit``; returns the exit status."""
-    args = build_parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """Run ``tollgate audit``; returns the exit status (0, or 2 on unusable input)."""
     try:
         policies = [d for d in _documents(args.policy) if d.get("kind") in POLICY_KINDS]
         if not policies:
@@ -150,9 +149,9 @@ def main(argv: list[str] | None = None) -> int:
                                   now=int(time.time()))
     except InputError as e:
         print(f"tollgate audit: {e}", file=sys.stderr)
-        return 2
+        return ExitStatus.USAGE
     if args.output == "json":
         print(json.dumps({"apiVersion": "v1", "kind": "List", "items": reports}, indent=2))
     else:
         sys.stdout.write(yaml.safe_dump_all(reports, sort_keys=False) if reports else "")
-    return 0
+    return ExitStatus.OK

@@ -20,35 +20,33 @@ import argparse
 import sys
 from pathlib import Path
 
-from webhook.cli.parsing import OneLineParser
+from webhook.cli.command import ExitStatus, Subparsers, add_command
 from webhook.files.checks import lint_paths
 from webhook.files.yamlio import InputError
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``tollgate lint`` argument parser."""
-    p = OneLineParser(
-        prog="tollgate lint",
+def add_parser(sub: Subparsers) -> None:
+    """Register ``tollgate lint``."""
+    p = add_command(
+        sub, "lint", run, help="check policy files against the CRD schema and compile their CEL",
         description="Check policy, TestSuite, ConfigMap and Namespace files against their schemas (unknown "
                     "fields, types, apiVersion) and compile every policy's CEL. Nothing is evaluated.",
         epilog="Exit status: 0 clean, 1 when any problem was found, 2 for a usage error or a missing path.",
     )
     p.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="YAML file or directory (searched recursively)")
-    return p
 
 
-def main(argv: list[str]) -> int:
-    """Run ``tollgate lint``; returns the exit status."""
-    args = build_parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """Run ``tollgate lint``; returns the exit status (0 clean, 1 problems, 2 a missing path)."""
     try:
         problems, checked = lint_paths(args.paths)
     except InputError as e:
         print(f"tollgate lint: {e}", file=sys.stderr)
-        return 2
+        return ExitStatus.USAGE
     for line in problems:
         print(line)
     if problems:
         print(f"{len(problems)} problem(s)", file=sys.stderr)
-        return 1
+        return ExitStatus.FINDINGS
     print(f"{checked} document(s) checked, no problems", file=sys.stderr)
-    return 0
+    return ExitStatus.OK

@@ -13,13 +13,11 @@ output :mod:`webhook.cli.report`.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
-from typing import Any
 
 from webhook.cli import report
-from webhook.cli.parsing import OneLineParser
+from webhook.cli.command import ExitStatus, Subparsers, add_command
 from webhook.files.testsuite import (
     DEFAULT_PARAMS_SELECTOR,
     OPERATIONS,
@@ -28,17 +26,7 @@ from webhook.files.testsuite import (
     run_adhoc,
     run_suite,
 )
-from webhook.files.testsuite import build_request as _build_request
 from webhook.files.yamlio import InputError
-from webhook.policy import InMemoryLookups, Result, evaluate_mutating, evaluate_validating
-from webhook.policy.compiler import CompiledPolicy
-
-#: Exit status: every expectation holds (ad-hoc: no ``fail`` or ``error`` row).
-EXIT_OK = 0
-#: Exit status: an expectation does not hold (ad-hoc: a ``fail`` or ``error`` row).
-EXIT_FAILED = 1
-#: Exit status: usage error or unusable input (one line on stderr naming file and location).
-EXIT_USAGE = 2
 
 _EPILOG = """\
 Results: pass | fail | warn | skip | error. warn: a validation failed in a policy whose
@@ -74,10 +62,10 @@ Example: tollgate test policies/examples/allowed-registries/test.yaml
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``tollgate test`` argument parser."""
-    p = OneLineParser(
-        prog="tollgate test",
+def add_parser(sub: Subparsers) -> None:
+    """Register ``tollgate test``."""
+    p = add_command(
+        sub, "test", run, help="evaluate policies against resource files offline",
         description="Evaluate Tollgate policies against resource files offline, with the same engine as the "
                     "server. Give TestSuite files or directories (searched recursively), or --policy and "
                     "--resource files.",
@@ -106,7 +94,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", choices=report.FORMATS, default="table", help="output format (default table)")
     p.add_argument("--fail-only", action="store_true",
                    help="show only unmet expectations (ad-hoc: only fail and error rows)")
-    return p
 
 
 def _stdin_uses(args: argparse.Namespace) -> int:
@@ -115,10 +102,8 @@ def _stdin_uses(args: argparse.Namespace) -> int:
     return sum(1 for p in paths if str(p) == "-")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run ``tollgate test``; returns the exit status (:data:`EXIT_OK`, :data:`EXIT_FAILED`, :data:`EXIT_USAGE`)."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """Run ``tollgate test``; returns the exit status (0, 1 on an unmet expectation, 2 on unusable input)."""
     if args.suites and (args.policy or args.resource):
         return _usage("give TestSuite paths, or --policy and --resource, not both")
     if not args.suites and not (args.policy and args.resource):
@@ -141,19 +126,19 @@ def main(argv: list[str] | None = None) -> int:
                 params_selector=args.params_selector, references=args.reference)
     except (InputError, ValueError) as e:
         print(f"tollgate test: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitStatus.USAGE
     for w in dict.fromkeys(warnings):
         print(f"tollgate test: warning: {w}", file=sys.stderr)
     bad = [r for r in rows if not r.ok]
     sys.stdout.write(report.render(bad if args.fail_only else rows, args.output))
     sys.stdout.flush()
     _summary(rows, bad, suites=bool(args.suites))
-    return EXIT_FAILED if bad else EXIT_OK
+    return ExitStatus.FINDINGS if bad else ExitStatus.OK
 
 
 def _usage(message: str) -> int:
     print(f"tollgate test: {message} (see tollgate test --help)", file=sys.stderr)
-    return EXIT_USAGE
+    return ExitStatus.USAGE
 
 
 def _summary(rows: list[Row], bad: list[Row], *, suites: bool) -> None:
@@ -166,36 +151,3 @@ def _summary(rows: list[Row], bad: list[Row], *, suites: bool) -> None:
         print(f"MISMATCH {r.suite}: {r.policy} on {where} ({r.operation}): {r.mismatch}", file=sys.stderr)
     print(f"{len(bad)} of {len(rows)} expectation(s) failed" if bad else f"all {len(rows)} expectations met",
           file=sys.stderr)
-
-
-# ---------------------------------------------------------------- compatibility helpers
-
-
-def build_request(obj: dict[str, Any], *, operation: str, username: str, groups: list[str],
-                  old_object: dict[str, Any] | None = None) -> dict[str, Any]:
-    """:func:`webhook.files.testsuite.build_request` with ``userInfo`` given as username and groups."""
-    return _build_request(obj, operation=operation, user_info={"username": username, "groups": groups},
-                          old_object=old_object)
-
-
-def evaluate_pair(policy: CompiledPolicy, request: dict[str, Any], lookups: InMemoryLookups) -> tuple[str, str]:
-    """``(result, message)`` of one policy on one request on its own (no chain): validations, then mutations."""
-    results = []
-    if policy.validations or policy.audit_annotations:
-        results.extend(evaluate_validating(request, [policy], lookups).results)
-    if policy.mutations:
-        mut = evaluate_mutating(request, [policy], lookups)
-        for r in mut.results:
-            if str(r.result) == "pass" and mut.patch:
-                results.append(type(r)(r.policy, Result.PASS, "patch: " + json.dumps(mut.patch, sort_keys=True)))
-            else:
-                results.append(r)
-    if not results:
-        return "skip", "policy does not match the resource"
-    order = {"error": 0, "fail": 1, "pass": 2, "skip": 3}
-    worst = min(results, key=lambda r: order.get(str(r.result), 0))
-    return str(worst.result), "; ".join(r.message for r in results if r.message)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

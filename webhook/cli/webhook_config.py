@@ -19,15 +19,16 @@ from typing import Any
 
 import yaml
 
+from webhook.cli.command import ExitStatus, Subparsers, add_command
 from webhook.policy.model import KINDS
 from webhook.policy.webhook_configs import WebhookTarget, parse_webhook_url, parsed_specs, webhook_configurations
 
 __all__ = ["add_parser", "load_policies", "read_ca_bundle", "render", "run"]
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Register ``webhook-config`` on the ``tollgate`` sub-command parser."""
-    p = sub.add_parser("webhook-config", help="print the webhook configurations the policies need (YAML)",
+def add_parser(sub: Subparsers) -> None:
+    """Register ``tollgate webhook-config``."""
+    p = add_command(sub, "webhook-config", run, help="print the webhook configurations the policies need (YAML)",
                        description="Print the ValidatingWebhookConfiguration and MutatingWebhookConfiguration "
                                    "generated from the policies under --policies: only the resources, operations "
                                    "and failure policies they use. Apply the output instead of running the "
@@ -97,9 +98,9 @@ def run(args: argparse.Namespace) -> int:
         url = parse_webhook_url(args.url) if args.url else ""
     except (OSError, ValueError, yaml.YAMLError) as exc:
         print(f"tollgate webhook-config: {exc}", file=sys.stderr)
-        return 2
+        return ExitStatus.USAGE
     target = WebhookTarget(name=args.name, url=url, service=args.service, namespace=args.namespace,
                            service_account=args.service_account, ca_bundle=ca,
                            timeout_seconds=args.timeout_seconds)
     sys.stdout.write(render(policies, target))
-    return 0
+    return ExitStatus.OK

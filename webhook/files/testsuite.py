@@ -37,7 +37,7 @@ import jsonpatch
 from webhook.files import schema
 from webhook.files.checks import compile_for_evaluation, schema_problems
 from webhook.files.yamlio import STDIN, Document, InputError, load_file, load_paths, yaml_files
-from webhook.policy import CompiledPolicy, InMemoryLookups, evaluate_mutating, evaluate_validating
+from webhook.policy import CompiledPolicy, InMemoryLookups, Result, evaluate_mutating, evaluate_validating
 from webhook.policy.labelquery import parse_label_selector_text
 from webhook.policy.model import Reference
 from webhook.policy.resources import resource_for_kind
@@ -46,7 +46,6 @@ OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
 RESULTS = ("pass", "fail", "warn", "skip", "error")
 DEFAULT_PARAMS_SELECTOR = "tollgate.dev/params=true"
 DEFAULT_USER: dict[str, Any] = {"username": "tollgate-test", "groups": ["system:authenticated"]}
-_SEVERITY = {"error": 0, "fail": 1, "warn": 2, "pass": 3, "skip": 4}
 
 
 @dataclass(slots=True)
@@ -239,9 +238,31 @@ class Evaluator:
             if not found:
                 out[name] = Verdict("skip", "policy does not match the resource")
                 continue
-            worst = min(found, key=lambda v: _SEVERITY.get(v.result, 0))
-            out[name] = Verdict(worst.result, "; ".join(v.message for v in found if v.message))
+            worst = Result.worst(v.result for v in found)
+            out[name] = Verdict(str(worst), "; ".join(v.message for v in found if v.message))
         return Evaluation(out, current if isinstance(current, dict) else None)
+
+
+def evaluate_pair(policy: CompiledPolicy, request: dict[str, Any], lookups: InMemoryLookups) -> tuple[str, str]:
+    """``(result, message)`` of one policy on one request on its own (no chain): validations, then mutations.
+
+    The result is the worst (:meth:`Result.worst`) of the policy's results; a
+    passing mutation's message is its patch.
+    """
+    results = []
+    if policy.validations or policy.audit_annotations:
+        results.extend(evaluate_validating(request, [policy], lookups).results)
+    if policy.mutations:
+        mut = evaluate_mutating(request, [policy], lookups)
+        for r in mut.results:
+            if r.result == Result.PASS and mut.patch:
+                results.append(type(r)(r.policy, Result.PASS, "patch: " + json.dumps(mut.patch, sort_keys=True)))
+            else:
+                results.append(r)
+    if not results:
+        return "skip", "policy does not match the resource"
+    worst = Result.worst(r.result for r in results)
+    return str(worst), "; ".join(r.message for r in results if r.message)
 
 
 # ---------------------------------------------------------------- loading inputs

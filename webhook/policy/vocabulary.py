@@ -9,6 +9,7 @@ wg-policy PolicyReport (pass, fail, warn, skip, error).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -31,6 +32,23 @@ class Result(StrEnum):
     WARN = "warn"
     SKIP = "skip"
     ERROR = "error"
+
+    @property
+    def severity(self) -> int:
+        """0 for the most severe: ``error``, ``fail``, ``warn``, ``pass``, ``skip`` (the one ordering of results)."""
+        return _SEVERITY[self]
+
+    @classmethod
+    def worst(cls, results: Iterable[str]) -> Result:
+        """The most severe of ``results`` (wire strings or members); ``skip`` when there are none.
+
+        Raises:
+            ValueError: a string that is not a result.
+        """
+        return min((cls(r) for r in results), key=lambda r: r.severity, default=cls.SKIP)
+
+
+_SEVERITY = {Result.ERROR: 0, Result.FAIL: 1, Result.WARN: 2, Result.PASS: 3, Result.SKIP: 4}
 
 
 class Action(StrEnum):

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from tests.fixtures import ROOT, fixture_dir
-from webhook.cli.test import build_request, evaluate_pair
+from webhook.files.testsuite import build_request, evaluate_pair
 from webhook.policy import InMemoryLookups, compile_policy
 
 FIXTURES = fixture_dir("kyverno-pod-security-cel")
@@ -86,7 +86,8 @@ def test_decision_matches_kyverno(level: str, policy: str, kind: str, name: str,
     compiled = compile_policy(doc)
     assert compiled.policy is not None, compiled.condition
     obj = resource(FIXTURES / level / policy, kind, name)
-    request = build_request(obj, operation="CREATE", username="tester", groups=["system:authenticated"])
+    user = {"username": "tester", "groups": ["system:authenticated"]}
+    request = build_request(obj, operation="CREATE", user_info=user)
     result, message = evaluate_pair(compiled.policy, request, InMemoryLookups())
     assert result == expected, message
     if result == "fail":

@@ -19,8 +19,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from webhook.cli.main import EXIT_BROKEN_PIPE, main
+from webhook.cli.command import ExitStatus
+from webhook.cli.main import main
 from webhook.tls import generate as certs
+
+EXIT_BROKEN_PIPE = ExitStatus.BROKEN_PIPE
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "policies" / "examples"

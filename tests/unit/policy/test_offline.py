@@ -1,4 +1,4 @@
-"""``tollgate test`` (webhook.cli.test.main): help, TestSuite expectations, input errors."""
+"""``tollgate test`` (webhook.cli.test): help, TestSuite expectations, input errors."""
 
 from __future__ import annotations
 
@@ -7,15 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from webhook.cli.test import main
+from webhook.cli.main import main as tollgate
+
+
+def run_test(argv: list[str]) -> int:
+    return tollgate(["test", *argv])
+
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "policies" / "examples" / "allowed-registries"
 
 
 def test_help_documents_the_test_suite_schema(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exc:
-        main(["--help"])
-    assert exc.value.code == 0
+    assert run_test(["--help"]) == 0
     out = capsys.readouterr().out
     for word in ("kind: TestSuite", "configMaps", "namespaces", "oldResources", "patchedResource", "results",
                  "pass | fail | warn | skip | error", "1 on any mismatch", "table|json|yaml|junit"):
@@ -23,7 +26,7 @@ def test_help_documents_the_test_suite_schema(capsys: pytest.CaptureFixture[str]
 
 
 def test_json_rows_for_files_and_exit_1_on_a_fail_row(capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["--policy", str(EXAMPLE / "policy.yaml"), "--resource", str(EXAMPLE / "resources.yaml"),
+    code = run_test(["--policy", str(EXAMPLE / "policy.yaml"), "--resource", str(EXAMPLE / "resources.yaml"),
                  "--configmap", str(EXAMPLE / "configmap.yaml"), "--output", "json"])
     assert code == 1
     rows = json.loads(capsys.readouterr().out)
@@ -35,7 +38,7 @@ def test_json_rows_for_files_and_exit_1_on_a_fail_row(capsys: pytest.CaptureFixt
 def test_missing_configmap_is_an_error_under_parameter_not_found_action_deny(
         capsys: pytest.CaptureFixture[str]) -> None:
     # VAP: with parameterNotFoundAction Deny, missing params are "subject to the failurePolicy" (Fail here).
-    code = main(["--policy", str(EXAMPLE / "policy.yaml"), "--resource", str(EXAMPLE / "resources.yaml"),
+    code = run_test(["--policy", str(EXAMPLE / "policy.yaml"), "--resource", str(EXAMPLE / "resources.yaml"),
                  "--output", "json"])
     assert code == 1
     rows = json.loads(capsys.readouterr().out)
@@ -51,7 +54,7 @@ def test_suite_mismatch_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[st
         f"configMaps: [{EXAMPLE / 'configmap.yaml'}]\n"
         f"results:\n- {{policy: allowed-registries, resource: {{kind: Pod, namespace: default, name: good}}, "
         f"result: {expected}}}\n")
-    assert main([str(suite)]) == code
+    assert run_test([str(suite)]) == code
     if code:
         assert "expected fail, got pass" in capsys.readouterr().err
     else:
@@ -59,7 +62,7 @@ def test_suite_mismatch_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[st
 
 
 def test_missing_file_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--policy", str(tmp_path / "nope.yaml"), "--resource", str(EXAMPLE / "resources.yaml")]) == 2
+    assert run_test(["--policy", str(tmp_path / "nope.yaml"), "--resource", str(EXAMPLE / "resources.yaml")]) == 2
     err = capsys.readouterr().err
     assert "nope.yaml" in err and "Traceback" not in err
 
@@ -78,7 +81,7 @@ def test_a_broken_policy_is_answered_per_its_failure_policy_offline(
     pod = tmp_path / "pod.yaml"
     pod.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: default}\n"
                    "spec: {containers: [{name: c, image: x}]}\n")
-    assert main(["--policy", str(policy), "--resource", str(pod), "--output", "json"]) == code
+    assert run_test(["--policy", str(policy), "--resource", str(pod), "--output", "json"]) == code
     captured = capsys.readouterr()
     rows = json.loads(captured.out)
     assert [(r["policy"], r["result"]) for r in rows] == [("broken", result)]

@@ -1,0 +1,70 @@
+"""What every ``tollgate`` subcommand is made of: the pattern, the exit statuses, the one-line errors.
+
+Each subcommand is one module of :mod:`webhook.cli` with two functions::
+
+    def add_parser(sub: Subparsers) -> None     # registers its parser, then set_defaults(run=run)
+    def run(args: argparse.Namespace) -> int    # does the work; returns an ExitStatus
+
+:func:`webhook.cli.main.main` builds the ``tollgate`` parser from the modules
+in :data:`webhook.cli.main.COMMANDS` and calls ``args.run(args)``; it turns
+:class:`UsageError` into one line on stderr and exit status 2, a closed
+standard output into 141, and anything unexpected into one line and 70.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from enum import IntEnum
+from typing import NoReturn, TypeAlias
+
+__all__ = ["ExitStatus", "OneLineParser", "Subparsers", "UsageError", "add_command"]
+
+#: ``argparse``'s sub-command registry, as ``add_parser`` functions receive it.
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+class ExitStatus(IntEnum):
+    """The exit statuses every ``tollgate`` command documents (README, ``tollgate --help``)."""
+
+    OK = 0
+    #: ``tollgate test``: an expectation does not hold; ``tollgate lint``: a problem was found.
+    FINDINGS = 1
+    #: A usage error or unusable input (bad arguments or files, no cluster configuration, a bad certificate).
+    USAGE = 2
+    #: An unexpected internal error (one line; ``TOLLGATE_DEBUG=1`` shows the traceback).
+    INTERNAL = 70
+    #: Interrupted (SIGINT during a command other than ``serve``).
+    INTERRUPTED = 130
+    #: Standard output closed early (``tollgate test ... | head``), as a program killed by SIGPIPE.
+    BROKEN_PIPE = 141
+
+
+class UsageError(Exception):
+    """A one-line reason a command cannot do its work with the input it was given (exit status 2)."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser printing ``PROG: error: MESSAGE (see PROG --help)`` on a usage error."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print one line and exit :attr:`ExitStatus.USAGE`."""
+        print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        sys.exit(ExitStatus.USAGE)
+
+
+def add_command(sub: Subparsers, name: str, run: object, **kwargs: object) -> argparse.ArgumentParser:
+    """Register subcommand ``name`` whose ``run(args)`` :func:`webhook.cli.main.main` calls.
+
+    Args:
+        sub: the ``tollgate`` sub-command registry.
+        name: the subcommand (``serve``, ``test``, ...).
+        run: ``run(args) -> int`` of the subcommand's module.
+        **kwargs: ``help``, ``description``, ``epilog``, ``formatter_class`` of ``add_parser``.
+
+    Returns:
+        The subcommand's parser (a :class:`OneLineParser`), for its arguments.
+    """
+    parser = sub.add_parser(name, **kwargs)  # type: ignore[arg-type]
+    parser.set_defaults(run=run)
+    return parser

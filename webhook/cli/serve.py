@@ -1,0 +1,310 @@
+"""``tollgate serve``: the admission webhook over TLS, from a cluster or from local files, until SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import errno
+import json
+import logging
+import os
+import shutil
+import signal
+import ssl
+import sys
+import tempfile
+from collections.abc import Callable, Coroutine, Iterator
+from pathlib import Path
+from typing import Any
+
+from webhook import logs
+from webhook.cli.command import Subparsers, UsageError, add_command
+from webhook.server.settings import DEFAULT_MEMO_BYTES, MAX_REQUEST_BYTES, Settings
+from webhook.tls import generate as certs
+
+__all__ = ["SAMPLE_REVIEW", "add_parser", "run"]
+
+log = logging.getLogger("tollgate")
+
+SAMPLE_REVIEW = {
+    "apiVersion": "admission.k8s.io/v1",
+    "kind": "AdmissionReview",
+    "request": {
+        "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
+        "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+        "name": "bad-pod",
+        "namespace": "default",
+        "operation": "CREATE",
+        "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
+        "object": {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "bad-pod", "namespace": "default", "labels": {"app": "demo"}},
+            "spec": {"containers": [{"name": "app", "image": "docker.io/library/nginx:latest",
+                                     "securityContext": {"privileged": True}}]},
+        },
+        "oldObject": None,
+        "dryRun": False,
+        "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+    },
+}
+
+
+def _port(text: str) -> int:
+    """An argparse type: a TCP port, 1-65535."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid port {text!r}: not a number") from None
+    if not 0 < port < 65536:
+        raise argparse.ArgumentTypeError(f"invalid port {port}: must be 1-65535")
+    return port
+
+
+def add_parser(sub: Subparsers) -> None:
+    """Register ``tollgate serve``."""
+    p = add_command(sub, "serve", run, help="run the admission webhook over TLS",
+                       description="Serve /validate and /mutate from informer caches. With --local DIR, read "
+                                   "policies, ConfigMaps and Namespaces from YAML files under DIR (no cluster).")
+    p.add_argument("--local", type=Path, metavar="DIR", help="serve from YAML files under DIR instead of a cluster")
+    p.add_argument("--kubeconfig", help="kubeconfig path (default: in-cluster, else ~/.kube/config)")
+    p.add_argument("--context", help="kubeconfig context")
+    p.add_argument("--cert-dir", type=Path, help="directory with tls.crt and tls.key (with --local: generated "
+                                                 "into a temporary directory when omitted)")
+    p.add_argument("--tls-cert-file", type=Path, help="serving certificate (overrides --cert-dir)")
+    p.add_argument("--tls-key-file", type=Path, help="serving key (overrides --cert-dir)")
+    p.add_argument("--client-ca", type=Path, help="require API server client certificates signed by this CA")
+    p.add_argument("--host", help="listen address (default 127.0.0.1 with --local, else 0.0.0.0)")
+    p.add_argument("--port", type=_port, default=8443, help="listen port (default 8443)")
+    p.add_argument("--params-selector", default="tollgate.dev/params=true",
+                   help="label selector of the ConfigMaps cached for paramRef (default tollgate.dev/params=true)")
+    p.add_argument("--max-request-bytes", type=int, default=MAX_REQUEST_BYTES, help="request body cap in bytes")
+    p.add_argument("--cert-poll-interval", type=float, default=10.0, help="seconds between certificate checks")
+    p.add_argument("--no-status", dest="write_status", action="store_false",
+                   help="never write policy status (extra replicas without leader election)")
+    p.add_argument("--manage-webhooks", action=argparse.BooleanOptionalAction, default=True,
+                   help="in a cluster, the leader keeps both webhook configurations as narrow as the loaded "
+                        "policies need (default on; never with --local)")
+    p.add_argument("--webhook-url", metavar="BASE",
+                   help="with --manage-webhooks: the configurations call BASE/validate and BASE/mutate "
+                        "(clientConfig.url, e.g. https://127.0.0.1:8443 out of the cluster) instead of the Service")
+    p.add_argument("--eval-workers", type=int, default=2, metavar="N",
+                   help="evaluation worker processes for large reviews, killed at the review's deadline "
+                        "(default 2; 0 evaluates every review on the event loop)")
+    p.add_argument("--isolate-above-bytes", type=int, default=32 * 1024, metavar="BYTES",
+                   help="reviews with a larger body go to a worker; smaller ones are evaluated inline "
+                        "(default 32768; 0 sends every review to a worker)")
+    p.add_argument("--eval-memory-limit", type=int, default=1024**3, metavar="BYTES",
+                   help="address-space limit of each evaluation worker (default 1 GiB)")
+    p.add_argument("--shutdown-delay", type=float, metavar="SECONDS",
+                   help="after SIGTERM, keep serving this long with Connection: close before closing the "
+                        "listener (default 5, 0 with --local)")
+    p.add_argument("--background-audit", action="store_true",
+                   help="evaluate existing objects for policies with spec.background: true and write "
+                        "PolicyReports (leader only; needs the background-audit RBAC overlay)")
+    p.add_argument("--audit-max-objects", type=int, default=200_000, metavar="N",
+                   help="refuse to cache more objects than this over every dynamic informer: background audit and "
+                        "spec.references (default 200000)")
+    p.add_argument("--decision-memo-bytes", type=int, default=DEFAULT_MEMO_BYTES, metavar="BYTES",
+                   help="remember fused policy programs that passed, keyed by exactly the fields they read, in up to "
+                        f"this many bytes (default {DEFAULT_MEMO_BYTES}; 0 turns the memo off)")
+    p.add_argument("--create-webhooks", action="store_true",
+                   help="create a missing webhook configuration (needs RBAC create)")
+    p.add_argument("--self-managed-certs", action="store_true",
+                   help="keep the CA and serving certificate in the Secret tollgate-tls, written into --cert-dir; "
+                        "the leader rotates them and patches the caBundle")
+    p.add_argument("--log-level", default="INFO")
+
+
+def _resolve_certs(args: argparse.Namespace) -> tuple[Path, Path, Path | None]:
+    if args.tls_cert_file and args.tls_key_file:
+        return args.tls_cert_file, args.tls_key_file, None
+    if args.tls_cert_file or args.tls_key_file:
+        raise UsageError("--tls-cert-file and --tls-key-file go together")
+    if args.cert_dir:
+        if not args.cert_dir.is_dir():
+            raise UsageError(f"--cert-dir {args.cert_dir}: no such directory")
+        return args.cert_dir / "tls.crt", args.cert_dir / "tls.key", args.cert_dir / "ca.crt"
+    if args.local is None:
+        raise UsageError("--cert-dir (or --tls-cert-file/--tls-key-file) is required without --local")
+    out = Path(tempfile.mkdtemp(prefix="tollgate-certs-"))
+    paths = certs.write_certs(out, dns_names=["localhost"], ip_addresses=["127.0.0.1"], days=30)
+    return paths.cert, paths.key, paths.ca
+
+
+def _check_certs(cert: Path, key: Path, client_ca: Path | None) -> None:
+    """Load the pair (and client CA) once before starting, so a bad one is a one-line error."""
+    for label, path in (("certificate", cert), ("key", key), ("client CA", client_ca)):
+        if path is not None and not path.is_file():
+            raise UsageError(f"{label} {path}: no such file")
+    from webhook.tls.reload import build_context
+
+    try:
+        build_context(cert, key, client_ca=client_ca)
+    except (ssl.SSLError, OSError, ValueError) as e:
+        raise UsageError(f"cannot use certificate {cert} and key {key}: {getattr(e, 'reason', None) or e}") from None
+
+
+@contextlib.contextmanager
+def _private_tempdir(enabled: bool) -> Iterator[None]:
+    """Route every temporary file of the run (certificates, the sample review) into one directory, removed on exit."""
+    if not enabled:
+        yield
+        return
+    root = tempfile.mkdtemp(prefix="tollgate-local-")
+    previous, tempfile.tempdir = tempfile.tempdir, root
+    try:
+        yield
+    finally:
+        tempfile.tempdir = previous
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _check_kube_config(args: argparse.Namespace) -> None:
+    """Fail early, in one line, when no cluster configuration can exist (the loader would log and raise)."""
+    if args.local is not None:
+        return
+    if args.kubeconfig:
+        if not Path(args.kubeconfig).expanduser().is_file():
+            raise UsageError(f"--kubeconfig {args.kubeconfig}: no such file")
+        return
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return  # in-cluster configuration
+    candidates = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    candidates = candidates or [str(Path("~/.kube/config").expanduser())]
+    if not any(Path(p).expanduser().is_file() for p in candidates):
+        raise UsageError(f"no Kubernetes configuration: not in a cluster (KUBERNETES_SERVICE_HOST unset) and no "
+                         f"kubeconfig ({', '.join(candidates)} not found); give --kubeconfig, or use --local DIR")
+
+
+def _is_kube_config_error(e: BaseException) -> bool:
+    # kubernetes_asyncio.config.ConfigException, matched by name: only webhook.kube imports kubernetes_asyncio.
+    return any(t.__name__ == "ConfigException" for t in type(e).__mro__)
+
+
+async def _serve(settings: Settings, ca_file: Path | None) -> None:
+    from webhook.server.app import create_app
+
+    api_client = None
+    if settings.local_dir is None:
+        from webhook.kube.client import new_api_client
+
+        api_client = await new_api_client(kubeconfig=settings.kubeconfig, context=settings.context)
+    try:
+        if settings.self_managed_certs:
+            from webhook.server.app import bootstrap_certificates
+
+            await bootstrap_certificates(settings, api_client)  # the listener needs the files first
+        await _run_app(create_app(settings, api_client=api_client), settings, ca_file)
+    finally:
+        if api_client is not None:
+            await api_client.close()
+
+
+async def _run_app(app: Any, settings: Settings, ca_file: Path | None) -> None:
+    """Serve ``app`` over TLS until SIGTERM/SIGINT, then drain (see ``Settings.shutdown_timeout``)."""
+    from aiohttp import web
+
+    from webhook.server.app import CERTS
+
+    runner = web.AppRunner(app, shutdown_timeout=settings.shutdown_timeout, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.host, settings.port, ssl_context=app[CERTS].context,
+                       backlog=1024, reuse_address=True)
+    await site.start()
+    log.info("serving", extra={"host": settings.host, "port": settings.port,
+                               "local": str(settings.local_dir) if settings.local_dir else None})
+    if settings.local_dir is not None:
+        sample = Path(tempfile.mkdtemp(prefix="tollgate-sample-")) / "review.json"
+        sample.write_text(json.dumps(SAMPLE_REVIEW, indent=2))
+        host = "127.0.0.1" if settings.host in ("0.0.0.0", "::") else settings.host
+        cacert = f"--cacert {ca_file}" if ca_file else "-k"
+        print(f"\nTollgate is serving policies from {settings.local_dir} on https://{host}:{settings.port}\n"
+              f"Try it (a privileged Pod with a :latest image):\n\n"
+              f"  curl -s {cacert} -H 'Content-Type: application/json' "
+              f"--data @{sample} https://{host}:{settings.port}/validate\n\n"
+              f"Mutating endpoint: same with /mutate. Readiness: https://{host}:{settings.port}/readyz\n",
+              file=sys.stderr, flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("shutting down: no new connections, finishing in-flight requests")
+    # Connection: close on every response, serve shutdown_delay more seconds, wait for reviews in flight,
+    # then AppRunner.cleanup stops the site and runs cleanup_ctx.
+    from webhook.admission.lifecycle import graceful_stop
+    from webhook.server.app import COMPONENTS
+
+    await graceful_stop(app[COMPONENTS].server, runner, delay=settings.shutdown_delay,
+                        timeout=settings.shutdown_timeout)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``tollgate serve``; returns the exit status (2 with one line on stderr when it cannot start)."""
+    try:
+        logs.setup(args.log_level)
+    except (ValueError, TypeError) as e:
+        raise UsageError(f"--log-level {args.log_level}: {e}") from None
+    if args.local is not None and not args.local.exists():
+        raise UsageError(f"--local {args.local}: no such file or directory")
+    with _private_tempdir(args.local is not None):
+        return _run_serve(args)
+
+
+def _run_serve(args: argparse.Namespace) -> int:
+    cert, key, ca = _resolve_certs(args)
+    if args.self_managed_certs:
+        if args.local is not None or args.cert_dir is None:
+            raise UsageError("--self-managed-certs needs --cert-dir and a cluster (not --local)")
+    else:
+        _check_certs(cert, key, args.client_ca)
+    webhook_url = ""
+    if args.webhook_url:
+        from webhook.policy.webhook_configs import parse_webhook_url
+
+        try:
+            webhook_url = parse_webhook_url(args.webhook_url)
+        except ValueError as e:
+            raise UsageError(f"--webhook-url: {e}") from None
+    _check_kube_config(args)
+    settings = Settings(
+        local_dir=args.local, kubeconfig=args.kubeconfig, context=args.context, cert_file=cert, key_file=key,
+        client_ca=args.client_ca, host=args.host or ("127.0.0.1" if args.local else "0.0.0.0"), port=args.port,
+        params_selector=args.params_selector, max_request_bytes=args.max_request_bytes,
+        cert_poll_interval=args.cert_poll_interval, write_status=args.write_status and args.local is None,
+        pod_name=os.environ.get("POD_NAME", ""), namespace=os.environ.get("POD_NAMESPACE", "tollgate-system"),
+        manage_webhooks=args.manage_webhooks and args.local is None, create_webhooks=args.create_webhooks,
+        self_managed_certs=args.self_managed_certs, cert_dir=args.cert_dir, ca_file=ca, webhook_url=webhook_url,
+        service_account=os.environ.get("POD_SERVICE_ACCOUNT", "tollgate"),
+        eval_workers=max(args.eval_workers, 0), isolate_above_bytes=max(args.isolate_above_bytes, 0),
+        eval_memory_limit_bytes=args.eval_memory_limit,
+        shutdown_delay=args.shutdown_delay if args.shutdown_delay is not None else (0.0 if args.local else 5.0),
+        background_audit=args.background_audit and args.local is None, audit_max_objects=args.audit_max_objects,
+        decision_memo_bytes=max(args.decision_memo_bytes, 0),
+    )
+    runner: Callable[[Coroutine[Any, Any, None]], None]
+    try:
+        import uvloop
+
+        runner = uvloop.run
+    except ImportError:  # pragma: no cover - uvloop is a Linux/macOS dependency
+        runner = asyncio.run
+    try:
+        runner(_serve(settings, ca if ca and ca.exists() else None))
+    except OSError as e:
+        if e.errno == errno.EADDRINUSE:
+            raise UsageError(f"cannot listen on {settings.host}:{settings.port}: address already in use") from None
+        if e.errno in (errno.EACCES, errno.EADDRNOTAVAIL):
+            raise UsageError(f"cannot listen on {settings.host}:{settings.port}: {e.strerror}") from None
+        raise
+    except Exception as e:
+        if _is_kube_config_error(e):
+            raise UsageError(f"no Kubernetes configuration: {e} (give --kubeconfig, run in a cluster, "
+                             "or use --local DIR)") from None
+        raise
+    return 0
