@@ -17,7 +17,8 @@ from tests.fixtures import ROOT, fixture_dir
 from tests.unit.policy.helpers import pod, policy, request
 from webhook.policy import InMemoryLookups, PolicyIndex, RequestCoordinates, evaluate_mutating, evaluate_validating
 from webhook.policy.cel.env import ENV
-from webhook.policy.engine import RequestContext, ValidationOutcome, _fused_passes
+from webhook.policy.engine import RequestContext, ValidationOutcome
+from webhook.policy.engine.fused import fused_passes
 from webhook.policy.matching import View
 from webhook.policy.memo import DecisionMemo
 from webhook.policy.plan import build_plan, fusable
@@ -107,7 +108,7 @@ def _both(index: PolicyIndex, req: dict[str, Any]) -> tuple[tuple[Any, ...], tup
         if attempt == 0:
             CROSS_HITS[0] += MEMO.hits - hits
     per_policy = evaluate_validating(req, index.candidates(coords), LOOKUPS)
-    return _outcome(planned), _outcome(per_policy), len(_fused_passes(plan, RequestContext(req, LOOKUPS), None))
+    return _outcome(planned), _outcome(per_policy), len(fused_passes(plan, RequestContext(req, LOOKUPS), None))
 
 
 @pytest.mark.parametrize("extra", [[], EXTRA], ids=["shipped", "shipped+fallbacks"])

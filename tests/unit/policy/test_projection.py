@@ -31,7 +31,8 @@ from webhook.policy.cel.env import (
     set_current_scope,
 )
 from webhook.policy.compiler import CompiledPolicy, compile_policy
-from webhook.policy.engine import RequestContext, _params, synthesize_pod
+from webhook.policy.engine import RequestContext, synthesize_pod
+from webhook.policy.engine.prepare import params_of
 from webhook.policy.matching import View
 from webhook.policy.projection import ALL, EACH, KEYS, Projection, project, reads, reads_of, union
 
@@ -414,7 +415,7 @@ def _check_every_program(req: dict[str, Any]) -> int:
         for case in _cases():
             if case.key not in pruned:
                 pruned[case.key] = _activation(*(case.projection.apply(obj, old) if case.projection else (obj, old)))
-            params = _params(case.policy, ctx) if case.policy is not None else None
+            params = params_of(case.policy, ctx) if case.policy is not None else None
             scope = (case.variables, params if isinstance(params, dict) else None)
             assert _result(case.program, pruned[case.key], scope) == _result(case.program, whole, scope), case.name
             checked += 1

@@ -1,0 +1,143 @@
+"""The mutating endpoint: each selected policy's mutations in chain order, one JSONPatch at the end.
+
+AdmissionPolicies (tenants) first, then ClusterAdmissionPolicies, each group
+in name order, each mutation seeing the previous one's result (as
+MutatingAdmissionPolicy chains them); the result must stay a JSON object with
+the same identity (a tenant may not touch ``ownerReferences`` either); the
+response is one JSONPatch, the diff between the request's object and the final one.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+import jsonpatch
+import orjson
+
+from webhook.policy.cel.env import reset_scope, set_current_scope
+from webhook.policy.compiler import CompiledPolicy
+from webhook.policy.engine.context import RequestContext
+from webhook.policy.engine.outcome import EvaluationError, MutationOutcome, error_result, label, record
+from webhook.policy.engine.prepare import Run, prepare
+from webhook.policy.engine.validate import plan_of
+from webhook.policy.engine.values import json_value, value
+from webhook.policy.lookups import Lookups
+from webhook.policy.matching import View
+from webhook.policy.model import NAMESPACED_KIND
+from webhook.policy.plan import Plan
+from webhook.policy.vocabulary import PolicyResult, Result
+
+__all__ = ["IDENTITY_FIELDS", "TENANT_PROTECTED_FIELDS", "evaluate_mutating", "merge_patch", "mutation_order"]
+
+#: Fields of ``metadata`` a mutation may never change (the object's identity).
+IDENTITY_FIELDS = ("name", "namespace", "uid")
+#: Fields of ``metadata`` an AdmissionPolicy's mutation may not change either.
+TENANT_PROTECTED_FIELDS = (*IDENTITY_FIELDS, "ownerReferences")
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch: maps merge recursively, ``null`` deletes, anything else replaces."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            result.pop(k, None)
+        else:
+            result[k] = merge_patch(result.get(k), v)
+    return result
+
+
+def _identity(obj: dict[str, Any], fields: tuple[str, ...]) -> tuple[Any, ...]:
+    raw = obj.get("metadata")
+    meta: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    return (obj.get("apiVersion"), obj.get("kind"), *(meta.get(f) for f in fields))
+
+
+def _mutate(run: Run, current: dict[str, Any], original: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
+    """Apply one policy's mutations in order; raises :class:`EvaluationError` on any failure."""
+    mutated: Any = current
+    for patch_type, program in run.policy.mutations:
+        activation = ctx.activation(View.OBJECT) if mutated is original else ctx.activation_for(mutated)
+        token = set_current_scope(run.scope(activation))
+        try:
+            result = json_value(value(program, activation), program.path)
+        finally:
+            reset_scope(token)
+        try:
+            if patch_type == "JSONPatch":
+                # Patch a private copy in place: an orjson round trip copies a Pod ~10x faster
+                # than the deepcopy jsonpatch would make with in_place=False.
+                mutated = jsonpatch.apply_patch(orjson.loads(orjson.dumps(mutated)), result, in_place=True)
+            else:
+                mutated = merge_patch(mutated, result)
+        except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, TypeError, KeyError,
+                IndexError, ValueError) as e:
+            # jsonpatch's messages end with a repr of the whole document: keep the first clause only.
+            raise EvaluationError(f"{program.path}: the patch does not apply: {str(e).split(' in {', 1)[0]}") from None
+        if not isinstance(mutated, dict):
+            raise EvaluationError(f"{program.path}: the mutated object must be a JSON object")
+    fields = TENANT_PROTECTED_FIELDS if run.policy.spec.kind == NAMESPACED_KIND else IDENTITY_FIELDS
+    if _identity(mutated, fields) != _identity(current, fields):
+        changed = ", ".join(["apiVersion", "kind", *(f"metadata.{f}" for f in fields)])
+        raise EvaluationError(f"spec.mutations: a mutation may not change {changed}")
+    return dict(mutated)
+
+
+def mutation_order(entries: Sequence[tuple[CompiledPolicy, View]]) -> list[tuple[CompiledPolicy, View]]:
+    """Tenants' AdmissionPolicies first, then ClusterAdmissionPolicies (each in the given order).
+
+    Cluster policies run last so they have the last word on the object.
+    """
+    return sorted(entries, key=lambda e: e[0].spec.kind != NAMESPACED_KIND)
+
+
+def evaluate_mutating(request: dict[str, Any], policies: Sequence[CompiledPolicy] | Plan, lookups: Lookups, *,
+                      deadline: float | None = None) -> MutationOutcome:
+    """Apply every selected policy's mutations, tenants first (see :func:`mutation_order`).
+
+    Each policy sees the object as the previous ones left it. Returns one
+    JSONPatch: ``jsonpatch.make_patch(original, final)``. A mutation that
+    errors, does not apply, or changes the object's identity is handled per
+    ``failurePolicy``; an Ignore-d policy's changes are dropped.
+    """
+    out = MutationOutcome()
+    original = request.get("object")
+    if not isinstance(original, dict):
+        return out
+    current = original
+    ctx = RequestContext(request, lookups, deadline=deadline)
+    plan = plan_of(policies, ctx)
+    # Each program sees the object pruned to what /mutate's programs can read; the patches they return
+    # apply to the whole object.
+    ctx.project(plan.mutation_projections)
+    for policy, view in mutation_order(plan.entries):
+        if not policy.mutating:
+            continue
+        prepared = prepare(policy, view, ctx)
+        if prepared is None:
+            continue
+        if isinstance(prepared, Run) and prepared.view is not View.OBJECT:
+            continue  # mutations apply to the request's own object, not a synthesized Pod
+        if isinstance(prepared, Run):
+            try:
+                mutated = _mutate(prepared, current, original, ctx)
+            except EvaluationError as e:
+                result = error_result(policy, str(e))
+            else:
+                result = PolicyResult(label(policy), Result.PASS, "mutated" if mutated != current else "no change")
+                current = mutated
+        else:
+            result = prepared
+        out.results.append(result)
+        record(result, out.warnings, None)
+        if result.denies:
+            out.allowed = False
+            out.message = f"{result.policy}: {result.message}"
+            out.code, out.reason = result.code, result.reason
+            return out
+    if current is not original:
+        out.patch = jsonpatch.make_patch(original, current).patch
+    return out

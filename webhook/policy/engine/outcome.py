@@ -1,0 +1,97 @@
+"""What evaluating a request yields: outcomes, per-policy results, and how errors and actions are enforced.
+
+An evaluation error becomes a :class:`~webhook.policy.vocabulary.PolicyResult`
+enforced per the policy's ``failurePolicy`` (VAP's
+``policyDecisionActionForError``): ``Fail`` enforces it with the policy's
+``validationActions``, ``Ignore`` admits with a warning. :func:`record` turns a
+result's actions into ``response.warnings`` and ``auditAnnotations``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook.policy.compiler import CompiledPolicy
+from webhook.policy.vocabulary import Action, FailurePolicy, PolicyResult, Result
+
+__all__ = ["EvaluationError", "MutationOutcome", "ValidationOutcome", "error_result", "label", "record"]
+
+
+@dataclass(slots=True)
+class ValidationOutcome:
+    """The validating endpoint's decision.
+
+    Attributes:
+        allowed: False when any result denies.
+        code: HTTP status of a denial: the first denying policy's (name order).
+        reason: ``metav1.StatusReason`` of a denial.
+        message: every denying message as ``"<policy>: <message>"``, joined by ``"; "``.
+        warnings: ``response.warnings`` entries.
+        audit_annotations: ``response.auditAnnotations``.
+        results: one :class:`PolicyResult` per selected policy.
+    """
+
+    allowed: bool = True
+    code: int = 200
+    reason: str = ""
+    message: str = ""
+    warnings: list[str] = field(default_factory=list)
+    audit_annotations: dict[str, str] = field(default_factory=dict)
+    results: list[PolicyResult] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class MutationOutcome:
+    """The mutating endpoint's decision.
+
+    Attributes:
+        allowed: False only when a mutation failed under ``failurePolicy: Fail``
+            with a Deny action.
+        patch: RFC 6902 operations turning the request's object into the
+            mutated one (``[]`` when nothing changed).
+        message: why it was denied.
+        code: HTTP status of a denial.
+        reason: ``metav1.StatusReason`` of a denial.
+        warnings: ``response.warnings`` entries.
+        results: one :class:`PolicyResult` per selected policy.
+    """
+
+    allowed: bool = True
+    patch: list[dict[str, Any]] = field(default_factory=list)
+    message: str = ""
+    code: int = 200
+    reason: str = ""
+    warnings: list[str] = field(default_factory=list)
+    results: list[PolicyResult] = field(default_factory=list)
+
+
+class EvaluationError(Exception):
+    """An expression could not be evaluated; the message starts with its spec path."""
+
+
+
+
+def label(policy: CompiledPolicy) -> str:
+    """The policy's name in results, messages, warnings, annotations and metrics (see :class:`PolicyResult`)."""
+    return policy.spec.key
+
+
+def error_result(policy: CompiledPolicy, text: str) -> PolicyResult:
+    """An evaluation error, enforced per failurePolicy (VAP ``policyDecisionActionForError``)."""
+    if policy.spec.failure_policy == FailurePolicy.FAIL:
+        return PolicyResult(label(policy), Result.ERROR, text, policy.spec.validation_actions)
+    return PolicyResult(label(policy), Result.ERROR, text, frozenset({Action.WARN, Action.IGNORED}))
+
+
+def record(result: PolicyResult, warnings: list[str], annotations: dict[str, str] | None) -> None:
+    """Turn a non-passing result's actions into warnings and audit annotations."""
+    if result.result is Result.PASS:
+        return
+    if Action.WARN in result.actions and result.message:
+        suffix = " (failurePolicy: Ignore)" if Action.IGNORED in result.actions else ""
+        warnings.append(f"{result.policy}: {result.message}{suffix}")
+    if annotations is not None and Action.AUDIT in result.actions:
+        annotations[f"tollgate.dev/{result.policy}"] = json.dumps(
+            {"result": str(result.result), "message": result.message}, sort_keys=True)

@@ -1,0 +1,141 @@
+"""The validating endpoint: validations, messages, audit annotations; one decision per request.
+
+As the API server's ValidatingAdmissionPolicy validator: ``true`` passes,
+``false`` fails with the message (``messageExpression`` → ``message`` →
+``failed expression: <expr>``; a messageExpression that errors or yields a
+non-string, blank, multi-line or over-long value falls back, and the fallback
+is reported as a warning); a non-bool result is an evaluation error, handled
+per ``failurePolicy`` (:mod:`webhook.policy.engine.outcome`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from webhook.policy.cel.env import reset_scope, set_current_scope
+from webhook.policy.compiler import CompiledPolicy, CompiledValidation
+from webhook.policy.engine.context import RequestContext
+from webhook.policy.engine.fused import fused_passes
+from webhook.policy.engine.outcome import EvaluationError, ValidationOutcome, error_result, label, record
+from webhook.policy.engine.prepare import Run, prepare
+from webhook.policy.engine.values import bool_value, cel_type_name, value
+from webhook.policy.lookups import Lookups
+from webhook.policy.memo import DecisionMemo
+from webhook.policy.plan import Plan, build_plan
+from webhook.policy.vocabulary import PolicyResult, Result
+
+__all__ = ["MAX_MESSAGE_BYTES", "evaluate_validating", "plan_of"]
+
+#: Longest messageExpression result used as a message (the API server's
+#: ``MaxEvaluatedMessageExpressionSizeBytes``, 5 KiB); longer ones fall back.
+MAX_MESSAGE_BYTES = 5 * 1024
+
+
+def plan_of(policies: Sequence[CompiledPolicy] | Plan, ctx: RequestContext) -> Plan:
+    """``policies`` when already a plan, else the plan built for the request's coordinates."""
+    return policies if isinstance(policies, Plan) else build_plan(ctx.coords, list(policies))
+
+
+def _message(validation: CompiledValidation, run: Run, warnings: list[str]) -> str:
+    """The failure message of a false validation, with the validator's fallbacks."""
+    program = validation.message_expression
+    if program is not None:
+        problem = None
+        try:
+            computed = value(program, run.activation)
+        except EvaluationError as e:
+            problem = str(e)
+        else:
+            if not isinstance(computed, str):
+                problem = f"{program.path}: must evaluate to string, but evaluated to {cel_type_name(computed)}"
+            elif "\n" in computed.strip():
+                problem = f"{program.path}: the message contains a line break"
+            elif len(computed.strip().encode()) > MAX_MESSAGE_BYTES:
+                problem = f"{program.path}: the message is longer than {MAX_MESSAGE_BYTES} bytes"
+            elif computed.strip():
+                return computed.strip()
+        if problem is not None:
+            warnings.append(f"{label(run.policy)}: {problem}; used the fallback message")
+    if validation.message and validation.message.strip():
+        return validation.message.strip()
+    return "failed expression: " + validation.expression.source.strip()
+
+
+def _validate(run: Run, warnings: list[str], annotations: dict[str, str]) -> PolicyResult:
+    policy = run.policy
+    name = label(policy)
+    failures: list[tuple[str, int, str]] = []
+    token = set_current_scope(run.scope())
+    try:
+        for validation in policy.validations:
+            if bool_value(validation.expression, run.activation, "a validation expression"):
+                continue
+            failures.append((run.prefix + _message(validation, run, warnings), validation.code, validation.reason))
+        for key, program in policy.audit_annotations:
+            result = value(program, run.activation)
+            if result is None:
+                continue
+            if not isinstance(result, str):
+                raise EvaluationError(f"{program.path}: must evaluate to string or null, but evaluated to "
+                                      f"{cel_type_name(result)}")
+            if result.strip():
+                annotations[f"{name}/{key}"] = result.strip()
+    except EvaluationError as e:
+        return error_result(policy, run.prefix + str(e))
+    finally:
+        reset_scope(token)
+    if not failures:
+        return PolicyResult(name, Result.PASS)
+    _, code, reason = failures[0]
+    return PolicyResult(name, Result.FAIL, "; ".join(f[0] for f in failures), policy.spec.validation_actions,
+                        code=code, reason=reason)
+
+
+def evaluate_validating(request: dict[str, Any], policies: Sequence[CompiledPolicy] | Plan, lookups: Lookups, *,
+                        deadline: float | None = None, memo: DecisionMemo | None = None) -> ValidationOutcome:
+    """Decide an AdmissionRequest on the validating endpoint.
+
+    Args:
+        request: the ``AdmissionRequest`` as on the wire (camelCase: ``uid``,
+            ``kind``, ``resource``, ``subResource``, ``namespace``,
+            ``operation``, ``userInfo``, ``object``, ``oldObject``, ...). Never mutated.
+        policies: the index's plan for the request's coordinates
+            (:meth:`PolicyIndex.plan`), or candidate policies in evaluation
+            order (name order; broken ones included), evaluated one by one.
+        lookups: the caches.
+        deadline: ``time.monotonic()`` after which remaining policies are errors.
+        memo: the decision memo fused groups' passes are looked up in and remembered in; None for none.
+
+    Returns:
+        The decision; a denial's message joins every denying policy's message
+        as ``"<policy>: <message>"``.
+    """
+    ctx = RequestContext(request, lookups, deadline=deadline)
+    plan = plan_of(policies, ctx)
+    ctx.project(plan.projections)
+    out = ValidationOutcome()
+    denials: list[PolicyResult] = []
+    passes = fused_passes(plan, ctx, memo)
+    results = out.results
+    for position, (policy, view) in enumerate(plan.entries):
+        result: PolicyResult | None = passes.get(position)
+        if result is not None:  # a prebuilt pass: nothing to record, never denies
+            results.append(result)
+            continue
+        if not policy.validating:
+            continue
+        prepared = prepare(policy, view, ctx)
+        if prepared is None:
+            continue
+        result = prepared if isinstance(prepared, PolicyResult) else _validate(prepared, out.warnings,
+                                                                               out.audit_annotations)
+        results.append(result)
+        record(result, out.warnings, out.audit_annotations)
+        if result.denies:
+            denials.append(result)
+    if denials:
+        out.allowed = False
+        out.code, out.reason = denials[0].code, denials[0].reason
+        out.message = "; ".join(f"{r.policy}: {r.message}" for r in denials)
+    return out

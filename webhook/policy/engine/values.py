@@ -1,0 +1,95 @@
+"""Evaluating one compiled program: its value as plain data, a bool, or JSON to write into an object."""
+
+from __future__ import annotations
+
+import base64
+import datetime
+from typing import Any
+
+from webhook.policy.cel import env as celenv
+from webhook.policy.compiler import Program
+from webhook.policy.engine.outcome import EvaluationError
+
+__all__ = ["bool_value", "cel_type_name", "json_value", "value"]
+
+
+def _clean(text: str) -> str:
+    for prefix in ("INVALID_ARGUMENT: ", "NOT_FOUND: ", "OUT_OF_RANGE: ", "UNKNOWN: ", "INTERNAL: "):
+        text = text.removeprefix(prefix)
+    return text.strip()
+
+
+def cel_type_name(value: Any) -> str:
+    """The CEL type name of a plain evaluation result (``bool``, ``int``, ``string``, ``map``, ...)."""
+    if value is None:
+        return "null_type"
+    for py, name in ((bool, "bool"), (int, "int"), (float, "double"), (str, "string"), (bytes, "bytes"),
+                     (list, "list"), (dict, "map"), (datetime.timedelta, "google.protobuf.Duration"),
+                     (datetime.datetime, "google.protobuf.Timestamp")):
+        if isinstance(value, py):
+            return name
+    return type(value).__name__
+
+
+def _value(program: Program, activation: Any) -> Any:
+    """Evaluate ``program``; its plain Python value.
+
+    Raises:
+        EvaluationError: a CEL error value, or the engine stopped evaluation
+            (iteration budget); the message names the spec path.
+    """
+    try:
+        return celenv.evaluate(program.program, activation)
+    except celenv.EvaluationError as e:  # a CEL error value, or the iteration budget
+        raise EvaluationError(f"{program.path}: {_clean(str(e))}") from None
+
+
+def _bool(program: Program, activation: Any, what: str) -> bool:
+    value = _value(program, activation)
+    if not isinstance(value, bool):
+        raise EvaluationError(f"{program.path}: {what} must evaluate to bool, but evaluated to "
+                              f"{cel_type_name(value)}")
+    return value
+
+
+def value(program: Program, activation: Any) -> Any:
+    """Evaluate ``program``; its plain Python value.
+
+    Raises:
+        EvaluationError: a CEL error value, or the engine stopped evaluation
+            (iteration budget); the message names the spec path.
+    """
+    try:
+        return celenv.evaluate(program.program, activation)
+    except celenv.EvaluationError as e:  # a CEL error value, or the iteration budget
+        raise EvaluationError(f"{program.path}: {_clean(str(e))}") from None
+
+
+def bool_value(program: Program, activation: Any, what: str) -> bool:
+    """Evaluate ``program``, which must yield a bool (``what`` names it in the error).
+
+    Raises:
+        EvaluationError: an evaluation error, or a value that is not a bool.
+    """
+    result = value(program, activation)
+    if not isinstance(result, bool):
+        raise EvaluationError(f"{program.path}: {what} must evaluate to bool, but evaluated to "
+                              f"{cel_type_name(result)}")
+    return result
+
+
+def json_value(value: Any, path: str) -> Any:
+    """A mutation's CEL result as JSON data; durations, timestamps and bytes as Kubernetes encodes them."""
+    if isinstance(value, dict):
+        return {str(k): json_value(v, path) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_value(v, path) for v in value]
+    if isinstance(value, bool | int | str) or value is None:
+        return value
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise EvaluationError(f"{path}: {value} is not a JSON number")
+        return value
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    raise EvaluationError(f"{path}: a {cel_type_name(value)} value cannot be written into an object")
