@@ -22,16 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.policy import projection
-from webhook.policy.cel import env as celenv
-from webhook.policy.cel.env import (
-    ENV,
-    MAX_EXPRESSION_LENGTH,
-    ResourceCall,
-    T,
-    inline_variables,
-    referenced_variables,
-    rewrite_for_runtime,
-)
+from webhook.policy.cel.env import MAX_EXPRESSION_LENGTH, ResourceCall, T, environment
+from webhook.policy.cel.rewrites import inline_variables, referenced_variables, rewrite_for_runtime
 from webhook.policy.model import (
     REASON_CODES,
     PolicySpec,
@@ -159,12 +151,12 @@ def compile_expression(source: str, path: str, *, expect: tuple[Any, ...], known
         expect: acceptable return types (``T.DYN`` is always accepted, since
             object fields are untyped as in VAP); empty accepts any type.
         known_variables: names of ``variables`` this expression may use.
-        inlined: variable name → inlined definition (see :func:`celenv.inline_variables`).
+        inlined: variable name → inlined definition (see :func:`webhook.policy.cel.rewrites.inline_variables`).
         references: ``spec.references``: what ``resource.Get``/``resource.List`` may read.
 
     Returns:
         The program: variables inlined when possible, else routed through the
-        per-policy scope (see :func:`celenv.rewrite_for_runtime`); ``params``
+        per-policy scope (see :func:`webhook.policy.cel.rewrites.rewrite_for_runtime`); ``params``
         always through the scope.
 
     Raises:
@@ -176,7 +168,7 @@ def compile_expression(source: str, path: str, *, expect: tuple[Any, ...], known
     if len(source) > MAX_EXPRESSION_LENGTH:
         raise CompileError(path, f"expression is {len(source)} characters; the limit is {MAX_EXPRESSION_LENGTH}")
     try:
-        checked = ENV.compile(source)
+        checked = environment().compile(source)
     except RuntimeError as e:
         raise CompileError(path, _clean_cel_error(e)) from None
     rtype = checked.return_type()
@@ -194,11 +186,11 @@ def compile_expression(source: str, path: str, *, expect: tuple[Any, ...], known
         try:
             # Self-contained: no call back into the per-policy scope (cel.bind names like __tg_v_x are fine).
             fusable = text if "__tg_var(" not in text and "__tg_params(" not in text else None
-            return Program(path, source, ENV.compile(text, disable_check=True), fusable)
+            return Program(path, source, environment().compile(text, disable_check=True), fusable)
         except RuntimeError:
             pass  # e.g. the parser's nesting limit: fall back to the lazy per-policy scope
     try:
-        return Program(path, source, ENV.compile(rewrite_for_runtime(source)))
+        return Program(path, source, environment().compile(rewrite_for_runtime(source)))
     except RuntimeError as e:  # pragma: no cover - the rewrite keeps valid CEL valid
         raise CompileError(path, _clean_cel_error(e)) from None
 
@@ -336,5 +328,5 @@ def compile_policy(obj: dict[str, Any]) -> CompileResult:
     return CompileResult(policy, ready_condition(True, "Compiled", summary, generation), policy)
 
 
-__all__ = ["CompileError", "CompileResult", "CompiledPolicy", "CompiledValidation", "Program", "celenv",
+__all__ = ["CompileError", "CompileResult", "CompiledPolicy", "CompiledValidation", "Program",
            "compile_policy"]

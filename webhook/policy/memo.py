@@ -48,7 +48,8 @@ from typing import Any
 import orjson
 
 from webhook.policy.cel.ast import Node, decode_expr, expr_bytes
-from webhook.policy.cel.env import RESOURCE_FUNCTIONS, VARIABLES
+from webhook.policy.cel.env import VARIABLES
+from webhook.policy.cel.scope import RESOURCE_FUNCTIONS
 from webhook.policy.projection import ALL, Projection, Tree, reads_of, union_reads
 
 __all__ = ["DEFAULT_MAX_BYTES", "ENTRY_OVERHEAD", "MIN_HIT_RATIO", "MIN_LOOKUPS", "PROBE_EVERY", "SCOPE_FUNCTIONS",

@@ -39,7 +39,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.policy.cel.env import ENV
+from webhook.policy.cel.env import environment
 from webhook.policy.compiler import CompiledPolicy
 from webhook.policy.matching import View, has_selectors, rules_view
 from webhook.policy.memo import MemoSpec, memo_spec, union_spec
@@ -108,7 +108,7 @@ class FusedGroup:
             return
         self.compiled = True
         try:
-            self.program = ENV.compile(self.source, disable_check=True)
+            self.program = environment().compile(self.source, disable_check=True)
         except RuntimeError:  # e.g. the parser's nesting limit: stay on the per-policy path
             self.program = None
 

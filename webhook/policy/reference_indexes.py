@@ -38,7 +38,7 @@ def index_values(index: ReferenceIndex, obj: dict[str, Any]) -> list[str]:
     except RuntimeError:
         return []
     try:
-        value = celenv.evaluate(program, celenv.ENV.Activation({"object": obj, **_UNBOUND}))
+        value = celenv.evaluate(program, celenv.environment().Activation({"object": obj, **_UNBOUND}))
     except (celenv.EvaluationError, celenv.BudgetExceeded):
         return []
     if isinstance(value, str):

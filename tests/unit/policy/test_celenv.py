@@ -10,21 +10,12 @@ import pytest
 import yaml
 
 from tests.fixtures import fixture_dir
-from webhook.policy.cel.env import (
-    ENV,
-    MAX_RANGE,
-    BudgetExceeded,
-    EvaluationError,
-    T,
-    VariableScope,
-    compile_expression,
-    evaluate,
-    inline_variables,
-    reset_scope,
-    rewrite_for_runtime,
-    rewrite_source,
-    set_current_scope,
-)
+from webhook.policy.cel.env import BudgetExceeded, EvaluationError, T, compile_expression, environment, evaluate
+from webhook.policy.cel.rewrites import MAX_RANGE, inline_variables, rewrite_for_runtime, rewrite_source
+from webhook.policy.cel.scope import VariableScope, reset_scope, set_current_scope
+
+ENV = environment()
+
 
 
 def ev(expr: str, **data: Any) -> Any:
@@ -400,8 +391,8 @@ def test_compiled_expressions_are_reused_so_an_edit_recompiles_only_what_changed
     compile_policy(p)
     first = len(compiled)
     assert first > 0
-    assert env_module.ENV.compile("object.metadata.name != 'cache-test-a'") is \
-        env_module.ENV.compile("object.metadata.name != 'cache-test-a'")
+    assert env_module.environment().compile("object.metadata.name != 'cache-test-a'") is \
+        env_module.environment().compile("object.metadata.name != 'cache-test-a'")
     edited = _copy.deepcopy(p)
     edited["spec"]["validations"][1]["expression"] = "object.metadata.name != 'cache-test-c'"
     compiled.clear()

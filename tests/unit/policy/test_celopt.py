@@ -8,7 +8,10 @@ import pytest
 
 from webhook.policy.cel import ast as celast
 from webhook.policy.cel import optimize as celopt
-from webhook.policy.cel.env import ENV, T
+from webhook.policy.cel.env import T, environment
+
+ENV = environment()
+
 
 
 def plain_and_chunked(expr: str, **data: Any) -> tuple[Any, Any]:

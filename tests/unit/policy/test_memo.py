@@ -9,7 +9,7 @@ import pytest
 from tests.unit.policy.helpers import pod, policy, request
 from webhook.policy import InMemoryLookups, PolicyIndex, RequestCoordinates, evaluate_validating
 from webhook.policy.cel.ast import decode_expr, expr_bytes
-from webhook.policy.cel.env import ENV
+from webhook.policy.cel.env import environment
 from webhook.policy.memo import (
     ENTRY_OVERHEAD,
     MIN_LOOKUPS,
@@ -20,6 +20,8 @@ from webhook.policy.memo import (
     memo_spec,
     union_spec,
 )
+
+ENV = environment()
 
 
 def _spec_of(text: str) -> Any:

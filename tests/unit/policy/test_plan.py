@@ -16,13 +16,16 @@ from hypothesis import strategies as st
 from tests.fixtures import ROOT, fixture_dir
 from tests.unit.policy.helpers import pod, policy, request
 from webhook.policy import InMemoryLookups, PolicyIndex, RequestCoordinates, evaluate_mutating, evaluate_validating
-from webhook.policy.cel.env import ENV
+from webhook.policy.cel.env import environment
 from webhook.policy.engine import RequestContext, ValidationOutcome
 from webhook.policy.engine.fused import fused_passes
 from webhook.policy.matching import View
 from webhook.policy.memo import DecisionMemo
 from webhook.policy.plan import build_plan, fusable
 from webhook.policy.projection import ALL
+
+ENV = environment()
+
 
 KINDS = {"Pod": ("", "pods"), "Deployment": ("apps", "deployments"), "StatefulSet": ("apps", "statefulsets"),
          "DaemonSet": ("apps", "daemonsets"), "ReplicaSet": ("apps", "replicasets"), "Job": ("batch", "jobs"),

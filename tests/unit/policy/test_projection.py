@@ -21,20 +21,17 @@ from tests.unit.policy.helpers import policy
 from tests.unit.policy.test_plan import LOOKUPS, POLICIES, _container, _corpus, _index
 from webhook.policy import RequestCoordinates
 from webhook.policy.cel import ast as celast
-from webhook.policy.cel.env import (
-    ENV,
-    T,
-    VariableScope,
-    inline_variables,
-    reset_scope,
-    rewrite_for_runtime,
-    set_current_scope,
-)
+from webhook.policy.cel.env import T, environment
+from webhook.policy.cel.rewrites import inline_variables, rewrite_for_runtime
+from webhook.policy.cel.scope import VariableScope, reset_scope, set_current_scope
 from webhook.policy.compiler import CompiledPolicy, compile_policy
 from webhook.policy.engine import RequestContext, synthesize_pod
 from webhook.policy.engine.prepare import params_of
 from webhook.policy.matching import View
 from webhook.policy.projection import ALL, EACH, KEYS, Projection, project, reads, reads_of, union
+
+ENV = environment()
+
 
 # -- what an expression reads ----------------------------------------------------------------------
 

@@ -10,57 +10,48 @@ One :class:`PolicyEnv` (see ``docs/design/cel.md`` and "CEL environment" in
   optional types, ``cel.bind``, math and encoders;
 * the Kubernetes libraries cel-cpp lacks, in Python (:mod:`webhook.policy.cel.library`);
 * source rewrites and compile-time validators for what neither can express
-  (:func:`rewrite_source`, :mod:`webhook.policy.cel.validators`): ``has()`` with cel-go's semantics,
-  optionals returned by the format library, a bound on ``lists.range``, and Kubernetes'
+  (:mod:`webhook.policy.cel.rewrites`, :mod:`webhook.policy.cel.validators`): ``has()`` with cel-go's
+  semantics, optionals returned by the format library, a bound on ``lists.range``, and Kubernetes'
   literal/homogeneity validators.
 
-Evaluation of ``variables.<name>`` and ``params`` goes through two hidden functions so that ONE
-Activation per request (and object view) is shared by every policy: :func:`rewrite_for_runtime`
-maps ``variables.x`` to ``__tg_var("x")`` and ``params`` to ``__tg_params()``, and the engine installs
-the current policy's lazy variable cache with :func:`set_current_scope`. :func:`inline_variables`
-instead binds each referenced variable once with ``cel.bind`` so cel-cpp evaluates it natively.
+``variables``, ``params`` and the resource library reach the policy being evaluated through
+:mod:`webhook.policy.cel.scope`. The environment is built on first use (:func:`environment`), not
+at import.
 """
 
 from __future__ import annotations
 
 import contextlib
-import contextvars
-import re
+import functools
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from cel_expr_python import cel
 
 from webhook.policy.cel import ast as celast
 from webhook.policy.cel import cost as celcost
-from webhook.policy.cel import library, validators
+from webhook.policy.cel import library, rewrites, scope, validators
 from webhook.policy.cel import optimize as celopt
 from webhook.policy.cel.library import comprehensions
-from webhook.policy.cel.library._decl import LibraryError, T, function, overloads
+from webhook.policy.cel.library._decl import LibraryError, T
+from webhook.policy.cel.rewrites import rewrite_source
+from webhook.policy.cel.scope import RESOURCE_FUNCTIONS
 
 __all__ = [
-    "ENV",
     "MAX_EXPRESSION_LENGTH",
-    "MAX_RANGE",
-    "RESOURCE_FUNCTIONS",
+    "VARIABLES",
     "BudgetExceeded",
     "CompiledExpression",
     "EvaluationError",
     "LibraryError",
     "PolicyEnv",
-    "ReferenceReader",
+    "ResourceCall",
     "T",
-    "VariableScope",
     "compile_expression",
+    "environment",
     "evaluate",
-    "inline_variables",
-    "referenced_variables",
-    "reset_scope",
-    "rewrite_for_runtime",
-    "rewrite_source",
-    "set_current_scope",
+    "resource_calls",
 ]
 
 #: Names bound in every evaluation, as VAP binds them.
@@ -72,9 +63,6 @@ MAX_EXPRESSION_LENGTH = 5000
 
 #: Compiled expressions :meth:`PolicyEnv.compile` keeps for reuse (a few MB; each holds a cel-cpp program).
 COMPILE_CACHE_SIZE = 4096
-
-#: Largest ``n`` accepted by ``lists.range(n)`` (cel-cpp allocates the whole list: 3·10⁷ takes 1 GB).
-MAX_RANGE = 100_000
 
 #: cel-cpp extensions enabled natively (names and versions as cel-cpp's ``env/env_yaml.cc`` reads them).
 CONFIG_YAML = """
@@ -93,255 +81,6 @@ extensions:
 #: The same without two-variable comprehensions: the runtime twin that supplies ``cel.@mapInsert``.
 _TWIN_YAML = CONFIG_YAML.replace("  - name: two-var-comprehensions\n", "")
 
-
-class ReferenceReader(Protocol):
-    """What ``resource.Get`` / ``resource.List`` read for the current policy (the engine implements it).
-
-    Both raise :class:`LibraryError` (a CEL error value) for a reference the policy did not declare
-    or may not read; objects are returned as plain JSON data.
-    """
-
-    def get(self, api_version: str, resource: str, namespace: str, name: str) -> Any:
-        """The cached object, or None."""
-        ...
-
-    def list(self, api_version: str, resource: str, namespace: str, labels: Any) -> Any:
-        """``{"items": [...]}``: cached objects in ``namespace`` (``""``: every namespace) with ``labels``."""
-        ...
-
-    def by_index(self, api_version: str, resource: str, index: str, value: str) -> Any:
-        """``{"items": [...]}``: cached objects whose declared index ``index`` yields ``value``."""
-        ...
-
-
-class VariableScope:
-    """Lazily evaluated ``variables`` and ``params`` of one policy in one request, and its references."""
-
-    __slots__ = ("activation", "cache", "params", "programs", "references")
-
-    def __init__(self, programs: dict[str, Any], activation: Any, params: Any,
-                 references: ReferenceReader | None = None) -> None:
-        self.programs = programs
-        self.activation = activation
-        self.params = params
-        self.references = references
-        self.cache: dict[str, Any] = {}
-
-    def variable(self, name: str) -> Any:
-        """Evaluate ``variables.<name>`` once; raise on a CEL error value."""
-        try:
-            return self.cache[name]
-        except KeyError:
-            pass
-        program = self.programs.get(name)
-        if program is None:
-            raise KeyError(f"no such variable: {name}")
-        value = program.eval(self.activation)
-        if value.type() == T.ERROR:
-            raise RuntimeError(f"variables.{name}: {value.value()}")
-        result = value.plain_value()
-        self.cache[name] = result
-        return result
-
-
-_scope: contextvars.ContextVar[VariableScope | None] = contextvars.ContextVar("tollgate_cel_scope", default=None)
-
-
-def set_current_scope(scope: VariableScope | None) -> contextvars.Token[VariableScope | None]:
-    """Install the scope ``__tg_var``/``__tg_params`` read; returns a reset token."""
-    return _scope.set(scope)
-
-
-def reset_scope(token: contextvars.Token[VariableScope | None]) -> None:
-    """Undo :func:`set_current_scope`."""
-    _scope.reset(token)
-
-
-def _tg_var(name: str) -> Any:
-    scope = _scope.get()
-    if scope is None:
-        raise RuntimeError("variables evaluated outside a policy scope")
-    return scope.variable(name)
-
-
-def _tg_params() -> Any:
-    scope = _scope.get()
-    return None if scope is None else scope.params
-
-
-def _reader(function_name: str) -> ReferenceReader:
-    scope = _scope.get()
-    if scope is None or scope.references is None:
-        raise LibraryError(f"{function_name}: the policy declares no spec.references")
-    return scope.references
-
-
-def _resource_get(api_version: str, resource: str, namespace: str, name: str) -> Any:
-    return _reader("resource.Get").get(api_version, resource, namespace, name)
-
-
-def _resource_list(api_version: str, resource: str, namespace: str, labels: Any = None) -> Any:
-    return _reader("resource.List").list(api_version, resource, namespace, labels)
-
-
-def _resource_by_index(api_version: str, resource: str, index: str, value: str) -> Any:
-    return _reader("resource.ByIndex").by_index(api_version, resource, index, value)
-
-
-#: The read-only half of Kyverno's CEL resource library, over the caches ``spec.references`` declares,
-#: plus ``resource.ByIndex`` (client-go's ``Indexer.ByIndex`` over a declared index).
-RESOURCE_FUNCTIONS = frozenset({"resource.Get", "resource.List", "resource.ByIndex"})
-
-
-def _range_bound(n: int) -> int:
-    if n > MAX_RANGE:
-        raise LibraryError(f"lists.range({n}) exceeds the limit of {MAX_RANGE}")
-    return n
-
-
-def _internal_declarations() -> list[Any]:
-    return [
-        function("__tg_var", "tg_var", T.DYN, [T.STRING], _tg_var),
-        function("__tg_params", "tg_params", T.DYN, [], _tg_params),
-        function("__tg_range_bound", "tg_range_bound", T.INT, [T.INT], _range_bound),
-        function("resource.Get", "tg_resource_get", T.DYN, [T.STRING] * 4, _resource_get),
-        function("resource.ByIndex", "tg_resource_by_index", T.DYN, [T.STRING] * 4, _resource_by_index),
-        overloads("resource.List",
-                  cel.Overload("tg_resource_list", T.DYN, [T.STRING] * 3, is_member=False, impl=_resource_list),
-                  cel.Overload("tg_resource_list_labels", T.DYN, [T.STRING, T.STRING, T.STRING, T.DYN],
-                               is_member=False, impl=_resource_list)),
-    ]
-
-
-# -- source rewrites ----------------------------------------------------------------------------
-
-_STRING = re.compile(
-    r"""[rR]?[bB]?(?:'''(?:\\.|[^\\])*?'''|\"\"\"(?:\\.|[^\\])*?\"\"\"|'(?:\\.|[^\\'\n])*'|"(?:\\.|[^\\"\n])*")"""
-)
-
-
-def _string_spans(text: str) -> list[tuple[int, int]]:
-    return [m.span() for m in _STRING.finditer(text)]
-
-
-def _inside(spans: list[tuple[int, int]], pos: int) -> bool:
-    return any(a <= pos < b for a, b in spans)
-
-
-def _close_paren(text: str, open_at: int, spans: list[tuple[int, int]]) -> int:
-    """Index of the ``)`` matching the ``(`` at ``open_at``, or -1."""
-    depth = 0
-    i = open_at
-    span_at = dict(spans)
-    while i < len(text):
-        if i in span_at:
-            i = span_at[i]
-            continue
-        c = text[i]
-        if c in "([{":
-            depth += 1
-        elif c in ")]}":
-            depth -= 1
-            if depth == 0:
-                return i if c == ")" else -1
-        i += 1
-    return -1
-
-
-def _last_top_level_dot(arg: str) -> int:
-    spans = _string_spans(arg)
-    span_at = dict(spans)
-    depth, i, last = 0, 0, -1
-    while i < len(arg):
-        if i in span_at:
-            i = span_at[i]
-            continue
-        c = arg[i]
-        if c in "([{":
-            depth += 1
-        elif c in ")]}":
-            depth -= 1
-        elif c == "." and depth == 0 and not (i + 1 < len(arg) and arg[i + 1] == "?") and \
-                not (i > 0 and arg[i - 1] == "?"):
-            last = i
-        i += 1
-    return last
-
-
-def _rewrite_calls(text: str, head: re.Pattern[str], edit: Callable[[str, str], str | None]) -> str:
-    """Apply ``edit(head_text, argument_text) -> replacement | None`` to each call matching ``head``.
-
-    Calls are rewritten last to first, so a call nested in another's arguments is rewritten before
-    the enclosing one, and a replacement is never scanned again.
-    """
-    spans = _string_spans(text)
-    starts = [m.start() for m in head.finditer(text) if not _inside(spans, m.start())]
-    for start in reversed(starts):
-        spans = _string_spans(text)
-        m = head.match(text, start)
-        if m is None:
-            continue
-        open_at = m.end() - 1
-        close = _close_paren(text, open_at, spans)
-        if close < 0:
-            continue  # unbalanced: leave it to the parser's error
-        replacement = edit(m.group(0), text[open_at + 1:close])
-        if replacement is not None:
-            text = text[:start] + replacement + text[close + 1:]
-    return text
-
-
-_HAS = re.compile(r"(?<![\w.])has\s*\(")
-_FORMAT_NAMED = re.compile(r"(?<![\w.])format\s*\.\s*named\s*\(")
-_VALIDATE = re.compile(r"\.\s*validate\s*\(")
-_RANGE = re.compile(r"(?<![\w.])lists\s*\.\s*range\s*\(")
-
-
-def _has(_head: str, arg: str) -> str | None:
-    dot = _last_top_level_dot(arg)
-    if dot <= 0:
-        return None
-    operand, fieldname = arg[:dot].strip(), arg[dot + 1:].strip()
-    if not re.fullmatch(r"[A-Za-z_]\w*", fieldname):
-        return None
-    if operand == "variables":
-        # Kubernetes declares `variables` as an object with one field per declared variable, so
-        # has(variables.x) is true for every declared x (undeclared ones fail to compile).
-        return "true"
-    return (f"cel.bind(__tg_has, {operand}, type(__tg_has) == map || type(__tg_has) == list "
-            f"? has(__tg_has.{fieldname}) : false)")
-
-
-def rewrite_source(text: str) -> str:
-    """Rewrite what cel-cpp cannot express as Kubernetes means it; leaves string literals alone.
-
-    * ``has(x.f)`` is false when ``x`` is null, a string, a number or a bool (cel-go's
-      ``refQualify``: a presence test on a value that is not a map, list or message is false, not
-      an error; cel-cpp errors); on a list it still errors, as in cel-go;
-      ``has(variables.v)`` is true (Kubernetes' ``variables`` object has every declared variable).
-    * ``format.named(s)`` → ``__tg_format_named(s).first()`` and ``F.validate(s)`` →
-      ``F.__tg_validate(s).first()``: Python cannot return optionals (see
-      :mod:`webhook.policy.cel.library.format`).
-    * ``lists.range(n)`` → ``lists.range(__tg_range_bound(n))`` (at most :data:`MAX_RANGE`).
-
-    Args:
-        text: CEL source.
-
-    Returns:
-        The rewritten source (identical when none of these occur).
-    """
-    if "has" in text:
-        text = _rewrite_calls(text, _HAS, _has)
-    if "named" in text:
-        text = _rewrite_calls(text, _FORMAT_NAMED, lambda _h, a: f"__tg_format_named({a}).first()")
-    if "validate" in text:
-        text = _rewrite_calls(text, _VALIDATE, lambda _h, a: f".__tg_validate({a}).first()")
-    if "range" in text:
-        text = _rewrite_calls(text, _RANGE, lambda _h, a: f"lists.range(__tg_range_bound({a}))")
-    return text
-
-
-# -- the environment ---------------------------------------------------------------------------
 
 class EvaluationError(RuntimeError):
     """A CEL evaluation failed: an error value, or a runtime limit (see :class:`BudgetExceeded`)."""
@@ -429,7 +168,7 @@ class PolicyEnv:
         #: (text, disable_check) → compiled expression, most recently used last (see :meth:`compile`).
         self._compiled: OrderedDict[tuple[str, bool], CompiledExpression] = OrderedDict()
         variables = dict.fromkeys(VARIABLES, T.DYN)
-        python_library = [*library.declarations(), *_internal_declarations()]
+        python_library = [*library.declarations(), *scope.declarations(), *rewrites.declarations()]
         self.env = cel.NewEnv(config=cel.NewEnvConfigFromYaml(CONFIG_YAML), variables=variables,
                               extensions=[cel.CelExtension("tollgate_kubernetes", python_library)])
         self.twin = cel.NewEnv(config=cel.NewEnvConfigFromYaml(_TWIN_YAML), variables=variables,
@@ -521,8 +260,13 @@ class PolicyEnv:
         return str(v.value()) if v.type() == T.ERROR else None
 
 
-#: The shared environment. Compiling is thread-compatible; envs are immutable once built.
-ENV = PolicyEnv()
+@functools.cache
+def environment() -> PolicyEnv:
+    """The shared environment, built on first use (building it compiles cel-cpp's extensions: tens of ms).
+
+    Compiling is thread-compatible; envs are immutable once built.
+    """
+    return PolicyEnv()
 
 
 def compile_expression(text: str) -> CompiledExpression:
@@ -533,7 +277,7 @@ def compile_expression(text: str) -> CompiledExpression:
     """
     if len(text) > MAX_EXPRESSION_LENGTH:
         raise RuntimeError(f"expression is {len(text)} characters; the limit is {MAX_EXPRESSION_LENGTH}")
-    return ENV.compile(text)
+    return environment().compile(text)
 
 
 def evaluate(program: Any, activation: Any) -> Any:
@@ -552,94 +296,3 @@ def evaluate(program: Any, activation: Any) -> Any:
     if v.type() == T.ERROR:
         raise EvaluationError(str(v.value()))
     return v.plain_value()
-
-
-# -- variables and params routing ---------------------------------------------------------------
-
-# String literals (single, double, triple, raw) are skipped by the rewrite so
-# that text such as 'params' inside a message is left alone.
-_TOKENS = re.compile(
-    r"""(?P<str>[rR]?(?:'''(?:\\.|[^\\])*?'''|\"\"\"(?:\\.|[^\\])*?\"\"\"|'(?:\\.|[^\\'\n])*'|"(?:\\.|[^\\"\n])*"))"""
-    r"""|(?P<var>(?<![\w.])variables\s*\.\s*(?P<name>[A-Za-z_]\w*))"""
-    r"""|(?P<params>(?<![\w.])params(?!\w))"""
-)
-
-
-def rewrite_for_runtime(expression: str) -> str:
-    """Route ``variables.x`` and ``params`` through the per-policy scope.
-
-    Args:
-        expression: CEL source as the policy author wrote it (already compiled
-            once unchanged, for type checking and error positions).
-
-    Returns:
-        The same expression with ``has(variables.x)`` → ``true``, ``variables.<name>`` →
-        ``__tg_var("<name>")`` and ``params`` → ``__tg_params()`` outside string literals.
-    """
-    expression = _rewrite_calls(expression, _HAS, _has_variables_only) if "has" in expression else expression
-
-    def sub(m: re.Match[str]) -> str:
-        if m.group("str") is not None:
-            return m.group("str")
-        if m.group("var") is not None:
-            return f'__tg_var("{m.group("name")}")'
-        return "__tg_params()"
-
-    return _TOKENS.sub(sub, expression)
-
-
-def _has_variables_only(head: str, arg: str) -> str | None:
-    return "true" if re.fullmatch(r"\s*variables\s*\.\s*[A-Za-z_]\w*\s*", arg) else None
-
-
-#: Longest expression the inliner produces before falling back to the per-policy scope.
-MAX_INLINED_LENGTH = 50_000
-
-
-def inline_variables(expression: str, definitions: dict[str, str]) -> str | None:
-    """Bind each referenced ``variables.<name>`` once, natively, with ``cel.bind``.
-
-    ``variables.x`` becomes the bound name ``__tg_v_x`` and the expression is wrapped in
-    ``cel.bind(__tg_v_x, (<definition>), ...)`` for each referenced variable, so a variable used
-    inside a comprehension is evaluated once per expression, not once per iteration (plain
-    textual substitution re-evaluated it per element: quadratic on large lists). ``cel.bind`` is
-    lazy in cel-cpp, so an unused erroring variable stays harmless, as Kubernetes' lazy variables.
-
-    Args:
-        expression: CEL source.
-        definitions: variable name → self-contained (already inlined) source of its definition.
-
-    Returns:
-        The inlined source with ``params`` routed to ``__tg_params()``, or None when a referenced
-        variable has no definition or the result would exceed :data:`MAX_INLINED_LENGTH`.
-    """
-    used: list[str] = []
-    missing = False
-
-    def sub(m: re.Match[str]) -> str:
-        nonlocal missing
-        if m.group("str") is not None:
-            return m.group("str")
-        if m.group("var") is not None:
-            name = m.group("name")
-            if name not in definitions:
-                missing = True
-                return m.group(0)
-            if name not in used:
-                used.append(name)
-            return f"__tg_v_{name}"
-        return "__tg_params()"
-
-    if "has" in expression:
-        expression = _rewrite_calls(expression, _HAS, _has_variables_only)
-    result = _TOKENS.sub(sub, expression)
-    for name in reversed(used):
-        result = f"cel.bind(__tg_v_{name}, ({definitions[name]}), {result})"
-    if missing or len(result) > MAX_INLINED_LENGTH:
-        return None
-    return result
-
-
-def referenced_variables(expression: str) -> frozenset[str]:
-    """Names ``n`` for which ``variables.n`` occurs outside string literals."""
-    return frozenset(m.group("name") for m in _TOKENS.finditer(expression) if m.group("var") is not None)

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from webhook.policy.cel.env import ENV
+from webhook.policy.cel.env import environment
 from webhook.policy.lookups import Lookups
 from webhook.policy.matching import View
 from webhook.policy.projection import Projection
@@ -85,7 +85,7 @@ class RequestContext:
         return self.deadline is not None and self.clock() > self.deadline
 
     def _new_activation(self, obj: Any, old: Any) -> Any:
-        return ENV.Activation({
+        return environment().Activation({
             "object": obj,
             "oldObject": old,
             "request": self.request_variable,

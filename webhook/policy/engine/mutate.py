@@ -16,7 +16,7 @@ from typing import Any
 import jsonpatch
 import orjson
 
-from webhook.policy.cel.env import reset_scope, set_current_scope
+from webhook.policy.cel.scope import reset_scope, set_current_scope
 from webhook.policy.compiler import CompiledPolicy
 from webhook.policy.engine.context import RequestContext
 from webhook.policy.engine.outcome import EvaluationError, MutationOutcome, error_result, label, record

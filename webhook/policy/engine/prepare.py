@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.policy import lookups as caches
-from webhook.policy.cel.env import VariableScope, reset_scope, set_current_scope
+from webhook.policy.cel.scope import VariableScope, reset_scope, set_current_scope
 from webhook.policy.compiler import CompiledPolicy
 from webhook.policy.engine.context import RequestContext
 from webhook.policy.engine.outcome import EvaluationError, error_result, label

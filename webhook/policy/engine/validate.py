@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from webhook.policy.cel.env import reset_scope, set_current_scope
+from webhook.policy.cel.scope import reset_scope, set_current_scope
 from webhook.policy.compiler import CompiledPolicy, CompiledValidation
 from webhook.policy.engine.context import RequestContext
 from webhook.policy.engine.fused import fused_passes

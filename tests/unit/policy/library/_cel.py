@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.policy.cel.env import ENV, T
+from webhook.policy.cel.env import T, environment
+
+ENV = environment()
+
 
 
 def run(expr: str, **data: Any) -> tuple[str, Any]:

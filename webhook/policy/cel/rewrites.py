@@ -1,0 +1,258 @@
+"""Source rewrites: what cel-cpp cannot express written as Kubernetes means it, and variables routed per policy.
+
+Two families, both outside string literals:
+
+* :func:`rewrite_source`, before compiling: ``has()`` with cel-go's semantics,
+  optionals returned by the format library, a bound on ``lists.range``;
+* :func:`rewrite_for_runtime` and :func:`inline_variables`, for evaluation with
+  one shared Activation: ``variables.x``/``params`` routed through the policy's
+  scope (:mod:`webhook.policy.cel.scope`), or each variable bound once natively
+  with ``cel.bind``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from webhook.policy.cel.library._decl import LibraryError, T, function
+
+__all__ = [
+    "MAX_INLINED_LENGTH",
+    "MAX_RANGE",
+    "declarations",
+    "inline_variables",
+    "referenced_variables",
+    "rewrite_for_runtime",
+    "rewrite_source",
+]
+
+#: Largest ``n`` accepted by ``lists.range(n)`` (cel-cpp allocates the whole list: 3·10⁷ takes 1 GB).
+MAX_RANGE = 100_000
+
+
+def _range_bound(n: int) -> int:
+    if n > MAX_RANGE:
+        raise LibraryError(f"lists.range({n}) exceeds the limit of {MAX_RANGE}")
+    return n
+
+
+def declarations() -> list[Any]:
+    """The runtime half of the rewrites: ``__tg_range_bound``."""
+    return [function("__tg_range_bound", "tg_range_bound", T.INT, [T.INT], _range_bound)]
+
+
+_STRING = re.compile(
+    r"""[rR]?[bB]?(?:'''(?:\\.|[^\\])*?'''|\"\"\"(?:\\.|[^\\])*?\"\"\"|'(?:\\.|[^\\'\n])*'|"(?:\\.|[^\\"\n])*")"""
+)
+
+
+def _string_spans(text: str) -> list[tuple[int, int]]:
+    return [m.span() for m in _STRING.finditer(text)]
+
+
+def _inside(spans: list[tuple[int, int]], pos: int) -> bool:
+    return any(a <= pos < b for a, b in spans)
+
+
+def _close_paren(text: str, open_at: int, spans: list[tuple[int, int]]) -> int:
+    """Index of the ``)`` matching the ``(`` at ``open_at``, or -1."""
+    depth = 0
+    i = open_at
+    span_at = dict(spans)
+    while i < len(text):
+        if i in span_at:
+            i = span_at[i]
+            continue
+        c = text[i]
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+            if depth == 0:
+                return i if c == ")" else -1
+        i += 1
+    return -1
+
+
+def _last_top_level_dot(arg: str) -> int:
+    spans = _string_spans(arg)
+    span_at = dict(spans)
+    depth, i, last = 0, 0, -1
+    while i < len(arg):
+        if i in span_at:
+            i = span_at[i]
+            continue
+        c = arg[i]
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif c == "." and depth == 0 and not (i + 1 < len(arg) and arg[i + 1] == "?") and \
+                not (i > 0 and arg[i - 1] == "?"):
+            last = i
+        i += 1
+    return last
+
+
+def _rewrite_calls(text: str, head: re.Pattern[str], edit: Callable[[str, str], str | None]) -> str:
+    """Apply ``edit(head_text, argument_text) -> replacement | None`` to each call matching ``head``.
+
+    Calls are rewritten last to first, so a call nested in another's arguments is rewritten before
+    the enclosing one, and a replacement is never scanned again.
+    """
+    spans = _string_spans(text)
+    starts = [m.start() for m in head.finditer(text) if not _inside(spans, m.start())]
+    for start in reversed(starts):
+        spans = _string_spans(text)
+        m = head.match(text, start)
+        if m is None:
+            continue
+        open_at = m.end() - 1
+        close = _close_paren(text, open_at, spans)
+        if close < 0:
+            continue  # unbalanced: leave it to the parser's error
+        replacement = edit(m.group(0), text[open_at + 1:close])
+        if replacement is not None:
+            text = text[:start] + replacement + text[close + 1:]
+    return text
+
+
+_HAS = re.compile(r"(?<![\w.])has\s*\(")
+_FORMAT_NAMED = re.compile(r"(?<![\w.])format\s*\.\s*named\s*\(")
+_VALIDATE = re.compile(r"\.\s*validate\s*\(")
+_RANGE = re.compile(r"(?<![\w.])lists\s*\.\s*range\s*\(")
+
+
+def _has(_head: str, arg: str) -> str | None:
+    dot = _last_top_level_dot(arg)
+    if dot <= 0:
+        return None
+    operand, fieldname = arg[:dot].strip(), arg[dot + 1:].strip()
+    if not re.fullmatch(r"[A-Za-z_]\w*", fieldname):
+        return None
+    if operand == "variables":
+        # Kubernetes declares `variables` as an object with one field per declared variable, so
+        # has(variables.x) is true for every declared x (undeclared ones fail to compile).
+        return "true"
+    return (f"cel.bind(__tg_has, {operand}, type(__tg_has) == map || type(__tg_has) == list "
+            f"? has(__tg_has.{fieldname}) : false)")
+
+
+def rewrite_source(text: str) -> str:
+    """Rewrite what cel-cpp cannot express as Kubernetes means it; leaves string literals alone.
+
+    * ``has(x.f)`` is false when ``x`` is null, a string, a number or a bool (cel-go's
+      ``refQualify``: a presence test on a value that is not a map, list or message is false, not
+      an error; cel-cpp errors); on a list it still errors, as in cel-go;
+      ``has(variables.v)`` is true (Kubernetes' ``variables`` object has every declared variable).
+    * ``format.named(s)`` → ``__tg_format_named(s).first()`` and ``F.validate(s)`` →
+      ``F.__tg_validate(s).first()``: Python cannot return optionals (see
+      :mod:`webhook.policy.cel.library.format`).
+    * ``lists.range(n)`` → ``lists.range(__tg_range_bound(n))`` (at most :data:`MAX_RANGE`).
+
+    Args:
+        text: CEL source.
+
+    Returns:
+        The rewritten source (identical when none of these occur).
+    """
+    if "has" in text:
+        text = _rewrite_calls(text, _HAS, _has)
+    if "named" in text:
+        text = _rewrite_calls(text, _FORMAT_NAMED, lambda _h, a: f"__tg_format_named({a}).first()")
+    if "validate" in text:
+        text = _rewrite_calls(text, _VALIDATE, lambda _h, a: f".__tg_validate({a}).first()")
+    if "range" in text:
+        text = _rewrite_calls(text, _RANGE, lambda _h, a: f"lists.range(__tg_range_bound({a}))")
+    return text
+
+
+# String literals (single, double, triple, raw) are skipped by the rewrite so
+# that text such as 'params' inside a message is left alone.
+_TOKENS = re.compile(
+    r"""(?P<str>[rR]?(?:'''(?:\\.|[^\\])*?'''|\"\"\"(?:\\.|[^\\])*?\"\"\"|'(?:\\.|[^\\'\n])*'|"(?:\\.|[^\\"\n])*"))"""
+    r"""|(?P<var>(?<![\w.])variables\s*\.\s*(?P<name>[A-Za-z_]\w*))"""
+    r"""|(?P<params>(?<![\w.])params(?!\w))"""
+)
+
+
+def rewrite_for_runtime(expression: str) -> str:
+    """Route ``variables.x`` and ``params`` through the per-policy scope.
+
+    Args:
+        expression: CEL source as the policy author wrote it (already compiled
+            once unchanged, for type checking and error positions).
+
+    Returns:
+        The same expression with ``has(variables.x)`` → ``true``, ``variables.<name>`` →
+        ``__tg_var("<name>")`` and ``params`` → ``__tg_params()`` outside string literals.
+    """
+    expression = _rewrite_calls(expression, _HAS, _has_variables_only) if "has" in expression else expression
+
+    def sub(m: re.Match[str]) -> str:
+        if m.group("str") is not None:
+            return m.group("str")
+        if m.group("var") is not None:
+            return f'__tg_var("{m.group("name")}")'
+        return "__tg_params()"
+
+    return _TOKENS.sub(sub, expression)
+
+
+def _has_variables_only(head: str, arg: str) -> str | None:
+    return "true" if re.fullmatch(r"\s*variables\s*\.\s*[A-Za-z_]\w*\s*", arg) else None
+
+
+#: Longest expression the inliner produces before falling back to the per-policy scope.
+MAX_INLINED_LENGTH = 50_000
+
+
+def inline_variables(expression: str, definitions: dict[str, str]) -> str | None:
+    """Bind each referenced ``variables.<name>`` once, natively, with ``cel.bind``.
+
+    ``variables.x`` becomes the bound name ``__tg_v_x`` and the expression is wrapped in
+    ``cel.bind(__tg_v_x, (<definition>), ...)`` for each referenced variable, so a variable used
+    inside a comprehension is evaluated once per expression, not once per iteration (plain
+    textual substitution re-evaluated it per element: quadratic on large lists). ``cel.bind`` is
+    lazy in cel-cpp, so an unused erroring variable stays harmless, as Kubernetes' lazy variables.
+
+    Args:
+        expression: CEL source.
+        definitions: variable name → self-contained (already inlined) source of its definition.
+
+    Returns:
+        The inlined source with ``params`` routed to ``__tg_params()``, or None when a referenced
+        variable has no definition or the result would exceed :data:`MAX_INLINED_LENGTH`.
+    """
+    used: list[str] = []
+    missing = False
+
+    def sub(m: re.Match[str]) -> str:
+        nonlocal missing
+        if m.group("str") is not None:
+            return m.group("str")
+        if m.group("var") is not None:
+            name = m.group("name")
+            if name not in definitions:
+                missing = True
+                return m.group(0)
+            if name not in used:
+                used.append(name)
+            return f"__tg_v_{name}"
+        return "__tg_params()"
+
+    if "has" in expression:
+        expression = _rewrite_calls(expression, _HAS, _has_variables_only)
+    result = _TOKENS.sub(sub, expression)
+    for name in reversed(used):
+        result = f"cel.bind(__tg_v_{name}, ({definitions[name]}), {result})"
+    if missing or len(result) > MAX_INLINED_LENGTH:
+        return None
+    return result
+
+
+def referenced_variables(expression: str) -> frozenset[str]:
+    """Names ``n`` for which ``variables.n`` occurs outside string literals."""
+    return frozenset(m.group("name") for m in _TOKENS.finditer(expression) if m.group("var") is not None)
