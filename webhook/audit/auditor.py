@@ -60,7 +60,7 @@ from webhook.informer.dynamic import DynamicInformers
 from webhook.informer.gvr import GVR
 from webhook.policy import CompiledPolicy, compile_policy, policy_key
 from webhook.policy.lookups import CONFIGMAPS, NAMESPACES, POLICIES, Lookups
-from webhook.policy.matching import POD_CONTROLLERS
+from webhook.policy.matching import routed_rules
 from webhook.policy.model import PolicySpec, ResourceRule
 
 log = logging.getLogger("tollgate.audit")
@@ -95,13 +95,7 @@ def audit_rules(spec: PolicySpec) -> list[ResourceRule]:
     a CREATE); with ``autogen.podControllers`` and a rule selecting core
     ``pods``, the pod controllers are added (their pod templates are audited).
     """
-    rules = [r for r in spec.resource_rules if {"CREATE", "*"} & r.operations]
-    if spec.pod_controllers and any(
-            {"", "*"} & r.api_groups and {"pods", "*", "*/*"} & r.resources for r in rules):
-        for group, resource in sorted(POD_CONTROLLERS):
-            rules.append(ResourceRule(frozenset({group}), frozenset({"*"}), frozenset({resource}),
-                                      frozenset({"CREATE"})))
-    return rules
+    return [r for r in routed_rules(spec) if {"CREATE", "*"} & r.operations]
 
 
 @dataclass(frozen=True, slots=True)

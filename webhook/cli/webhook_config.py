@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from webhook.cli.command import ExitStatus, Subparsers, add_command
-from webhook.policy.model import KINDS
+from webhook.policy.vocabulary import POLICY_KINDS
 from webhook.policy.webhook_configs import WebhookTarget, parse_webhook_url, parsed_specs, webhook_configurations
 
 __all__ = ["add_parser", "load_policies", "read_ca_bundle", "render", "run"]
@@ -70,7 +70,7 @@ def load_policies(paths: list[Path]) -> list[dict[str, Any]]:
     policies = []
     for path in _yaml_files(paths):
         for doc in yaml.safe_load_all(path.read_text()):
-            if isinstance(doc, dict) and doc.get("kind") in KINDS:
+            if isinstance(doc, dict) and doc.get("kind") in POLICY_KINDS:
                 policies.append(doc)
     return policies
 

@@ -25,7 +25,6 @@ from webhook.policy import projection
 from webhook.policy.cel.env import MAX_EXPRESSION_LENGTH, ResourceCall, T, environment
 from webhook.policy.cel.rewrites import inline_variables, referenced_variables, rewrite_for_runtime
 from webhook.policy.model import (
-    REASON_CODES,
     PolicySpec,
     PolicySpecError,
     Reference,
@@ -33,6 +32,7 @@ from webhook.policy.model import (
     parse_policy_match,
 )
 from webhook.policy.status import ready_condition
+from webhook.policy.vocabulary import PatchType
 
 
 class CompileError(ValueError):
@@ -258,7 +258,7 @@ def compile_spec(spec: PolicySpec) -> CompiledPolicy:
                     else None
                 ),
                 reason=val.reason,
-                code=REASON_CODES[val.reason],
+                code=val.reason.code,
             )
         )
     audits = tuple(
@@ -269,8 +269,8 @@ def compile_spec(spec: PolicySpec) -> CompiledPolicy:
     )
     mutations = []
     for i, m in enumerate(spec.mutations):
-        field = "jsonPatch" if m.patch_type == "JSONPatch" else "applyConfiguration"
-        expect = (T.LIST,) if m.patch_type == "JSONPatch" else (T.MAP,)
+        field = "jsonPatch" if m.patch_type is PatchType.JSON_PATCH else "applyConfiguration"
+        expect = (T.LIST,) if m.patch_type is PatchType.JSON_PATCH else (T.MAP,)
         program = compile_expression(m.expression, f"{p}.mutations[{i}].{field}.expression", expect=expect,
                                      known_variables=known, inlined=inlined, references=refs)
         mutations.append((m.patch_type, program))

@@ -22,10 +22,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.policy.compiler import CompiledPolicy, CompileResult, compile_policy
-from webhook.policy.matching import resource_names
-from webhook.policy.model import NAMESPACED_KIND, POD_CONTROLLERS
+from webhook.policy.matching import resource_names, routed_rules
 from webhook.policy.plan import Plan, build_plan
 from webhook.policy.request import RequestCoordinates
+from webhook.policy.vocabulary import PolicyKind
+from webhook.policy.vocabulary import policy_key as vocabulary_policy_key
 
 #: Plans kept (least recently used dropped first): one per distinct request coordinates.
 MAX_PLANS = 4096
@@ -54,23 +55,14 @@ def policy_key(obj: dict[str, Any]) -> str:
     :attr:`PolicySpec.key`; used by the index, status, metrics and results.
     """
     meta = obj.get("metadata") or {}
-    ns = meta.get("namespace") if obj.get("kind") == NAMESPACED_KIND else None
-    return f"{ns}/{meta.get('name')}" if ns else str(meta.get("name"))
+    ns = meta.get("namespace") if obj.get("kind") == PolicyKind.NAMESPACED else None
+    return vocabulary_policy_key(ns, str(meta.get("name")))
 
 
 def _buckets(policy: CompiledPolicy) -> set[_Bucket]:
-    out: set[_Bucket] = set()
-    for rule in policy.spec.resource_rules:
-        for group in rule.api_groups:
-            for resource in rule.resources:
-                for op in rule.operations:
-                    out.add((group, resource, op))
-                    # A pod rule under autogen also selects the controllers' own
-                    # requests (evaluated on their pod template).
-                    if policy.spec.pod_controllers and resource == "pods" and group in ("", "*"):
-                        for cgroup, cresource in POD_CONTROLLERS:
-                            out.add((cgroup, cresource, op))
-    return out
+    # The pod controllers autogen adds are filed like any rule (their requests are evaluated on the template).
+    return {(group, resource, op) for rule in routed_rules(policy.spec) for group in rule.api_groups
+            for resource in rule.resources for op in rule.operations}
 
 
 class PolicyIndex:

@@ -11,6 +11,16 @@ excludes (versions, ``scope``, subresources: ``pods``, ``pods/status``,
 the policy sees (the object itself, or a Pod built from a controller's
 template under ``autogen.podControllers``). ``matchConditions`` are CEL and
 are evaluated by the engine, as the API server's validator does.
+
+The one home of the pod-controller rule: :func:`autogen_rules` is the rules
+``autogen.podControllers`` adds, which the index, the generated webhook
+configurations and the background audit route by, and :func:`rules_view`
+decides with the same test (:func:`selects_core_pods`).
+
+Scope follows the API server's ``rules.go``: a Namespace is cluster-scoped,
+although the API server sets ``request.namespace`` to its own name on its
+UPDATE and DELETE; an AdmissionPolicy (a tenant's) never matches a
+cluster-scoped object, its own Namespace included.
 """
 
 from __future__ import annotations
@@ -19,8 +29,12 @@ from collections.abc import Callable, Mapping
 from enum import StrEnum
 from typing import Any
 
-from webhook.policy.model import NAMESPACED_KIND, POD_CONTROLLERS, PolicySpec, ResourceRule
-from webhook.policy.request import RequestCoordinates
+from webhook.policy.model import PolicySpec, ResourceRule
+from webhook.policy.request import POD_CONTROLLERS, RequestCoordinates
+from webhook.policy.vocabulary import PolicyKind, Scope
+
+#: What names core ``pods`` themselves (no subresource) in a rule's ``resources``.
+_POD_NAMES = frozenset({"pods", "*", "*/*"})
 
 
 class View(StrEnum):
@@ -56,12 +70,49 @@ def rule_matches(rule: ResourceRule, coords: RequestCoordinates, *, group: str |
     v = coords.version if version is None else version
     if v not in rule.api_versions and "*" not in rule.api_versions:
         return False
-    if rule.scope == "Cluster" and coords.namespaced:
+    if rule.scope is Scope.CLUSTER and coords.namespaced:
         return False
-    if rule.scope == "Namespaced" and not coords.namespaced:
+    if rule.scope is Scope.NAMESPACED and not coords.namespaced:
         return False
     names = resource_names(coords.resource if resource is None else resource, coords.sub_resource)
     return not rule.resources.isdisjoint(names)
+
+
+def selects_core_pods(rule: ResourceRule) -> bool:
+    """Whether ``rule`` selects core ``v1`` Pods themselves, the rules ``autogen.podControllers`` extends.
+
+    The same test :func:`rules_view` applies when it matches a controller's request as ``pods``:
+    group ``""`` or ``*``, version ``v1`` or ``*``, and ``pods``, ``*`` or ``*/*`` in ``resources``.
+    """
+    return (bool({"", "*"} & rule.api_groups) and bool({"v1", "*"} & rule.api_versions)
+            and not _POD_NAMES.isdisjoint(rule.resources))
+
+
+def autogen_rules(spec: PolicySpec) -> tuple[ResourceRule, ...]:
+    """The rules ``autogen.podControllers`` adds to ``spec``'s: every pod controller, per rule selecting Pods.
+
+    For each of ``spec.resource_rules`` that :func:`selects_core_pods`, one rule per API
+    group of :data:`POD_CONTROLLERS` with the pod rule's versions, operations and scope.
+    Used to route requests (the index, the generated webhook configurations) and to list
+    what the background audit evaluates; :func:`rules_view` then decides exactly.
+
+    Returns:
+        ``()`` without ``autogen.podControllers`` or without a rule selecting Pods.
+    """
+    if not spec.pod_controllers:
+        return ()
+    by_group: dict[str, set[str]] = {}
+    for group, resource in POD_CONTROLLERS:
+        by_group.setdefault(group, set()).add(resource)
+    return tuple(ResourceRule(api_groups=frozenset({group}), api_versions=rule.api_versions,
+                              resources=frozenset(resources), operations=rule.operations, scope=rule.scope)
+                 for rule in spec.resource_rules if selects_core_pods(rule)
+                 for group, resources in sorted(by_group.items()))
+
+
+def routed_rules(spec: PolicySpec) -> tuple[ResourceRule, ...]:
+    """``spec.resource_rules`` followed by its :func:`autogen_rules`: everything that may select a request."""
+    return spec.resource_rules + autogen_rules(spec)
 
 
 def _rules_select(spec: PolicySpec, coords: RequestCoordinates, **override: str) -> bool:
@@ -86,7 +137,7 @@ def rules_view(spec: PolicySpec, coords: RequestCoordinates) -> View | None:
     Returns:
         The view the policy would see, or None when its rules do not select the request.
     """
-    if spec.kind == NAMESPACED_KIND and coords.namespace != spec.namespace:
+    if spec.kind is PolicyKind.NAMESPACED and not (coords.namespaced and coords.namespace == spec.namespace):
         # An AdmissionPolicy sees only requests in its own namespace: never a
         # cluster-scoped object, its own Namespace included.
         return None
@@ -127,5 +178,5 @@ def selectors_match(spec: PolicySpec, coords: RequestCoordinates, request: Mappi
     return sel.empty or sel.matches_object(request.get("object")) or sel.matches_object(request.get("oldObject"))
 
 
-__all__ = ["POD_CONTROLLERS", "View", "has_selectors", "resource_names", "rule_matches", "rules_view",
-           "selectors_match"]
+__all__ = ["POD_CONTROLLERS", "View", "autogen_rules", "has_selectors", "resource_names", "routed_rules",
+           "rule_matches", "rules_view", "selectors_match", "selects_core_pods"]

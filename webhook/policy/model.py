@@ -14,34 +14,29 @@ import dataclasses
 import hashlib
 import re
 from dataclasses import dataclass
-from typing import Any
+from enum import StrEnum
+from typing import Any, TypeVar
 
 from webhook.policy.selectors import LabelSelector, SelectorError, parse_label_selector
+from webhook.policy.vocabulary import (
+    POLICY_KINDS,
+    Action,
+    FailurePolicy,
+    OnUnsynced,
+    Operation,
+    ParameterNotFoundAction,
+    PatchType,
+    PolicyKind,
+    Scope,
+    StatusReason,
+    policy_key,
+)
 
-CLUSTER_KIND = "ClusterAdmissionPolicy"
-NAMESPACED_KIND = "AdmissionPolicy"
-KINDS = frozenset({CLUSTER_KIND, NAMESPACED_KIND})
-
-FAILURE_POLICIES = frozenset({"Fail", "Ignore"})
-VALIDATION_ACTIONS = frozenset({"Deny", "Warn", "Audit"})
-ON_UNSYNCED = frozenset({"Deny", "Allow", "Warn"})
-OPERATIONS = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT", "*"})
-SCOPES = frozenset({"Cluster", "Namespaced", "*"})
-NOT_FOUND_ACTIONS = frozenset({"Deny", "Allow"})
-#: ``reason`` of a validation → HTTP status code, as VAP's ``Validation.reason``.
-REASON_CODES = {"Unauthorized": 401, "Forbidden": 403, "Invalid": 422, "RequestEntityTooLarge": 413}
-PATCH_TYPES = frozenset({"JSONPatch", "ApplyConfiguration"})
+#: The actions ``validationActions`` may list (``Ignored`` is the engine's word, never the author's).
+VALIDATION_ACTIONS = frozenset({Action.DENY, Action.WARN, Action.AUDIT})
 MAX_MATCH_CONDITIONS = 64
-#: Pod controllers and the path of their pod template (``autogen.podControllers``), keyed by (group, resource).
-POD_CONTROLLERS: dict[tuple[str, str], tuple[str, ...]] = {
-    ("apps", "deployments"): ("spec", "template"),
-    ("apps", "statefulsets"): ("spec", "template"),
-    ("apps", "daemonsets"): ("spec", "template"),
-    ("apps", "replicasets"): ("spec", "template"),
-    ("", "replicationcontrollers"): ("spec", "template"),
-    ("batch", "jobs"): ("spec", "template"),
-    ("batch", "cronjobs"): ("spec", "jobTemplate", "spec", "template"),
-}
+
+_E = TypeVar("_E", bound=StrEnum)
 
 
 class PolicySpecError(ValueError):
@@ -60,8 +55,8 @@ class ResourceRule:
     api_groups: frozenset[str]
     api_versions: frozenset[str]
     resources: frozenset[str]
-    operations: frozenset[str]
-    scope: str = "*"
+    operations: frozenset[Operation]
+    scope: Scope = Scope.ALL
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +74,7 @@ class Validation:
     expression: str
     message: str | None = None
     message_expression: str | None = None
-    reason: str = "Invalid"
+    reason: StatusReason = StatusReason.INVALID
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +89,7 @@ class AuditAnnotation:
 class Mutation:
     """One ``spec.mutations`` entry: ``patch_type`` JSONPatch or ApplyConfiguration."""
 
-    patch_type: str
+    patch_type: PatchType
     expression: str
 
 
@@ -105,7 +100,7 @@ class ParamRef:
     name: str | None
     namespace: str | None
     selector: LabelSelector | None
-    parameter_not_found_action: str = "Deny"
+    parameter_not_found_action: ParameterNotFoundAction = ParameterNotFoundAction.DENY
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,13 +166,13 @@ class Reference:
 class PolicySpec:
     """A parsed policy. ``namespace`` is None for a ClusterAdmissionPolicy."""
 
-    kind: str
+    kind: PolicyKind
     name: str
     namespace: str | None
     generation: int
-    failure_policy: str
-    validation_actions: frozenset[str]
-    on_unsynced: str
+    failure_policy: FailurePolicy
+    validation_actions: frozenset[Action]
+    on_unsynced: OnUnsynced
     resource_rules: tuple[ResourceRule, ...]
     exclude_resource_rules: tuple[ResourceRule, ...]
     namespace_selector: LabelSelector
@@ -197,8 +192,8 @@ class PolicySpec:
 
     @property
     def key(self) -> str:
-        """Store key: ``namespace/name`` or ``name`` (client-go MetaNamespaceKeyFunc)."""
-        return f"{self.namespace}/{self.name}" if self.namespace else self.name
+        """Store key: ``namespace/name`` or ``name`` (:func:`~webhook.policy.vocabulary.policy_key`)."""
+        return policy_key(self.namespace, self.name)
 
 
 def _list(spec: dict[str, Any], field: str, path: str) -> list[Any]:
@@ -221,11 +216,14 @@ def _str(d: dict[str, Any], field: str, path: str, *, required: bool = True) -> 
     return value
 
 
-def _enum(d: dict[str, Any], field: str, path: str, allowed: frozenset[str], default: str) -> str:
+def _enum(d: dict[str, Any], field: str, path: str, enum: type[_E], default: str,
+          allowed: frozenset[_E] | None = None) -> _E:
+    """``d[field]`` (or ``default``) as a member of ``enum``, restricted to ``allowed`` when given."""
     value = d.get(field, default)
-    if value not in allowed:
-        raise PolicySpecError(f"{path}.{field}", f"must be one of {sorted(allowed)}, got {value!r}")
-    return str(value)
+    members = allowed if allowed is not None else frozenset(enum)
+    if not isinstance(value, str) or value not in members:
+        raise PolicySpecError(f"{path}.{field}", f"must be one of {sorted(str(m) for m in members)}, got {value!r}")
+    return enum(value)
 
 
 def _strset(d: dict[str, Any], field: str, path: str, default: tuple[str, ...] = ()) -> frozenset[str]:
@@ -240,10 +238,11 @@ def _strset(d: dict[str, Any], field: str, path: str, default: tuple[str, ...] =
 def _rule(raw: Any, path: str) -> ResourceRule:
     if not isinstance(raw, dict):
         raise PolicySpecError(path, "must be an object")
-    operations = _strset(raw, "operations", path, ("*",))
-    bad = operations - OPERATIONS
+    names = _strset(raw, "operations", path, ("*",))
+    bad = names - frozenset(Operation)
     if bad:
         raise PolicySpecError(f"{path}.operations", f"unknown operation(s) {sorted(bad)}")
+    operations = frozenset(Operation(o) for o in names)
     resources = _strset(raw, "resources", path)
     if not resources:
         raise PolicySpecError(f"{path}.resources", "required")
@@ -252,7 +251,7 @@ def _rule(raw: Any, path: str) -> ResourceRule:
         api_versions=_strset(raw, "apiVersions", path, ("*",)),
         resources=resources,
         operations=operations,
-        scope=_enum(raw, "scope", path, SCOPES, "*"),
+        scope=_enum(raw, "scope", path, Scope, "*"),
     )
 
 
@@ -276,11 +275,13 @@ def _selector(raw: Any, path: str) -> LabelSelector:
         raise PolicySpecError(e.path, str(e).split(": ", 1)[1]) from None
 
 
-def _actions(spec: dict[str, Any], p: str) -> frozenset[str]:
-    actions = _strset(spec, "validationActions", p, ("Deny",))
-    if not actions or actions - VALIDATION_ACTIONS:
-        raise PolicySpecError(f"{p}.validationActions", f"must be a non-empty subset of {sorted(VALIDATION_ACTIONS)}")
-    if {"Deny", "Warn"} <= actions:
+def _actions(spec: dict[str, Any], p: str) -> frozenset[Action]:
+    names = _strset(spec, "validationActions", p, ("Deny",))
+    if not names or names - VALIDATION_ACTIONS:
+        allowed = sorted(str(a) for a in VALIDATION_ACTIONS)
+        raise PolicySpecError(f"{p}.validationActions", f"must be a non-empty subset of {allowed}")
+    actions = frozenset(Action(a) for a in names)
+    if {Action.DENY, Action.WARN} <= actions:
         raise PolicySpecError(f"{p}.validationActions", "Deny and Warn may not be combined")
     return actions
 
@@ -290,33 +291,34 @@ def _match_part(obj: dict[str, Any], *, lenient: bool) -> tuple[PolicySpec, dict
 
     ``lenient`` reads an unreadable failurePolicy as ``Fail`` and unreadable actions as ``[Deny]``.
     """
-    kind = obj.get("kind")
-    if kind not in KINDS:
-        raise PolicySpecError("kind", f"must be one of {sorted(KINDS)}, got {kind!r}")
+    raw_kind = obj.get("kind")
+    if not isinstance(raw_kind, str) or raw_kind not in POLICY_KINDS:
+        raise PolicySpecError("kind", f"must be one of {sorted(str(k) for k in POLICY_KINDS)}, got {raw_kind!r}")
+    kind = PolicyKind(raw_kind)
     meta = obj.get("metadata") or {}
     name = meta.get("name")
     if not isinstance(name, str) or not name:
         raise PolicySpecError("metadata.name", "required")
-    namespace = meta.get("namespace") if kind == NAMESPACED_KIND else None
-    if kind == NAMESPACED_KIND and not namespace:
+    namespace = meta.get("namespace") if kind is PolicyKind.NAMESPACED else None
+    if kind is PolicyKind.NAMESPACED and not namespace:
         raise PolicySpecError("metadata.namespace", "required for AdmissionPolicy")
     spec = obj.get("spec")
     if not isinstance(spec, dict):
         raise PolicySpecError("spec", "required")
     p = "spec"
     try:
-        failure_policy = _enum(spec, "failurePolicy", p, FAILURE_POLICIES, "Fail")
+        failure_policy = _enum(spec, "failurePolicy", p, FailurePolicy, "Fail")
     except PolicySpecError:
         if not lenient:
             raise
-        failure_policy = "Fail"  # an unreadable failurePolicy fails closed
+        failure_policy = FailurePolicy.FAIL  # an unreadable failurePolicy fails closed
     try:
         actions = _actions(spec, p)
-        on_unsynced = _enum(spec, "onUnsynced", p, ON_UNSYNCED, "Deny")
+        on_unsynced = _enum(spec, "onUnsynced", p, OnUnsynced, "Deny")
     except PolicySpecError:
         if not lenient:
             raise
-        actions, on_unsynced = frozenset({"Deny"}), "Deny"
+        actions, on_unsynced = frozenset({Action.DENY}), OnUnsynced.DENY
 
     match = spec.get("match") or {}
     if not isinstance(match, dict):
@@ -402,7 +404,7 @@ def parse_policy(obj: dict[str, Any]) -> PolicySpec:
         vp = f"{p}.validations[{i}]"
         if not isinstance(v, dict):
             raise PolicySpecError(vp, "must be an object")
-        reason = _enum(v, "reason", vp, frozenset(REASON_CODES), "Invalid")
+        reason = _enum(v, "reason", vp, StatusReason, "Invalid")
         validations.append(
             Validation(
                 expression=_str(v, "expression", vp) or "",
@@ -424,8 +426,8 @@ def parse_policy(obj: dict[str, Any]) -> PolicySpec:
         mp = f"{p}.mutations[{i}]"
         if not isinstance(m, dict):
             raise PolicySpecError(mp, "must be an object")
-        patch_type = _enum(m, "patchType", mp, PATCH_TYPES, "")
-        field = "jsonPatch" if patch_type == "JSONPatch" else "applyConfiguration"
+        patch_type = _enum(m, "patchType", mp, PatchType, "")
+        field = "jsonPatch" if patch_type is PatchType.JSON_PATCH else "applyConfiguration"
         body = m.get(field)
         if not isinstance(body, dict):
             raise PolicySpecError(f"{mp}.{field}", f"required for patchType {patch_type}")
@@ -453,7 +455,7 @@ def parse_policy(obj: dict[str, Any]) -> PolicySpec:
             name=ref_name,
             namespace=ref_ns or namespace,
             selector=_selector(raw_ref["selector"], f"{rp}.selector") if has_selector else None,
-            parameter_not_found_action=_enum(raw_ref, "parameterNotFoundAction", rp, NOT_FOUND_ACTIONS, "Deny"),
+            parameter_not_found_action=_enum(raw_ref, "parameterNotFoundAction", rp, ParameterNotFoundAction, "Deny"),
         )
 
     background = spec.get("background", False)

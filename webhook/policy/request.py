@@ -12,7 +12,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict
 
-from webhook.policy.model import POD_CONTROLLERS
+#: The pod controllers and the path of their pod template, keyed by (group, resource): the kinds
+#: ``autogen.podControllers`` evaluates on a Pod built from that template (routing:
+#: :func:`webhook.policy.matching.autogen_rules`).
+POD_CONTROLLERS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("apps", "deployments"): ("spec", "template"),
+    ("apps", "statefulsets"): ("spec", "template"),
+    ("apps", "daemonsets"): ("spec", "template"),
+    ("apps", "replicasets"): ("spec", "template"),
+    ("", "replicationcontrollers"): ("spec", "template"),
+    ("batch", "jobs"): ("spec", "template"),
+    ("batch", "cronjobs"): ("spec", "jobTemplate", "spec", "template"),
+}
 
 
 class GroupVersionKind(TypedDict):
@@ -85,8 +96,13 @@ class RequestCoordinates:
 
     @property
     def namespaced(self) -> bool:
-        """Whether the request names a namespace (rule ``scope: Namespaced``)."""
-        return bool(self.namespace)
+        """Whether the object lives in a namespace (rule ``scope: Namespaced``).
+
+        As the API server's ``rules.go`` decides scope: a request that names a namespace,
+        except for the Namespace resource itself (and its subresources), which is
+        cluster-scoped although ``request.namespace`` carries its own name on UPDATE and DELETE.
+        """
+        return bool(self.namespace) and not (self.group == "" and self.resource == "namespaces")
 
     @property
     def is_namespace_object(self) -> bool:
@@ -111,4 +127,5 @@ class RequestCoordinates:
         )
 
 
-__all__ = ["AdmissionRequest", "GroupVersionKind", "GroupVersionResource", "RequestCoordinates", "UserInfo"]
+__all__ = ["POD_CONTROLLERS", "AdmissionRequest", "GroupVersionKind", "GroupVersionResource", "RequestCoordinates",
+           "UserInfo"]

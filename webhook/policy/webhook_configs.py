@@ -7,10 +7,10 @@ Tollgate only the requests some policy can act on, as Kyverno's webhook
 controller and Gatekeeper's generated configuration do:
 
 * **Narrowest rules.** The union of the policies' ``match.resourceRules``
-  (rules that differ only in ``resources`` are merged), plus Deployment,
-  StatefulSet, DaemonSet, ReplicaSet, ReplicationController, Job and CronJob
-  (``webhook.policy.matching.POD_CONTROLLERS``) for a policy with
-  ``autogen.podControllers`` on a rule naming ``pods``. Validating rules keep
+  (rules that differ only in ``resources`` are merged), plus the pod
+  controllers ``autogen.podControllers`` adds
+  (:func:`webhook.policy.matching.autogen_rules`, the one expansion the
+  index and the matcher use too). Validating rules keep
   the operations the policies name; mutating rules only ``CREATE`` and
   ``UPDATE`` (a patch means nothing on DELETE or CONNECT).
 * **Who needs which endpoint.** A policy with ``validations`` or
@@ -43,8 +43,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.policy.matching import POD_CONTROLLERS
-from webhook.policy.model import PolicySpec, PolicySpecError, ResourceRule, parse_policy
+from webhook.policy.matching import routed_rules
+from webhook.policy.model import PolicySpec, PolicySpecError, parse_policy
+from webhook.policy.vocabulary import REQUEST_OPERATIONS, Endpoint, FailurePolicy, Operation
 
 __all__ = [
     "ADMISSION_API_VERSION",
@@ -58,12 +59,10 @@ __all__ = [
 ]
 
 ADMISSION_API_VERSION = "admissionregistration.k8s.io/v1"
-VALIDATE_PATH = "/validate"
-MUTATE_PATH = "/mutate"
+VALIDATE_PATH = Endpoint.VALIDATE.path
+MUTATE_PATH = Endpoint.MUTATE.path
 #: Operations a mutation can act on.
-_MUTATING_OPERATIONS = frozenset({"CREATE", "UPDATE"})
-_ALL_OPERATIONS = ("CONNECT", "CREATE", "DELETE", "UPDATE")
-_FAILURE_POLICIES = ("Fail", "Ignore")
+_MUTATING_OPERATIONS = frozenset({Operation.CREATE, Operation.UPDATE})
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,40 +145,24 @@ def parsed_specs(objects: Iterable[Mapping[str, Any]]) -> list[PolicySpec]:
 # -- rules -------------------------------------------------------------------------------------------------------
 
 
-def _expand_pod_controllers(rule: ResourceRule) -> list[ResourceRule]:
-    """The pod-controller rules autogen adds for ``rule`` (none unless it names core ``pods``)."""
-    if "pods" not in rule.resources or not ({"", "*"} & rule.api_groups):
-        return []
-    by_group: dict[str, set[str]] = {}
-    for group, resource in POD_CONTROLLERS:
-        by_group.setdefault(group, set()).add(resource)
-    # Same versions, operations and scope as the pod rule, so that they merge with it where the group is shared.
-    return [ResourceRule(api_groups=frozenset({group}), api_versions=rule.api_versions,
-                         resources=frozenset(resources), operations=rule.operations, scope=rule.scope)
-            for group, resources in by_group.items()]
-
-
-def _operations(operations: frozenset[str], mutating: bool) -> tuple[str, ...]:
-    ops = set(_ALL_OPERATIONS) if "*" in operations else set(operations)
-    if mutating:
+def _operations(operations: frozenset[Operation], endpoint: Endpoint) -> tuple[str, ...]:
+    ops = set(REQUEST_OPERATIONS) if Operation.ALL in operations else set(operations)
+    if endpoint is Endpoint.MUTATE:
         ops &= _MUTATING_OPERATIONS
-    elif ops == set(_ALL_OPERATIONS):
-        return ("*",)
-    return tuple(sorted(ops))
+    elif ops == set(REQUEST_OPERATIONS):
+        return (Operation.ALL.value,)
+    return tuple(sorted(o.value for o in ops))
 
 
-def _rules(specs: Iterable[PolicySpec], *, mutating: bool) -> list[dict[str, Any]]:
+def _rules(specs: Iterable[PolicySpec], endpoint: Endpoint) -> list[dict[str, Any]]:
     """Union of the specs' rules: merged when only ``resources`` differ, sorted."""
     merged: dict[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], str], set[str]] = {}
     for spec in specs:
-        rules = list(spec.resource_rules)
-        if spec.pod_controllers:
-            rules += [extra for rule in spec.resource_rules for extra in _expand_pod_controllers(rule)]
-        for rule in rules:
-            ops = _operations(rule.operations, mutating)
+        for rule in routed_rules(spec):
+            ops = _operations(rule.operations, endpoint)
             if not ops:
                 continue
-            key = (tuple(sorted(rule.api_groups)), tuple(sorted(rule.api_versions)), ops, rule.scope)
+            key = (tuple(sorted(rule.api_groups)), tuple(sorted(rule.api_versions)), ops, str(rule.scope))
             merged.setdefault(key, set()).update(rule.resources)
     return [{"apiGroups": list(groups), "apiVersions": list(versions), "operations": list(ops),
              "resources": sorted(resources), "scope": scope}
@@ -287,21 +270,21 @@ def _client_config(target: WebhookTarget, path: str) -> dict[str, Any]:
     return {"service": {"name": target.service, "namespace": target.namespace, "path": path, "port": target.port}}
 
 
-def _entry(target: WebhookTarget, *, mutating: bool, failure_policy: str, rules: list[dict[str, Any]],
+def _entry(target: WebhookTarget, endpoint: Endpoint, failure_policy: FailurePolicy, rules: list[dict[str, Any]],
            fail_rules: list[dict[str, Any]]) -> dict[str, Any]:
-    verb = "mutate" if mutating else "validate"
-    client_config = _client_config(target, MUTATE_PATH if mutating else VALIDATE_PATH)
+    client_config = _client_config(target, endpoint.path)
     if target.ca_bundle:
         client_config["caBundle"] = target.ca_bundle
     conditions = _exclusions(target)
-    if failure_policy == "Ignore" and fail_rules:
+    if failure_policy is FailurePolicy.IGNORE and fail_rules:
         conditions.append(_not_covered_by(fail_rules))
     entry: dict[str, Any] = {
         # The Fail entry keeps the name the static manifests used (denial messages quote it).
-        "name": f"{verb}.tollgate.dev" if failure_policy == "Fail" else f"{verb}-ignore.tollgate.dev",
+        "name": f"{endpoint}.tollgate.dev" if failure_policy is FailurePolicy.FAIL
+        else f"{endpoint}-ignore.tollgate.dev",
         "admissionReviewVersions": ["v1"],
         "clientConfig": client_config,
-        "failurePolicy": failure_policy,
+        "failurePolicy": str(failure_policy),
         "matchConditions": conditions,
         "matchPolicy": "Equivalent",
         "namespaceSelector": {"matchExpressions": [{
@@ -312,18 +295,16 @@ def _entry(target: WebhookTarget, *, mutating: bool, failure_policy: str, rules:
         "sideEffects": "None",
         "timeoutSeconds": target.timeout_seconds,
     }
-    if mutating:
+    if endpoint is Endpoint.MUTATE:
         # All mutating policies are applied in one call, in name order; no second pass needed.
         entry["reinvocationPolicy"] = "Never"
     return entry
 
 
-def _configuration(kind: str, target: WebhookTarget, specs: list[PolicySpec], *, mutating: bool) -> dict[str, Any]:
-    by_policy = {fp: _rules([s for s in specs if s.failure_policy == fp], mutating=mutating)
-                 for fp in _FAILURE_POLICIES}
-    webhooks = [_entry(target, mutating=mutating, failure_policy=fp, rules=by_policy[fp],
-                       fail_rules=by_policy["Fail"])
-                for fp in _FAILURE_POLICIES if by_policy[fp]]
+def _configuration(kind: str, target: WebhookTarget, specs: list[PolicySpec], endpoint: Endpoint) -> dict[str, Any]:
+    by_policy = {fp: _rules([s for s in specs if s.failure_policy is fp], endpoint) for fp in FailurePolicy}
+    webhooks = [_entry(target, endpoint, fp, by_policy[fp], by_policy[FailurePolicy.FAIL])
+                for fp in FailurePolicy if by_policy[fp]]
     return {"apiVersion": ADMISSION_API_VERSION, "kind": kind,
             "metadata": {"name": target.name, "labels": dict(sorted(target.labels.items()))},
             "webhooks": webhooks}
@@ -348,6 +329,6 @@ def webhook_configurations(specs: Iterable[PolicySpec], target: WebhookTarget | 
     validating = [s for s in specs if s.validations or s.audit_annotations]
     mutating = [s for s in specs if s.mutations]
     return WebhookConfigurations(
-        validating=_configuration("ValidatingWebhookConfiguration", target, validating, mutating=False),
-        mutating=_configuration("MutatingWebhookConfiguration", target, mutating, mutating=True),
+        validating=_configuration("ValidatingWebhookConfiguration", target, validating, Endpoint.VALIDATE),
+        mutating=_configuration("MutatingWebhookConfiguration", target, mutating, Endpoint.MUTATE),
     )

@@ -99,8 +99,8 @@ def test_audit_rules_skip_non_create_rules_and_add_pod_controllers() -> None:
         {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]},
         {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["services"], "operations": ["DELETE"]}]}))
     rules = audit_rules(spec)
-    assert [sorted(r.resources)[0] for r in rules] == ["pods", "replicationcontrollers", "daemonsets", "deployments",
-                                                       "replicasets", "statefulsets", "cronjobs", "jobs"]
+    assert sorted(r for rule in rules for r in rule.resources) == [
+        "cronjobs", "daemonsets", "deployments", "jobs", "pods", "replicasets", "replicationcontrollers", "statefulsets"]
 
 
 class _ReferenceLookups(InMemoryLookups):

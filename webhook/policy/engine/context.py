@@ -74,9 +74,13 @@ class RequestContext:
         return synced
 
     def namespace_object(self) -> dict[str, Any] | None:
-        """The cached Namespace of the request (None for cluster-scoped requests or when not cached)."""
+        """The cached Namespace of the request (None for cluster-scoped requests or when not cached).
+
+        None for a Namespace's own requests too, as the API server's policy dispatcher unsets the
+        namespace of a Namespace object (it carries its own name).
+        """
         if self._namespace_obj is ...:
-            ns = self.coords.namespace
+            ns = self.coords.namespace if self.coords.namespaced else ""
             self._namespace_obj = self.lookups.get_namespace(ns) if ns else None
         return self._namespace_obj  # type: ignore[no-any-return]
 

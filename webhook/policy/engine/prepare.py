@@ -23,7 +23,7 @@ from webhook.policy.engine.outcome import EvaluationError, error_result, label
 from webhook.policy.engine.references import References
 from webhook.policy.engine.values import bool_value
 from webhook.policy.matching import View, has_selectors, selectors_match
-from webhook.policy.vocabulary import Action, PolicyResult, Result
+from webhook.policy.vocabulary import Action, OnUnsynced, ParameterNotFoundAction, PolicyResult, Result
 
 __all__ = ["Run", "params_of", "prepare"]
 
@@ -104,17 +104,17 @@ def prepare(policy: CompiledPolicy, view: View, ctx: RequestContext) -> Run | Po
     if cache is not None:
         action = policy.spec.on_unsynced
         msg = f"cache {cache} has not synced (onUnsynced: {action})"
-        if action == "Deny":
+        if action is OnUnsynced.DENY:
             return PolicyResult(name, Result.FAIL, msg, frozenset({Action.DENY}))
         return PolicyResult(name, Result.SKIP, msg,
-                            frozenset({Action.WARN}) if action == "Warn" else frozenset())
+                            frozenset({Action.WARN}) if action is OnUnsynced.WARN else frozenset())
     params = params_of(policy, ctx)
     if params is _NOT_FOUND:
         ref = policy.spec.param_ref
         assert ref is not None
         what = f"ConfigMap {ref.name}" if ref.name else "any ConfigMap selected by paramRef.selector"
         msg = f"spec.paramRef: no params found: {what}"
-        if ref.parameter_not_found_action == "Deny":
+        if ref.parameter_not_found_action is ParameterNotFoundAction.DENY:
             # VAP: "no matched parameters will be subject to the failurePolicy of the policy".
             return error_result(policy, msg)
         return PolicyResult(name, Result.SKIP, msg)

@@ -7,7 +7,8 @@ from typing import Any
 from webhook.policy.cel.library._decl import LibraryError
 from webhook.policy.compiler import CompiledPolicy
 from webhook.policy.lookups import Lookups
-from webhook.policy.model import NAMESPACED_KIND, Reference
+from webhook.policy.model import Reference
+from webhook.policy.vocabulary import PolicyKind
 
 __all__ = ["References"]
 
@@ -28,7 +29,7 @@ class References:
     def __init__(self, policy: CompiledPolicy, lookups: Lookups) -> None:
         self.declared = {(r.api_version, r.resource): r for r in policy.spec.references}
         self.lookups = lookups
-        self.tenant = policy.spec.namespace if policy.spec.kind == NAMESPACED_KIND else None
+        self.tenant = policy.spec.namespace if policy.spec.kind is PolicyKind.NAMESPACED else None
 
     def _reference(self, function: str, api_version: str, resource: str, namespace: str | None) -> Reference:
         """The declared reference; a tenant's read of another ``namespace`` (None: not a namespace read) errors."""
