@@ -146,6 +146,15 @@ def test_restricted_set_is_baseline_plus_restricted_controls() -> None:
     assert set(restricted) == set(baseline) | on_disk
 
 
+def test_pod_security_installs_both_sets() -> None:
+    # README: `kubectl apply -k policies/pod-security` applies baseline and restricted (the restricted set,
+    # which includes baseline), and no test input (test.yaml, resources.yaml, old.yaml).
+    both = build(POLICIES / "pod-security")
+    assert {d["kind"] for d in both} == {"ClusterAdmissionPolicy"}
+    assert set(_policies(POLICIES / "pod-security")) == set(_policies(POLICIES / "pod-security" / "restricted"))
+    assert set(_policies(POLICIES / "pod-security" / "baseline")) < set(_policies(POLICIES / "pod-security"))
+
+
 @pytest.mark.parametrize("level", ["baseline", "restricted"])
 def test_every_policy_in_a_set_is_ready(level: str) -> None:
     for name, obj in _policies(POLICIES / "pod-security" / level).items():
@@ -171,7 +180,7 @@ def test_webhook_config_for_pod_security_names_only_pods_and_pod_controllers(
     assert validating["kind"] == "ValidatingWebhookConfiguration" and mutating["webhooks"] == []
     named = {(group, resource) for hook in validating["webhooks"] for rule in hook["rules"]
              for group in rule["apiGroups"] for resource in rule["resources"]}
-    assert named == {("", "pods")} | set(POD_CONTROLLERS)
+    assert named == {("", "pods"), ("", "pods/ephemeralcontainers")} | set(POD_CONTROLLERS)
     assert [h["failurePolicy"] for h in validating["webhooks"]] == ["Fail"]
 
 
@@ -228,7 +237,7 @@ def test_references_overlay_grants_what_the_examples_reference() -> None:
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
 @pytest.mark.parametrize("directory", ["manifests/overlays/cert-manager", "manifests/overlays/self-managed",
                                        "manifests/overlays/background-audit", "manifests/overlays/references",
-                                       "policies/pod-security/baseline",
+                                       "policies/pod-security/baseline", "policies/pod-security",
                                        "policies/pod-security/restricted", "policies/examples"])
 def test_real_kustomize_builds_what_the_structural_expansion_builds(directory: str) -> None:
     out = subprocess.run(["kubectl", "kustomize", str(ROOT / directory)], capture_output=True, text=True,
