@@ -88,15 +88,14 @@ for f in ca.crt tls.crt tls.key; do
   [[ -s "$WORK/base/tls/$f" ]] || die "tollgate certs did not write $f"
 done
 mkdir -p "$WORK/overlay"
-# Read access for the examples' spec.references (Ingresses, Deployments), as manifests/overlays/references
-# grants it; copied in because kustomize loads files only from below the kustomization.
-cp "$ROOT/manifests/overlays/references/rbac.yaml" "$WORK/overlay/references-rbac.yaml"
+# Read access for the examples' spec.references (Ingresses, Deployments): the references component.
 cat >"$WORK/overlay/kustomization.yaml" <<EOF
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources:
 - ../base
-- references-rbac.yaml
+components:
+- ../base/components/references
 images:
 - name: tollgate
   newName: ${IMAGE%:*}

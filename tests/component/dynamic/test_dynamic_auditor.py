@@ -100,7 +100,8 @@ def test_audit_rules_skip_non_create_rules_and_add_pod_controllers() -> None:
         {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["services"], "operations": ["DELETE"]}]}))
     rules = audit_rules(spec)
     assert sorted(r for rule in rules for r in rule.resources) == [
-        "cronjobs", "daemonsets", "deployments", "jobs", "pods", "replicasets", "replicationcontrollers", "statefulsets"]
+        "cronjobs", "daemonsets", "deployments", "jobs", "pods", "replicasets", "replicationcontrollers",
+        "statefulsets"]
 
 
 class _ReferenceLookups(InMemoryLookups):

@@ -1,65 +1,38 @@
-"""Structure of every kustomization (manifests/, overlays, policy sets) and of `tollgate webhook-config`.
+"""Structure of every kustomization (manifests/, components, overlays, policy sets) and of `tollgate webhook-config`.
 
-kubectl is not needed: :func:`build` expands a kustomization as kustomize does
-for what these files use (``resources`` files and directories, JSON 6902
-``patches`` with a ``target``, duplicate ids rejected), so the cert-manager
-overlay and the policy sets are checked from the files themselves.
+kubectl is not needed: :func:`~tests.unit.manifests.kustomize.build` expands a kustomization as
+kustomize does for what these files use (resources, components, JSON 6902 patches, duplicate ids
+rejected), so every component and the policy sets are checked from the files themselves; where
+``kubectl`` (kustomize v4+) is on PATH, the real kustomize renders every combination too.
 """
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
-import jsonpatch
 import pytest
 import yaml
 
+from tests.unit.manifests.kustomize import (
+    COMPONENTS,
+    MANIFESTS,
+    OPTIONAL,
+    ROOT,
+    build,
+    deployments,
+    kubectl_available,
+    kubectl_kustomize,
+)
 from webhook.cli.main import main
 from webhook.policy import compile_policy
 from webhook.policy.matching import POD_CONTROLLERS
 from webhook.policy.model import parse_references
 from webhook.tls import generate as certs
 
-ROOT = Path(__file__).resolve().parents[3]
-MANIFESTS = ROOT / "manifests"
 POLICIES = ROOT / "policies"
 POLICY_KINDS = {"ClusterAdmissionPolicy", "AdmissionPolicy"}
-
-
-def _targets(doc: dict[str, Any], target: dict[str, Any]) -> bool:
-    group, _, version = doc.get("apiVersion", "").rpartition("/")
-    meta = doc.get("metadata") or {}
-    return all(want == have for want, have in ((target.get("kind"), doc.get("kind")),
-                                               (target.get("name"), meta.get("name")),
-                                               (target.get("group"), group), (target.get("version"), version))
-               if want is not None)
-
-
-def build(directory: Path) -> list[dict[str, Any]]:
-    """The documents ``kubectl kustomize directory`` emits (for the features used here)."""
-    kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
-    docs: list[dict[str, Any]] = []
-    for entry in kustomization.get("resources") or []:
-        path = (directory / entry).resolve()
-        assert path.exists(), f"{directory}/kustomization.yaml: {entry} does not exist"
-        if path.is_dir():
-            assert (path / "kustomization.yaml").is_file(), f"{path} has no kustomization.yaml"
-            docs += build(path)
-        else:
-            docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
-    for patch in kustomization.get("patches") or []:
-        ops = yaml.safe_load(patch["patch"])
-        hits = [i for i, d in enumerate(docs) if _targets(d, patch["target"])]
-        assert hits, f"{directory}: patch target {patch['target']} matches nothing"
-        for i in hits:
-            docs[i] = jsonpatch.apply_patch(docs[i], ops)
-    ids = [(d.get("kind"), (d.get("metadata") or {}).get("namespace"), d["metadata"]["name"]) for d in docs]
-    duplicates = {i for i in ids if ids.count(i) > 1}
-    assert not duplicates, f"{directory}: resources registered twice: {duplicates}"
-    return docs
 
 
 def _one(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
@@ -146,6 +119,15 @@ def test_restricted_set_is_baseline_plus_restricted_controls() -> None:
     assert set(restricted) == set(baseline) | on_disk
 
 
+def test_pod_security_installs_both_sets() -> None:
+    # README: `kubectl apply -k policies/pod-security` applies baseline and restricted (the restricted set,
+    # which includes baseline), and no test input (test.yaml, resources.yaml, old.yaml).
+    both = build(POLICIES / "pod-security")
+    assert {d["kind"] for d in both} == {"ClusterAdmissionPolicy"}
+    assert set(_policies(POLICIES / "pod-security")) == set(_policies(POLICIES / "pod-security" / "restricted"))
+    assert set(_policies(POLICIES / "pod-security" / "baseline")) < set(_policies(POLICIES / "pod-security"))
+
+
 @pytest.mark.parametrize("level", ["baseline", "restricted"])
 def test_every_policy_in_a_set_is_ready(level: str) -> None:
     for name, obj in _policies(POLICIES / "pod-security" / level).items():
@@ -171,7 +153,7 @@ def test_webhook_config_for_pod_security_names_only_pods_and_pod_controllers(
     assert validating["kind"] == "ValidatingWebhookConfiguration" and mutating["webhooks"] == []
     named = {(group, resource) for hook in validating["webhooks"] for rule in hook["rules"]
              for group in rule["apiGroups"] for resource in rule["resources"]}
-    assert named == {("", "pods")} | set(POD_CONTROLLERS)
+    assert named == {("", "pods"), ("", "pods/ephemeralcontainers")} | set(POD_CONTROLLERS)
     assert [h["failurePolicy"] for h in validating["webhooks"]] == ["Fail"]
 
 
@@ -189,8 +171,12 @@ def test_webhook_config_options(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert main(["webhook-config", "--policies", str(tmp_path / "missing")]) == 2
 
 
-def test_background_audit_overlay() -> None:
-    docs = build(MANIFESTS / "overlays" / "background-audit")
+def _with(*components: str) -> list[dict[str, Any]]:
+    return build(MANIFESTS / "install", components=tuple(COMPONENTS / c for c in components))
+
+
+def test_background_audit_component() -> None:
+    docs = _with("background-audit")
     container = _one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
     assert "--background-audit" in container["args"]
     read = _one(docs, "ClusterRole", "tollgate-background-read")
@@ -206,14 +192,29 @@ def test_background_audit_overlay() -> None:
         binding = _one(docs, "ClusterRoleBinding", name)
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "tollgate",
                                         "namespace": "tollgate-system"}]
-    # The reports' CRDs ship with the policy CRDs.
-    crds = build(MANIFESTS / "crds")
-    assert {d["metadata"]["name"] for d in crds} >= {"policyreports.wgpolicyk8s.io",
-                                                     "clusterpolicyreports.wgpolicyk8s.io"}
+    # The report CRDs are optional (another engine may own them): not in the base, nor in this component.
+    crds = [d["metadata"]["name"] for d in docs if d["kind"] == "CustomResourceDefinition"]
+    assert not [name for name in crds if name.endswith(".wgpolicyk8s.io")]
 
 
-def test_references_overlay_grants_what_the_examples_reference() -> None:
-    docs = build(MANIFESTS / "overlays" / "references")
+def test_policy_reports_component_adds_exactly_the_report_crds() -> None:
+    crds = {d["metadata"]["name"] for d in build(MANIFESTS / "crds")}
+    assert crds == {"clusteradmissionpolicies.tollgate.dev", "admissionpolicies.tollgate.dev"}
+    docs = _with("policy-reports")
+    added = [d for d in docs if d not in build(MANIFESTS / "install")]
+    assert {(d["kind"], d["metadata"]["name"]) for d in added} == {
+        ("CustomResourceDefinition", "policyreports.wgpolicyk8s.io"),
+        ("CustomResourceDefinition", "clusterpolicyreports.wgpolicyk8s.io")}
+    # The group and version the background audit writes.
+    from webhook.audit.evaluate import REPORT_GROUP, REPORT_VERSION
+
+    for crd in added:
+        assert crd["spec"]["group"] == REPORT_GROUP
+        assert [v["name"] for v in crd["spec"]["versions"] if v["served"]] == [REPORT_VERSION]
+
+
+def test_references_component_grants_what_the_examples_reference() -> None:
+    docs = _with("references")
     read = _one(docs, "ClusterRole", "tollgate-references-read")
     assert all(rule["verbs"] == ["list", "watch"] for rule in read["rules"])
     granted = {(g, r) for rule in read["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
@@ -225,14 +226,71 @@ def test_references_overlay_grants_what_the_examples_reference() -> None:
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "tollgate", "namespace": "tollgate-system"}]
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
+def test_optional_parts_are_components_and_entry_points_are_kustomizations() -> None:
+    for directory in sorted(COMPONENTS.iterdir()):
+        doc = yaml.safe_load((directory / "kustomization.yaml").read_text())
+        assert (doc["apiVersion"], doc["kind"]) == ("kustomize.config.k8s.io/v1alpha1", "Component"), directory
+    assert {d.name for d in COMPONENTS.iterdir()} == {"cert-manager", "self-managed", *OPTIONAL}
+    for entry in (MANIFESTS, MANIFESTS / "overlays" / "cert-manager", MANIFESTS / "overlays" / "self-managed"):
+        assert yaml.safe_load((entry / "kustomization.yaml").read_text())["kind"] == "Kustomization", entry
+
+
+def test_a_component_listed_as_a_resource_is_refused(tmp_path: Path) -> None:
+    # The accumulation error issue 25 hit: two overlays each carrying ../../install. Components never carry it.
+    for directory in COMPONENTS.iterdir():
+        resources = yaml.safe_load((directory / "kustomization.yaml").read_text()).get("resources") or []
+        assert all((directory / r).is_file() for r in resources), f"{directory}: a component adds files only"
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "kustomization.yaml").write_text(yaml.safe_dump({"resources": [str(COMPONENTS / "references")]}))
+    with pytest.raises(AssertionError, match="is a Component"):
+        build(mine)
+
+
+DEPLOYMENTS = deployments()
+
+
+@pytest.mark.parametrize("deployment", DEPLOYMENTS, ids=[d.id for d in DEPLOYMENTS])
+def test_every_combination_builds_with_what_each_part_adds(deployment: Any) -> None:
+    docs = deployment.build()
+    args = _one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert ("--background-audit" in args) == ("background-audit" in deployment.components)
+    assert ("--self-managed-certs" in args) == (deployment.certificate == "self-managed")
+    kinds = {d["kind"] for d in docs}
+    assert ("Certificate" in kinds) == (deployment.certificate == "cert-manager")
+    crds = {d["metadata"]["name"] for d in docs if d["kind"] == "CustomResourceDefinition"}
+    assert ("policyreports.wgpolicyk8s.io" in crds) == ("policy-reports" in deployment.components)
+    install = build(MANIFESTS / "install")
+    assert len(docs) == len(install) + sum(
+        len(build(MANIFESTS / "install", components=(c,))) - len(install) for c in deployment.component_dirs())
+
+
+@pytest.mark.skipif(not kubectl_available(), reason="kubectl with kustomize v4+ (Components) not on PATH")
+@pytest.mark.parametrize("deployment", DEPLOYMENTS, ids=[d.id for d in DEPLOYMENTS])
+def test_real_kustomize_renders_every_combination(deployment: Any, tmp_path: Path) -> None:
+    real = kubectl_kustomize(deployment, tmp_path)
+    expected = deployment.build()
+    if deployment.certificate == "static":
+        secret = _one(real, "Secret")
+        assert secret["metadata"]["name"] == "tollgate-tls" and secret["type"] == "kubernetes.io/tls"
+        real = [d for d in real if d is not secret]
+    def key(d: dict[str, Any]) -> tuple[str, str, str]:
+        return d["kind"], d["metadata"].get("namespace") or "", d["metadata"]["name"]
+
+    assert sorted(map(key, real)) == sorted(map(key, expected))
+    # Same content, not only the same names: the structural expansion is what the other tests check.
+    by_key = {key(d): d for d in expected}
+    for doc in real:
+        assert doc == by_key[key(doc)], key(doc)
+
+
+@pytest.mark.skipif(not kubectl_available(), reason="kubectl with kustomize v4+ (Components) not on PATH")
 @pytest.mark.parametrize("directory", ["manifests/overlays/cert-manager", "manifests/overlays/self-managed",
-                                       "manifests/overlays/background-audit", "manifests/overlays/references",
-                                       "policies/pod-security/baseline",
+                                       "policies/pod-security/baseline", "policies/pod-security",
                                        "policies/pod-security/restricted", "policies/examples"])
 def test_real_kustomize_builds_what_the_structural_expansion_builds(directory: str) -> None:
     out = subprocess.run(["kubectl", "kustomize", str(ROOT / directory)], capture_output=True, text=True,
-                         timeout=120)
+                         timeout=50)
     assert out.returncode == 0, out.stderr
     real = {(d["kind"], d["metadata"]["name"]) for d in yaml.safe_load_all(out.stdout) if d}
     assert real == {(d["kind"], d["metadata"]["name"]) for d in build(ROOT / directory)}

@@ -31,6 +31,9 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.unit.manifests.kustomize import deployments
+from tests.unit.manifests.rbac import rbac_problems
+
 ROOT = Path(__file__).resolve().parents[3]
 MANIFESTS = ROOT / "manifests"
 INSTALL = MANIFESTS / "install"
@@ -462,3 +465,41 @@ def test_dockerfile_runs_as_the_deployments_non_root_user() -> None:
     # so manifests/tls/ (private keys) can never enter the build context.
     assert "*" in ignored
     assert {line for line in ignored if line.startswith("!")} <= {"!pyproject.toml", "!README.md", "!webhook/"}
+
+
+# -- every combination of components ------------------------------------------------------------------------------
+
+DEPLOYMENTS = deployments()
+
+
+@pytest.mark.parametrize("deployment", DEPLOYMENTS, ids=[d.id for d in DEPLOYMENTS])
+def test_components_grant_only_what_their_part_needs(deployment: Any) -> None:
+    parts = tuple(d.name for d in deployment.component_dirs())
+    docs = deployment.build()
+    assert rbac_problems(docs, parts) == []
+    # Each part's grants are its own: without the part's allowance its RBAC is too wide.
+    for part in set(parts) & {"background-audit", "references", "self-managed"}:
+        assert rbac_problems(docs, tuple(p for p in parts if p != part)) != [], part
+
+
+def test_the_rbac_checker_finds_a_grant_beyond_the_parts() -> None:
+    docs = next(d for d in DEPLOYMENTS if d.id == "static+background-audit+references").build()
+    assert rbac_problems(docs, ()) != [], "background-audit's reads are not install/'s"
+    widened = [dict(d, rules=[*d["rules"], {"apiGroups": [""], "resources": ["secrets"], "verbs": ["list"]}])
+               if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "tollgate-references-read" else d
+               for d in docs]
+    assert rbac_problems(widened, ("background-audit", "references")) == [
+        "ClusterRole tollgate-references-read grants list on core/secrets"]
+
+
+@pytest.mark.parametrize("deployment", DEPLOYMENTS, ids=[d.id for d in DEPLOYMENTS])
+def test_every_combination_runs_unprivileged_with_limits(deployment: Any) -> None:
+    pod = next(d for d in deployment.build() if d["kind"] == "Deployment")["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    for volume in pod["volumes"]:
+        assert "hostPath" not in volume
+    for container in pod["containers"]:
+        sc = container["securityContext"]
+        assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+        assert sc["capabilities"] == {"drop": ["ALL"]}
+        assert all(container["resources"][s].get(r) for s in ("requests", "limits") for r in ("cpu", "memory"))
