@@ -18,10 +18,11 @@ select nothing; it is reported as unmatchable.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.policy import projection
+from webhook.policy.cel import cost
 from webhook.policy.cel.env import MAX_EXPRESSION_LENGTH, ResourceCall, T, environment
 from webhook.policy.cel.rewrites import inline_variables, referenced_variables, rewrite_for_runtime
 from webhook.policy.model import (
@@ -59,6 +60,11 @@ class Program:
     #: The runtime text when it is self-contained (variables inlined, no params, no per-policy scope), so it
     #: can be fused with other policies' expressions into one program; else None.
     fusable_source: str | None = None
+    #: Estimated evaluation work of the expression as written (:mod:`webhook.policy.cel.cost`, ~10 ns units,
+    #: a polynomial in the size of what it reads); ``{}`` when unknown.
+    work: cost.Work = field(default_factory=dict)
+    #: What its value may be (for a variable: what the expressions reading it see); None when unknown.
+    bound: cost.Bound | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +104,11 @@ class CompiledPolicy:
     #: The same for what /mutate evaluates (matchConditions, mutations, and the variables they reach);
     #: None when unknown or the policy has no mutations.
     mutation_reads: dict[str, projection.Tree] | None = None
+    #: Estimated work of evaluating everything /validate evaluates once, as a polynomial in the size of what
+    #: it reads (:mod:`webhook.policy.cel.cost`, ~10 ns units); ``{}`` for a broken policy.
+    work: cost.Work = field(default_factory=dict)
+    #: The same for /mutate.
+    mutation_work: cost.Work = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -142,7 +153,8 @@ def _clean_cel_error(err: Exception) -> str:
 
 
 def compile_expression(source: str, path: str, *, expect: tuple[Any, ...], known_variables: frozenset[str],
-                       inlined: dict[str, str] | None = None, references: tuple[Reference, ...] = ()) -> Program:
+                       inlined: dict[str, str] | None = None, references: tuple[Reference, ...] = (),
+                       variable_bounds: dict[str, cost.Bound] | None = None) -> Program:
     """Compile one expression and return its runtime program.
 
     Args:
@@ -153,6 +165,8 @@ def compile_expression(source: str, path: str, *, expect: tuple[Any, ...], known
         known_variables: names of ``variables`` this expression may use.
         inlined: variable name → inlined definition (see :func:`webhook.policy.cel.rewrites.inline_variables`).
         references: ``spec.references``: what ``resource.Get``/``resource.List`` may read.
+        variable_bounds: what the earlier ``variables`` may hold (:class:`webhook.policy.cel.cost.Bound`),
+            for the work estimate of an expression reading them.
 
     Returns:
         The program: variables inlined when possible, else routed through the
@@ -178,6 +192,11 @@ def compile_expression(source: str, path: str, *, expect: tuple[Any, ...], known
     if expect and rtype != T.DYN and got.split("<", 1)[0] not in wanted:
         raise CompileError(path, f"must evaluate to {' or '.join(wanted)}, but evaluates to {got}")
     _check_resource_calls(checked.resource_calls, path, references)
+    estimated = checked.estimated
+    if variable_bounds and referenced_variables(source):
+        estimated = environment().estimate(checked, variable_bounds)
+    work = estimated.work if estimated is not None else {}
+    bound = estimated.value if estimated is not None else None
     unknown = referenced_variables(source) - known_variables
     if unknown:
         raise CompileError(path, f"undeclared variable(s): {', '.join('variables.' + n for n in sorted(unknown))}")
@@ -186,11 +205,11 @@ def compile_expression(source: str, path: str, *, expect: tuple[Any, ...], known
         try:
             # Self-contained: no call back into the per-policy scope (cel.bind names like __tg_v_x are fine).
             fusable = text if "__tg_var(" not in text and "__tg_params(" not in text else None
-            return Program(path, source, environment().compile(text, disable_check=True), fusable)
+            return Program(path, source, environment().compile(text, disable_check=True), fusable, work, bound)
         except RuntimeError:
             pass  # e.g. the parser's nesting limit: fall back to the lazy per-policy scope
     try:
-        return Program(path, source, environment().compile(rewrite_for_runtime(source)))
+        return Program(path, source, environment().compile(rewrite_for_runtime(source)), None, work, bound)
     except RuntimeError as e:  # pragma: no cover - the rewrite keeps valid CEL valid
         raise CompileError(path, _clean_cel_error(e)) from None
 
@@ -228,11 +247,16 @@ def compile_spec(spec: PolicySpec) -> CompiledPolicy:
                                expect=(T.STRING, T.LIST, T.NULL), known_variables=frozenset())
     declared: list[str] = []
     variables: dict[str, Any] = {}
+    variable_programs: list[Program] = []
+    bounds: dict[str, cost.Bound] = {}
     inlined: dict[str, str] = {}
     for i, v in enumerate(spec.variables):
-        variables[v.name] = compile_expression(
-            v.expression, f"{p}.variables[{i}].expression", expect=(), known_variables=frozenset(declared),
-            references=refs).program
+        compiled = compile_expression(v.expression, f"{p}.variables[{i}].expression", expect=(),
+                                      known_variables=frozenset(declared), references=refs, variable_bounds=bounds)
+        variables[v.name] = compiled.program
+        variable_programs.append(compiled)
+        if compiled.bound is not None:
+            bounds[v.name] = compiled.bound
         text = inline_variables(v.expression, inlined)
         if text is not None:
             inlined[v.name] = text
@@ -249,11 +273,13 @@ def compile_spec(spec: PolicySpec) -> CompiledPolicy:
         validations.append(
             CompiledValidation(
                 expression=compile_expression(val.expression, f"{vp}.expression", expect=(T.BOOL,),
-                                              known_variables=known, inlined=inlined, references=refs),
+                                              known_variables=known, inlined=inlined, references=refs,
+                                              variable_bounds=bounds),
                 message=val.message,
                 message_expression=(
                     compile_expression(val.message_expression, f"{vp}.messageExpression", expect=(T.STRING,),
-                                       known_variables=known, inlined=inlined, references=refs)
+                                       known_variables=known, inlined=inlined, references=refs,
+                                              variable_bounds=bounds)
                     if val.message_expression
                     else None
                 ),
@@ -272,16 +298,43 @@ def compile_spec(spec: PolicySpec) -> CompiledPolicy:
         field = "jsonPatch" if m.patch_type is PatchType.JSON_PATCH else "applyConfiguration"
         expect = (T.LIST,) if m.patch_type is PatchType.JSON_PATCH else (T.MAP,)
         program = compile_expression(m.expression, f"{p}.mutations[{i}].{field}.expression", expect=expect,
-                                     known_variables=known, inlined=inlined, references=refs)
+                                     known_variables=known, inlined=inlined, references=refs,
+                                              variable_bounds=bounds)
         mutations.append((m.patch_type, program))
     programs = [*(p for _, p in conditions), *(v.expression for v in validations),
                 *(v.message_expression for v in validations if v.message_expression is not None),
                 *(p for _, p in audits)]
+    mutation_programs = [*(p for _, p in conditions), *(p for _, p in mutations)]
+    work = _work(programs + variable_programs)
+    mutation_work = _work(mutation_programs + variable_programs) if mutations else {}
+    _check_static_work(work, programs + variable_programs, "validations")
+    _check_static_work(mutation_work, mutation_programs + variable_programs, "mutations")
     return CompiledPolicy(spec, conditions, variables, tuple(validations), audits, tuple(mutations),
                           validating=bool(validations or audits), mutating=bool(mutations),
                           reads=_reads(programs, variables),
-                          mutation_reads=(_reads([*(p for _, p in conditions), *(p for _, p in mutations)], variables)
-                                          if mutations else None))
+                          mutation_reads=_reads(mutation_programs, variables) if mutations else None,
+                          work=work, mutation_work=mutation_work)
+
+
+def _work(programs: list[Program]) -> cost.Work:
+    """Estimated work of evaluating every one of ``programs`` once (variables are evaluated at most once)."""
+    return cost.total(*(p.work for p in programs))
+
+
+def _check_static_work(work: cost.Work, programs: list[Program], what: str) -> None:
+    """Refuse a policy whose unavoidable work exceeds :data:`cost.MAX_STATIC_WORK`, naming its costliest expression.
+
+    Raises:
+        CompileError: at the spec path of the expression with the most static work.
+    """
+    static = work.get((0, 0, 0), 0)
+    if static <= cost.MAX_STATIC_WORK or not programs:
+        return
+    worst = max(programs, key=lambda p: p.work.get((0, 0, 0), 0))
+    raise CompileError(worst.path, f"estimated cost {worst.work.get((0, 0, 0), 0):,} (the policy's {what}: {static:,}) "
+                                   f"exceeds the budget of {cost.MAX_STATIC_WORK:,} per policy whatever the input "
+                                   "(literal ranges or repeated work over literals); reduce the literals or the "
+                                   "repetitions")
 
 
 def _reads(programs: list[Program], variables: dict[str, Any]) -> dict[str, projection.Tree]:

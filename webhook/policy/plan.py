@@ -39,6 +39,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
+from webhook.policy.cel import cost
 from webhook.policy.cel.env import environment
 from webhook.policy.compiler import CompiledPolicy
 from webhook.policy.matching import View, has_selectors, rules_view
@@ -137,6 +138,8 @@ class Plan:
         mutation_projections: the same for the programs the mutating endpoint evaluates (matchConditions
             and mutations), computed in the same step.
         memo_unions: the decision memo's unions of this plan's groups, by their indices (see :meth:`memo_union`).
+        work: estimated work of evaluating every entry on /validate (:mod:`webhook.policy.cel.cost`).
+        mutation_work: the same on /mutate.
     """
 
     coords: RequestCoordinates
@@ -146,6 +149,12 @@ class Plan:
     projections: dict[View, Projection | None] | None = None
     mutation_projections: dict[View, Projection | None] | None = None
     memo_unions: dict[tuple[int, ...], tuple[int, MemoSpec] | None] = field(default_factory=dict)
+    work: cost.Work = field(init=False)
+    mutation_work: cost.Work = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.work = cost.total(*(p.work for p, _v in self.entries if p.validating))
+        self.mutation_work = cost.total(*(p.mutation_work for p, _v in self.entries if p.mutating))
 
     def memo_union(self, indices: tuple[int, ...]) -> tuple[int, MemoSpec] | None:
         """A serial of its own and the union spec of the groups at ``indices`` (one view), built once per set.

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,6 +110,9 @@ class CompiledExpression:
     estimated: celcost.Estimate | None
     checked_type: Any
     resource_calls: tuple[ResourceCall, ...] = ()
+    #: The checked program as ``Expression.serialize()`` gave it (before runtime rewrites), for analyses
+    #: that need its parse tree again; ``b""`` when compiled without type checking.
+    checked: bytes = b""
 
     def eval(self, activation: Any) -> Any:
         """``program.eval(activation)``: a cel-expr-python ``Value`` (may be an error value)."""
@@ -168,7 +172,11 @@ class PolicyEnv:
         #: (text, disable_check) → compiled expression, most recently used last (see :meth:`compile`).
         self._compiled: OrderedDict[tuple[str, bool], CompiledExpression] = OrderedDict()
         variables = dict.fromkeys(VARIABLES, T.DYN)
-        python_library = [*library.declarations(), *scope.declarations(), *rewrites.declarations()]
+        declared = [*library.declarations(), *scope.declarations(), *rewrites.declarations()]
+        python_library = [d.decl for d in declared]
+        #: Names of the functions implemented in Python: each call costs a crossing into Python.
+        # ``string`` also names cel-cpp's native conversions, which are far cheaper; only library values cross.
+        self.python_functions = frozenset(d.name for d in declared) - {"string"}
         self.env = cel.NewEnv(config=cel.NewEnvConfigFromYaml(CONFIG_YAML), variables=variables,
                               extensions=[cel.CelExtension("tollgate_kubernetes", python_library)])
         self.twin = cel.NewEnv(config=cel.NewEnvConfigFromYaml(_TWIN_YAML), variables=variables,
@@ -240,7 +248,7 @@ class PolicyEnv:
             if problems:
                 offset, message = problems[0]
                 raise RuntimeError(_error_at(positions_in, offset, message))
-            estimated = celcost.estimate(ast)
+            estimated = celcost.estimate(ast, self.python_functions)
             if estimated.error:
                 raise RuntimeError(_error_at(source, 0, estimated.error))
             calls = resource_calls(checked_ast, positions_in)
@@ -252,7 +260,15 @@ class PolicyEnv:
             program = runtime_env.deserialize(chunked)
         elif runtime_env is self.twin:
             program = self.twin.deserialize(serialized)
-        return CompiledExpression(program, text, estimated, checked_type, calls)
+        return CompiledExpression(program, text, estimated, checked_type, calls,
+                                  serialized if not disable_check else b"")
+
+    def estimate(self, compiled: CompiledExpression,
+                 variables: Mapping[str, celcost.Bound]) -> celcost.Estimate | None:
+        """``compiled``'s estimate with the bounds of the ``variables`` it reads (None when unchecked)."""
+        if not compiled.checked:
+            return compiled.estimated
+        return celcost.estimate(celast.decode(compiled.checked), self.python_functions, variables)
 
     def _literal_ok(self, call: str, literal: str) -> str | None:
         """Evaluate ``call(literal)`` (duration/timestamp); the error text or None."""

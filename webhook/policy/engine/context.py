@@ -63,6 +63,7 @@ class RequestContext:
         self._activations: dict[View, Any] = {}
         self._view_objects: dict[View, tuple[Any, Any]] = {}
         self._projections: dict[View, Projection | None] = {}
+        self._projected: dict[View, tuple[Any, Any]] = {}
         self._synced: dict[str, bool] = {}
         self._namespace_obj: Any = ...
 
@@ -105,12 +106,19 @@ class RequestContext:
         plan's programs can read (:mod:`webhook.policy.projection`). Call before the first activation.
         """
         self._projections = projections or {}
+        self._projected.clear()
 
     def view_objects(self, view: View, *, projected: bool = True) -> tuple[Any, Any]:
         """``(object, oldObject)`` of ``view``: the request's, or its templates' Pods.
 
-        Pruned by the view's projection when one is set and ``projected`` (a new pruned copy per call).
+        Pruned by the view's projection when one is set and ``projected`` (pruned once per request and view;
+        shared, not to be modified).
         """
+        if projected:
+            pruned = self._projected.get(view)
+            if pruned is None:
+                pruned = self._projected[view] = self._pruned(view, *self.view_objects(view, projected=False))
+            return pruned
         whole = self._view_objects.get(view)
         if whole is None:
             if view is View.OBJECT:

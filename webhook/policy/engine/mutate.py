@@ -21,12 +21,12 @@ from webhook.policy.compiler import CompiledPolicy
 from webhook.policy.engine.context import RequestContext
 from webhook.policy.engine.outcome import EvaluationError, MutationOutcome, error_result, label, record
 from webhook.policy.engine.prepare import Run, prepare
-from webhook.policy.engine.validate import plan_of
+from webhook.policy.engine.validate import check_budget, plan_of
 from webhook.policy.engine.values import json_value, value
 from webhook.policy.lookups import Lookups
 from webhook.policy.matching import View
 from webhook.policy.plan import Plan
-from webhook.policy.vocabulary import PatchType, PolicyKind, PolicyResult, Result
+from webhook.policy.vocabulary import Endpoint, PatchType, PolicyKind, PolicyResult, Result
 
 __all__ = ["IDENTITY_FIELDS", "TENANT_PROTECTED_FIELDS", "evaluate_mutating", "merge_patch", "mutation_order"]
 
@@ -94,13 +94,16 @@ def mutation_order(entries: Sequence[tuple[CompiledPolicy, View]]) -> list[tuple
 
 
 def evaluate_mutating(request: dict[str, Any], policies: Sequence[CompiledPolicy] | Plan, lookups: Lookups, *,
-                      deadline: float | None = None) -> MutationOutcome:
+                      deadline: float | None = None, work_budget: int | None = None,
+                      body_bytes: int = 0) -> MutationOutcome:
     """Apply every selected policy's mutations, tenants first (see :func:`mutation_order`).
 
     Each policy sees the object as the previous ones left it. Returns one
     JSONPatch: ``jsonpatch.make_patch(original, final)``. A mutation that
     errors, does not apply, or changes the object's identity is handled per
-    ``failurePolicy``; an Ignore-d policy's changes are dropped.
+    ``failurePolicy``; an Ignore-d policy's changes are dropped. With ``work_budget``, a request whose
+    estimated work exceeds it raises :class:`~webhook.policy.budget.OverBudget` before anything is
+    evaluated (see :func:`webhook.policy.engine.validate.evaluate_validating`).
     """
     out = MutationOutcome()
     original = request.get("object")
@@ -112,6 +115,7 @@ def evaluate_mutating(request: dict[str, Any], policies: Sequence[CompiledPolicy
     # Each program sees the object pruned to what /mutate's programs can read; the patches they return
     # apply to the whole object.
     ctx.project(plan.mutation_projections)
+    check_budget(plan, ctx, Endpoint.MUTATE, work_budget, body_bytes)
     for policy, view in mutation_order(plan.entries):
         if not policy.mutating:
             continue

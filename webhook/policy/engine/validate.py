@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from webhook.policy.budget import OverBudget, estimated_work
 from webhook.policy.cel.scope import reset_scope, set_current_scope
 from webhook.policy.compiler import CompiledPolicy, CompiledValidation
 from webhook.policy.engine.context import RequestContext
@@ -23,13 +24,22 @@ from webhook.policy.engine.values import bool_value, cel_type_name, value
 from webhook.policy.lookups import Lookups
 from webhook.policy.memo import DecisionMemo
 from webhook.policy.plan import Plan, build_plan
-from webhook.policy.vocabulary import PolicyResult, Result
+from webhook.policy.vocabulary import Endpoint, PolicyResult, Result
 
-__all__ = ["MAX_MESSAGE_BYTES", "evaluate_validating", "plan_of"]
+__all__ = ["MAX_MESSAGE_BYTES", "check_budget", "evaluate_validating", "plan_of"]
 
 #: Longest messageExpression result used as a message (the API server's
 #: ``MaxEvaluatedMessageExpressionSizeBytes``, 5 KiB); longer ones fall back.
 MAX_MESSAGE_BYTES = 5 * 1024
+
+
+def check_budget(plan: Plan, ctx: RequestContext, endpoint: Endpoint, budget: int | None, body_bytes: int) -> None:
+    """Raise :class:`OverBudget` when ``budget`` is set and the request's estimated work exceeds it."""
+    if budget is None:
+        return
+    work = estimated_work(plan, ctx, endpoint, body_bytes=body_bytes, budget=budget)
+    if work > budget:
+        raise OverBudget(work, budget)
 
 
 def plan_of(policies: Sequence[CompiledPolicy] | Plan, ctx: RequestContext) -> Plan:
@@ -93,7 +103,8 @@ def _validate(run: Run, warnings: list[str], annotations: dict[str, str]) -> Pol
 
 
 def evaluate_validating(request: dict[str, Any], policies: Sequence[CompiledPolicy] | Plan, lookups: Lookups, *,
-                        deadline: float | None = None, memo: DecisionMemo | None = None) -> ValidationOutcome:
+                        deadline: float | None = None, memo: DecisionMemo | None = None,
+                        work_budget: int | None = None, body_bytes: int = 0) -> ValidationOutcome:
     """Decide an AdmissionRequest on the validating endpoint.
 
     Args:
@@ -106,14 +117,21 @@ def evaluate_validating(request: dict[str, Any], policies: Sequence[CompiledPoli
         lookups: the caches.
         deadline: ``time.monotonic()`` after which remaining policies are errors.
         memo: the decision memo fused groups' passes are looked up in and remembered in; None for none.
+        work_budget: when set, the most estimated work (:mod:`webhook.policy.budget`) the request may have;
+            above it nothing is evaluated and :class:`~webhook.policy.budget.OverBudget` is raised.
+        body_bytes: the request body's length (lets a clearly cheap plan skip measuring; see ``work_budget``).
 
     Returns:
         The decision; a denial's message joins every denying policy's message
         as ``"<policy>: <message>"``.
+
+    Raises:
+        OverBudget: only with ``work_budget``.
     """
     ctx = RequestContext(request, lookups, deadline=deadline)
     plan = plan_of(policies, ctx)
     ctx.project(plan.projections)
+    check_budget(plan, ctx, Endpoint.VALIDATE, work_budget, body_bytes)
     out = ValidationOutcome()
     denials: list[PolicyResult] = []
     passes = fused_passes(plan, ctx, memo)

@@ -10,7 +10,12 @@ from webhook.policy.cel import env as celenv
 from webhook.policy.compiler import Program
 from webhook.policy.engine.outcome import EvaluationError
 
-__all__ = ["bool_value", "cel_type_name", "json_value", "value"]
+__all__ = ["COST_EXCEEDED", "bool_value", "cel_type_name", "json_value", "value"]
+
+#: The error of an evaluation stopped by cel-cpp's iteration budget, a cost error as Kubernetes words its own
+#: ("operation cancelled: actual cost limit exceeded").
+COST_EXCEEDED = ("evaluation cost limit exceeded: more than 10,000 comprehension iterations in one expression "
+                 "(cel-cpp's per-evaluation limit)")
 
 
 def _clean(text: str) -> str:
@@ -31,27 +36,6 @@ def cel_type_name(value: Any) -> str:
     return type(value).__name__
 
 
-def _value(program: Program, activation: Any) -> Any:
-    """Evaluate ``program``; its plain Python value.
-
-    Raises:
-        EvaluationError: a CEL error value, or the engine stopped evaluation
-            (iteration budget); the message names the spec path.
-    """
-    try:
-        return celenv.evaluate(program.program, activation)
-    except celenv.EvaluationError as e:  # a CEL error value, or the iteration budget
-        raise EvaluationError(f"{program.path}: {_clean(str(e))}") from None
-
-
-def _bool(program: Program, activation: Any, what: str) -> bool:
-    value = _value(program, activation)
-    if not isinstance(value, bool):
-        raise EvaluationError(f"{program.path}: {what} must evaluate to bool, but evaluated to "
-                              f"{cel_type_name(value)}")
-    return value
-
-
 def value(program: Program, activation: Any) -> Any:
     """Evaluate ``program``; its plain Python value.
 
@@ -61,7 +45,9 @@ def value(program: Program, activation: Any) -> Any:
     """
     try:
         return celenv.evaluate(program.program, activation)
-    except celenv.EvaluationError as e:  # a CEL error value, or the iteration budget
+    except celenv.BudgetExceeded:
+        raise EvaluationError(f"{program.path}: {COST_EXCEEDED}") from None
+    except celenv.EvaluationError as e:  # a CEL error value
         raise EvaluationError(f"{program.path}: {_clean(str(e))}") from None
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from cel_expr_python import cel
 
@@ -18,7 +18,14 @@ class LibraryError(ValueError):
     """A Kubernetes CEL library function failed; the message follows Kubernetes' where known."""
 
 
-def member(name: str, oid: str, ret: Any, params: list[Any], impl: Callable[..., Any]) -> Any:
+class Declaration(NamedTuple):
+    """A Python-implemented CEL function: its name (cost estimates count its calls) and its ``cel.FunctionDecl``."""
+
+    name: str
+    decl: Any
+
+
+def member(name: str, oid: str, ret: Any, params: list[Any], impl: Callable[..., Any]) -> Declaration:
     """One receiver-style function ``params[0].name(params[1:])`` with one overload.
 
     Args:
@@ -28,14 +35,14 @@ def member(name: str, oid: str, ret: Any, params: list[Any], impl: Callable[...,
         params: receiver type then argument types.
         impl: Python implementation; raising makes a CEL error value.
     """
-    return cel.FunctionDecl(name, [cel.Overload(oid, ret, params, is_member=True, impl=impl)])
+    return Declaration(name, cel.FunctionDecl(name, [cel.Overload(oid, ret, params, is_member=True, impl=impl)]))
 
 
-def function(name: str, oid: str, ret: Any, params: list[Any], impl: Callable[..., Any]) -> Any:
+def function(name: str, oid: str, ret: Any, params: list[Any], impl: Callable[..., Any]) -> Declaration:
     """One global function ``name(params...)`` with one overload (see :func:`member`)."""
-    return cel.FunctionDecl(name, [cel.Overload(oid, ret, params, is_member=False, impl=impl)])
+    return Declaration(name, cel.FunctionDecl(name, [cel.Overload(oid, ret, params, is_member=False, impl=impl)]))
 
 
-def overloads(name: str, *ovs: Any) -> Any:
+def overloads(name: str, *ovs: Any) -> Declaration:
     """A function with several overloads (``cel.Overload`` objects)."""
-    return cel.FunctionDecl(name, list(ovs))
+    return Declaration(name, cel.FunctionDecl(name, list(ovs)))

@@ -1,0 +1,182 @@
+"""Evaluation bounds: the work estimate, the static limit at compile time, and the inline budget per request.
+
+cel-cpp cannot be interrupted and holds the GIL, so Tollgate refuses at compile time what no input can
+make cheap (the constant part of the work estimate above 10⁷, Kubernetes' per-binding budget) and
+evaluates a request inline only when its estimated work at the sizes it actually reads is under the
+budget; otherwise the engine raises OverBudget before evaluating anything and the server uses a worker.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.unit.policy.helpers import pod, policy, request
+from webhook.files.yamlio import load_paths
+from webhook.policy import (
+    InMemoryLookups,
+    PolicyIndex,
+    RequestCoordinates,
+    compile_policy,
+    evaluate_mutating,
+    evaluate_validating,
+)
+from webhook.policy.budget import INLINE_WORK_BUDGET, InputSize, OverBudget, measure
+from webhook.policy.cel.cost import MAX_STATIC_WORK, work_at
+from webhook.policy.cel.env import environment
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _work(expression: str) -> dict[tuple[int, int, int], int]:
+    estimated = environment().compile(expression).estimated
+    assert estimated is not None
+    return estimated.work
+
+
+# -- the model ---------------------------------------------------------------------------------------------------
+
+def test_literal_ranges_count_exactly() -> None:
+    assert _work("1 in lists.range(1000)")[(0, 0, 0)] < _work("1 in lists.range(100000)")[(0, 0, 0)] // 50
+    pairwise = _work("sets.contains(lists.range(50000), lists.range(50000))")
+    assert pairwise[(0, 0, 0)] >= 50000 * 50000
+
+
+def test_a_string_check_on_each_container_is_linear() -> None:
+    work = _work("object.spec.containers.all(c, c.image.startsWith('registry.example.com/'))")
+    # C containers of at most S characters each: C·S, never B·C, C², S² or B².
+    assert all(max(b, k, s) <= 1 and not (b and (k or s)) for b, k, s in work), work
+
+
+def test_nested_splits_of_the_input_are_quadratic_in_its_longest_string() -> None:
+    work = _work("object.metadata.annotations.x.split(',').all(a, object.metadata.annotations.x.split(',').size() > 0)")
+    assert any(s >= 1 and b + s >= 2 for b, _k, s in work), work
+    small, large = work_at(work, 1_000, 5, 1_000), work_at(work, 2_000, 5, 2_000)
+    assert large > 3 * small  # doubling the input more than triples the bound
+
+
+def test_a_variable_derived_from_a_split_is_iterated_by_its_size() -> None:
+    # spec.variables reach later expressions with their bounds: a list built by split() is not the input's own
+    # list, so a loop over it is not bounded by C.
+    derived = policy("v", variables=[{"name": "parts", "expression": "object.metadata.annotations.x.split('')"}],
+                     validations=[{"expression": "variables.parts.all(p, p != 'z')"}])
+    own = policy("o", variables=[{"name": "parts", "expression": "object.spec.containers"}],
+                 validations=[{"expression": "variables.parts.all(p, p.name != 'z')"}])
+    d, o = compile_policy(derived).policy, compile_policy(own).policy
+    assert d is not None and o is not None
+    big_string = work_at(d.work, 10_000, 3, 10_000)
+    assert big_string > 10 * work_at(o.work, 10_000, 3, 10_000)
+
+
+def test_measure_reads_bytes_largest_collection_and_longest_string() -> None:
+    size = measure([{"a": ["x" * 5, "y"], "bb": {"k": 1, "l": 2, "m": 3}}])
+    assert size.largest_collection == 3 and size.longest_string == 5
+    assert size.bytes >= len(json.dumps({"a": ["xxxxx", "y"], "bb": {"k": 1, "l": 2, "m": 3}})) // 2
+    assert measure([]) == InputSize(0, 1, 1)
+
+
+# -- compile time ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("expression", [
+    "sets.contains(lists.range(50000), lists.range(50000))",
+    " && ".join(["-1 in lists.range(100000)"] * 30),
+    "lists.range(5000).map(x, lists.range(5000)).size() > 0",
+])
+def test_work_no_input_can_shrink_is_refused_at_compile_time(expression: str) -> None:
+    result = compile_policy(policy("costly", validations=[{"expression": expression}]))
+    assert result.policy is None
+    message = result.condition["message"]
+    assert result.condition["reason"] == "CompileError"
+    assert message.startswith("spec.validations[0].expression: estimated cost"), message
+    assert f"{MAX_STATIC_WORK:,}" in message
+    assert result.matchable is not None and result.matchable.error  # still answered per failurePolicy
+
+
+def test_the_static_limit_adds_up_the_whole_policy() -> None:
+    one = "-1 in lists.range(100000)"
+    assert compile_policy(policy("few", validations=[{"expression": one}] * 3)).policy is not None
+    many = compile_policy(policy("many", validations=[{"expression": one}] * 30))
+    assert many.policy is None and "spec.validations[" in many.condition["message"]
+
+
+def test_ordinary_policies_pass_the_static_limit() -> None:
+    for doc in load_paths([ROOT / "policies"]):
+        if doc.kind in ("ClusterAdmissionPolicy", "AdmissionPolicy"):
+            result = compile_policy(doc.obj)
+            assert result.policy is not None, result.condition
+
+
+# -- per request -------------------------------------------------------------------------------------------------
+
+def _shipped() -> tuple[PolicyIndex, InMemoryLookups]:
+    docs = list(load_paths([ROOT / "policies"]))
+    index = PolicyIndex()
+    for d in docs:
+        if d.kind in ("ClusterAdmissionPolicy", "AdmissionPolicy"):
+            index.upsert(d.obj)
+    return index, InMemoryLookups(namespaces=[d.obj for d in docs if d.kind == "Namespace"],
+                                  configmaps=[d.obj for d in docs if d.kind == "ConfigMap"])
+
+
+def _plan(index: PolicyIndex, req: dict[str, Any]) -> Any:
+    plan = index.plan(RequestCoordinates.of(req))
+    while index.compile_pending():
+        pass
+    return plan
+
+
+def test_the_shipped_policies_on_an_ordinary_pod_stay_inline() -> None:
+    index, lookups = _shipped()
+    req = request(pod(images=("docker.io/library/nginx:latest", "registry.example.com/app:1"), privileged=True))
+    outcome = evaluate_validating(req, _plan(index, req), lookups, work_budget=INLINE_WORK_BUDGET,
+                                  body_bytes=len(json.dumps(req)))
+    assert not outcome.allowed  # evaluated, not refused
+
+
+SPLIT_TWICE = "object.metadata.annotations.x.split('').all(a, object.metadata.annotations.x.split('').size() > 0)"
+QUADRATIC = policy("split-twice", kind="AdmissionPolicy", namespace="team-a",
+                   validations=[{"expression": SPLIT_TWICE}])
+
+
+def _annotated(length: int) -> dict[str, Any]:
+    p = pod(namespace="team-a")
+    p["metadata"]["annotations"] = {"x": "y" * length}
+    return request(p, namespace="team-a")
+
+
+def test_quadratic_work_on_a_large_input_is_refused_before_anything_is_evaluated() -> None:
+    index = PolicyIndex()
+    index.upsert(QUADRATIC)
+    req = _annotated(3000)  # evaluated inline this takes over a second
+    with pytest.raises(OverBudget) as raised:
+        evaluate_validating(req, _plan(index, req), InMemoryLookups(), work_budget=INLINE_WORK_BUDGET)
+    assert raised.value.work > INLINE_WORK_BUDGET
+    small = _annotated(20)
+    outcome = evaluate_validating(small, _plan(index, small), InMemoryLookups(), work_budget=INLINE_WORK_BUDGET)
+    assert outcome.allowed and outcome.results  # the same policy on a small input stays inline
+
+
+def test_the_mutating_endpoint_checks_its_own_programs() -> None:
+    mutating = copy.deepcopy(QUADRATIC)
+    mutating["spec"]["validations"] = []
+    mutating["spec"]["mutations"] = [{"patchType": "ApplyConfiguration", "applyConfiguration": {
+        "expression": f"{SPLIT_TWICE} ? {{'metadata': {{'labels': {{'ok': 'true'}}}}}} : {{}}"}}]
+    index = PolicyIndex()
+    assert index.upsert(mutating).ready
+    req = _annotated(3000)
+    with pytest.raises(OverBudget):
+        evaluate_mutating(req, _plan(index, req), InMemoryLookups(), work_budget=INLINE_WORK_BUDGET)
+    small = _annotated(20)
+    patched = evaluate_mutating(small, _plan(index, small), InMemoryLookups(), work_budget=INLINE_WORK_BUDGET)
+    assert {"op": "add", "path": "/metadata/labels", "value": {"ok": "true"}} in patched.patch
+
+
+def test_without_a_budget_nothing_is_refused() -> None:
+    index = PolicyIndex()
+    index.upsert(QUADRATIC)
+    req = _annotated(200)
+    assert evaluate_validating(req, _plan(index, req), InMemoryLookups()).allowed
