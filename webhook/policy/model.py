@@ -37,6 +37,7 @@ VALIDATION_ACTIONS = frozenset({Action.DENY, Action.WARN, Action.AUDIT})
 MAX_MATCH_CONDITIONS = 64
 
 _E = TypeVar("_E", bound=StrEnum)
+_QUALIFIED_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 
 
 class PolicySpecError(ValueError):
@@ -419,7 +420,14 @@ def parse_policy(obj: dict[str, Any]) -> PolicySpec:
         ap = f"{p}.auditAnnotations[{i}]"
         if not isinstance(a, dict):
             raise PolicySpecError(ap, "must be an object")
-        audits.append(AuditAnnotation(_str(a, "key", ap) or "", _str(a, "valueExpression", ap) or ""))
+        key = _str(a, "key", ap) or ""
+        # As VAP: a qualified name of at most 63 characters, unique within the policy.
+        if len(key) > 63 or not _QUALIFIED_NAME.match(key):
+            raise PolicySpecError(f"{ap}.key", f"must be a qualified name of at most 63 characters "
+                                               f"([A-Za-z0-9][-A-Za-z0-9_.]*[A-Za-z0-9]), got {key!r}")
+        if any(existing.key == key for existing in audits):
+            raise PolicySpecError(f"{ap}.key", f"duplicate key {key!r}")
+        audits.append(AuditAnnotation(key, _str(a, "valueExpression", ap) or ""))
 
     mutations = []
     for i, m in enumerate(_list(spec, "mutations", p)):

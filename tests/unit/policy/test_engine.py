@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import jsonpatch
@@ -176,8 +177,9 @@ def test_warn_and_audit_actions_do_not_deny() -> None:
     out = validate([warn, audit], request(pod()))
     assert out.allowed
     assert out.warnings == ["w: careful"]
-    assert out.audit_annotations["tollgate.dev/a"] == '{"message": "noted", "result": "fail"}'
-    assert out.audit_annotations["a/image"] == "registry.example.com/app:1"
+    assert json.loads(out.audit_annotations["validation_failure"]) == [
+        {"message": "noted", "policy": "a", "result": "fail", "validationActions": ["Audit"]}]
+    assert out.audit_annotations["a.image"] == "registry.example.com/app:1"
 
 
 @pytest.mark.parametrize(("failure_policy", "allowed"), [("Fail", False), ("Ignore", True)])

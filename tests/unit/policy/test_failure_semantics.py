@@ -7,6 +7,7 @@ API server's ``validating/validator.go`` for messages and audit annotations.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -123,7 +124,7 @@ def test_an_audit_annotation_must_be_a_string_or_null() -> None:
     out = decide(policy("p", auditAnnotations=[{"key": "k", "valueExpression": "object.metadata.name"},
                                                {"key": "none", "valueExpression": "null"},
                                                {"key": "blank", "valueExpression": "'  '"}]))
-    assert out.allowed and out.audit_annotations == {"p/k": "web"}
+    assert out.allowed and out.audit_annotations == {"p.k": "web"}
     out = decide(policy("p", auditAnnotations=[{"key": "k", "valueExpression": "dyn(1)"}]))
     assert not out.allowed and "must evaluate to string or null, but evaluated to int" in out.message
 
@@ -161,7 +162,8 @@ def test_an_erroring_warn_policy_warns_and_does_not_deny() -> None:
 
 def test_an_erroring_audit_policy_annotates_and_does_not_deny() -> None:
     out = decide(policy("p", validationActions=["Audit"], validations=[{"expression": "object.nope == 1"}]))
-    assert out.allowed and '"result": "error"' in out.audit_annotations["tollgate.dev/p"]
+    [failure] = json.loads(out.audit_annotations["validation_failure"])
+    assert out.allowed and failure["policy"] == "p" and failure["result"] == "error"
 
 
 # -- parameterNotFoundAction: "If set to Deny, then no matched parameters will be subject to the failurePolicy" --
@@ -244,7 +246,7 @@ def test_tenant_results_are_keyed_by_namespace_so_they_never_collide_with_a_clus
                     auditAnnotations=[{"key": "k", "valueExpression": "'tenant'"}])
     out = decide(cluster, tenant)
     assert out.warnings == ["same: cluster says no", "default/same: tenant says no"]
-    assert out.audit_annotations == {"default/same/k": "tenant"}
+    assert out.audit_annotations == {"default_same.k": "tenant"}
 
 
 @pytest.mark.parametrize("operation", ["CREATE", "UPDATE", "DELETE"])

@@ -14,9 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.policy.compiler import CompiledPolicy
+from webhook.policy.engine.annotations import VALIDATION_FAILURE_KEY
 from webhook.policy.vocabulary import Action, FailurePolicy, PolicyResult, Result
 
-__all__ = ["EvaluationError", "MutationOutcome", "ValidationOutcome", "error_result", "label", "record"]
+__all__ = ["EvaluationError", "MutationOutcome", "ValidationOutcome", "add_audit_failures", "error_result", "label",
+           "record"]
 
 
 @dataclass(slots=True)
@@ -85,13 +87,19 @@ def error_result(policy: CompiledPolicy, text: str) -> PolicyResult:
     return PolicyResult(label(policy), Result.ERROR, text, frozenset({Action.WARN, Action.IGNORED}))
 
 
-def record(result: PolicyResult, warnings: list[str], annotations: dict[str, str] | None) -> None:
-    """Turn a non-passing result's actions into warnings and audit annotations."""
+def record(result: PolicyResult, warnings: list[str], audit_failures: list[dict[str, object]] | None) -> None:
+    """Turn a non-passing result's actions into warnings and ``Audit`` entries (see :func:`audit_annotations`)."""
     if result.result is Result.PASS:
         return
     if Action.WARN in result.actions and result.message:
         suffix = " (failurePolicy: Ignore)" if Action.IGNORED in result.actions else ""
         warnings.append(f"{result.policy}: {result.message}{suffix}")
-    if annotations is not None and Action.AUDIT in result.actions:
-        annotations[f"tollgate.dev/{result.policy}"] = json.dumps(
-            {"result": str(result.result), "message": result.message}, sort_keys=True)
+    if audit_failures is not None and Action.AUDIT in result.actions:
+        audit_failures.append({"policy": result.policy, "result": str(result.result), "message": result.message,
+                               "validationActions": sorted(str(a) for a in result.actions if a is not Action.IGNORED)})
+
+
+def add_audit_failures(annotations: dict[str, str], audit_failures: list[dict[str, object]]) -> None:
+    """Add the ``Audit`` results as one JSON list under ``validation_failure`` (as VAP writes them), if any."""
+    if audit_failures:
+        annotations[VALIDATION_FAILURE_KEY] = json.dumps(audit_failures, sort_keys=True)

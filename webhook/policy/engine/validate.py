@@ -16,9 +16,17 @@ from typing import Any
 from webhook.policy.budget import OverBudget, estimated_work
 from webhook.policy.cel.scope import reset_scope, set_current_scope
 from webhook.policy.compiler import CompiledPolicy, CompiledValidation
+from webhook.policy.engine.annotations import annotation_key
 from webhook.policy.engine.context import RequestContext
 from webhook.policy.engine.fused import fused_passes
-from webhook.policy.engine.outcome import EvaluationError, ValidationOutcome, error_result, label, record
+from webhook.policy.engine.outcome import (
+    EvaluationError,
+    ValidationOutcome,
+    add_audit_failures,
+    error_result,
+    label,
+    record,
+)
 from webhook.policy.engine.prepare import Run, prepare
 from webhook.policy.engine.values import bool_value, cel_type_name, value
 from webhook.policy.lookups import Lookups
@@ -90,7 +98,7 @@ def _validate(run: Run, warnings: list[str], annotations: dict[str, str]) -> Pol
                 raise EvaluationError(f"{program.path}: must evaluate to string or null, but evaluated to "
                                       f"{cel_type_name(result)}")
             if result.strip():
-                annotations[f"{name}/{key}"] = result.strip()
+                annotations[annotation_key(policy.spec, key)] = result.strip()
     except EvaluationError as e:
         return error_result(policy, run.prefix + str(e))
     finally:
@@ -134,6 +142,7 @@ def evaluate_validating(request: dict[str, Any], policies: Sequence[CompiledPoli
     check_budget(plan, ctx, Endpoint.VALIDATE, work_budget, body_bytes)
     out = ValidationOutcome()
     denials: list[PolicyResult] = []
+    audit_failures: list[dict[str, object]] = []
     passes = fused_passes(plan, ctx, memo)
     results = out.results
     for position, (policy, view) in enumerate(plan.entries):
@@ -149,9 +158,10 @@ def evaluate_validating(request: dict[str, Any], policies: Sequence[CompiledPoli
         result = prepared if isinstance(prepared, PolicyResult) else _validate(prepared, out.warnings,
                                                                                out.audit_annotations)
         results.append(result)
-        record(result, out.warnings, out.audit_annotations)
+        record(result, out.warnings, audit_failures)
         if result.denies:
             denials.append(result)
+    add_audit_failures(out.audit_annotations, audit_failures)
     if denials:
         out.allowed = False
         out.code, out.reason = denials[0].code, denials[0].reason
