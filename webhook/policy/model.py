@@ -415,7 +415,7 @@ def parse_policy(obj: dict[str, Any]) -> PolicySpec:
             )
         )
 
-    audits = []
+    audits: list[AuditAnnotation] = []
     for i, a in enumerate(_list(spec, "auditAnnotations", p)):
         ap = f"{p}.auditAnnotations[{i}]"
         if not isinstance(a, dict):
