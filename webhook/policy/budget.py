@@ -32,9 +32,9 @@ if TYPE_CHECKING:
 __all__ = ["INLINE_WORK_BUDGET", "InputSize", "OverBudget", "estimated_work", "measure"]
 
 #: Most estimated work (~10 ns units, :mod:`webhook.policy.cel.cost`) a review may have and still be evaluated
-#: on the event loop: 5·10⁷. The estimate is a worst case: the shipped policies on a 6 KB Pod estimate ~2·10⁷
-#: and take ~0.3 ms; what estimates above it (quadratic work on a large string, a large params list
-#: crossed with the object) goes to a worker.
+#: on the event loop: 5·10⁷. The estimate is a worst case, far above what ordinary objects cost, so the budget
+#: sits above what the shipped policies estimate on an ordinary Pod and below what quadratic work on a large
+#: string or a large params list crossed with the object estimates (docs/performance.md has the figures).
 INLINE_WORK_BUDGET = 50_000_000
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from webhook.policy.compiler import CompiledPolicy, CompileResult, compile_policy
 from webhook.policy.matching import resource_names, routed_rules
-from webhook.policy.plan import Plan, build_plan
+from webhook.policy.plan import Plan, PlanContext, build_plan
 from webhook.policy.request import RequestCoordinates
 from webhook.policy.vocabulary import PolicyKind
 from webhook.policy.vocabulary import policy_key as vocabulary_policy_key
@@ -82,6 +82,7 @@ class PolicyIndex:
         self._buckets: dict[_Bucket, dict[str, CompiledPolicy]] = defaultdict(dict)
         self._filed: dict[str, set[_Bucket]] = {}
         self._plans: OrderedDict[RequestCoordinates, Plan] = OrderedDict()
+        self._context = PlanContext()  # serials and memo specs shared by this index's plans
         self._pending: list[Plan] = []
         self.on_pending = on_pending
 
@@ -146,7 +147,7 @@ class PolicyIndex:
         if plan is not None:
             self._plans.move_to_end(coords)
             return plan
-        plan = build_plan(coords, self.candidates(coords))
+        plan = build_plan(coords, self.candidates(coords), context=self._context)
         self._plans[coords] = plan
         if len(self._plans) > MAX_PLANS:
             self._plans.popitem(last=False)

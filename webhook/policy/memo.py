@@ -139,7 +139,8 @@ def _key_roots_of(expr: bytes) -> dict[str, frozenset[str]] | None:
     return key_roots(decode_expr(expr))
 
 
-def memo_spec(serialized: bytes, trees: Mapping[str, Tree] | None = None) -> MemoSpec | None:
+def memo_spec(serialized: bytes, trees: Mapping[str, Tree] | None = None,
+              interned: dict[str, MemoSpec] | None = None) -> MemoSpec | None:
     """What keys a program's passes in the memo, or None when they cannot be memoized.
 
     Args:
@@ -147,6 +148,8 @@ def memo_spec(serialized: bytes, trees: Mapping[str, Tree] | None = None) -> Mem
         trees: what the program can read of ``object``/``oldObject``, or a superset (a fused program: the
             union of its policies' ``reads``, computed when they compiled); by default its own
             :func:`webhook.policy.projection.reads_of`.
+        interned: specs by what they read, shared by the programs of one index (so programs that read the
+            same fields share one spec and a request builds their key once); None: not shared.
 
     Returns:
         None when the program is not :func:`key_roots`, did not decode, or may read ``object`` or
@@ -165,21 +168,22 @@ def memo_spec(serialized: bytes, trees: Mapping[str, Tree] | None = None) -> Mem
         return None
     request_fields, namespace_fields = tuple(sorted(roots["request"])), tuple(sorted(roots["namespaceObject"]))
     # Programs reading the same fields share one spec, so a request builds their key once.
-    interned = repr((trees.get("object"), trees.get("oldObject"), request_fields, namespace_fields))
-    spec = _SPECS.get(interned)
+    reading = repr((trees.get("object"), trees.get("oldObject"), request_fields, namespace_fields))
+    spec = interned.get(reading) if interned is not None else None
     if spec is None:
         projection = Projection.of(trees)
         if projection is None:  # pragma: no cover - both trees are bounded here, so both prune
             return None
-        if len(_SPECS) >= _MAX_SPECS:
-            _SPECS.clear()
-        spec = _SPECS[interned] = MemoSpec(projection, request_fields, namespace_fields)
+        spec = MemoSpec(projection, request_fields, namespace_fields)
+        if interned is not None:
+            if len(interned) >= MAX_INTERNED_SPECS:
+                interned.clear()
+            interned[reading] = spec
     return spec
 
 
-#: Specs by what they read (``repr`` of the trees and fields), shared by programs that read the same.
-_SPECS: dict[str, MemoSpec] = {}
-_MAX_SPECS = 4096
+#: Most specs one index shares (see :func:`memo_spec`); past it the table starts over.
+MAX_INTERNED_SPECS = 4096
 
 
 def union_spec(specs: Sequence[MemoSpec]) -> MemoSpec | None:

@@ -35,7 +35,7 @@ policies' ``reads`` and the ``request``/``namespaceObject`` fields the program s
 
 from __future__ import annotations
 
-import itertools
+import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,9 +49,9 @@ from webhook.policy.request import RequestCoordinates
 from webhook.policy.vocabulary import Action, PolicyResult, Result
 
 #: Characters of fused CEL per program. Compiling a chunk holds the event loop (cel-cpp parse and plan,
-#: then Tollgate's Python passes over the tree): 2,000 characters took 5-12 ms per step on this 2-core
-#: machine, 1,000 take 1.6-4.5 ms (bench/stall.py), for ~8 % more engine time (7 programs instead of 4
-#: for the shipped Pod policies).
+#: then Tollgate's Python passes over the tree), so a chunk is kept small enough that one background step
+#: stays a few milliseconds, at the price of a few more programs per plan (docs/performance.md has the
+#: figures).
 CHUNK_CHARS = 1000
 
 
@@ -70,7 +70,30 @@ def fusable(policy: CompiledPolicy) -> bool:
 
 
 #: FusedGroup serials: a new group never shares decision-memo entries with an earlier one.
-_SERIALS = itertools.count()
+class PlanContext:
+    """What the plans of one index share: serials for the decision memo and its interned key specs.
+
+    A serial names a fused group (or a union of groups) in a :class:`~webhook.policy.memo.DecisionMemo`
+    and is never reused, so a policy edit never reuses an old group's passes. A serial is 64 bits: a
+    random 32-bit prefix drawn per context (and drawn again if its 32-bit counter ever wraps) followed by
+    the counter, so contexts that meet in one memo (several indexes in a test, say) do not collide, without
+    a process-wide counter.
+    """
+
+    __slots__ = ("_next", "_prefix", "specs")
+
+    def __init__(self) -> None:
+        self._prefix = secrets.randbits(32) << 32
+        self._next = 0
+        #: Memo key specs by what they read (see :func:`webhook.policy.memo.memo_spec`).
+        self.specs: dict[str, MemoSpec] = {}
+
+    def serial(self) -> int:
+        """A serial no context is expected to have returned before (64 bits)."""
+        if self._next >= 1 << 32:
+            self._prefix, self._next = secrets.randbits(32) << 32, 0
+        self._next += 1
+        return self._prefix | (self._next - 1)
 
 
 @dataclass(slots=True)
@@ -87,7 +110,8 @@ class FusedGroup:
         compiled: whether compilation was attempted.
         memo: what keys the program's passes in the decision memo (:mod:`webhook.policy.memo`),
             or None when its passes are not memoized (or not analysed yet).
-        serial: this group's identity in the decision memo (never reused in the process).
+        serial: this group's identity in the decision memo (never reused by its :class:`PlanContext`).
+        context: the plans' shared context (serials, interned memo specs).
         reads: the union of the group's policies' ``reads`` (what the program can read, or more).
         analysed: whether :meth:`analyse` ran.
     """
@@ -99,9 +123,14 @@ class FusedGroup:
     program: Any = None
     compiled: bool = False
     memo: MemoSpec | None = None
-    serial: int = field(default_factory=lambda: next(_SERIALS))
+    serial: int = -1
     reads: dict[str, Tree] = field(default_factory=dict)
     analysed: bool = False
+    context: PlanContext = field(default_factory=PlanContext)
+
+    def __post_init__(self) -> None:
+        if self.serial < 0:
+            self.serial = self.context.serial()
 
     def compile(self) -> None:
         """Compile the fused program (once); a failure leaves ``program`` None."""
@@ -119,7 +148,7 @@ class FusedGroup:
             return
         self.analysed = True
         if self.program is not None:
-            self.memo = memo_spec(self.program.program.serialize(), self.reads)
+            self.memo = memo_spec(self.program.program.serialize(), self.reads, self.context.specs)
 
 
 @dataclass(slots=True)
@@ -149,6 +178,7 @@ class Plan:
     projections: dict[View, Projection | None] | None = None
     mutation_projections: dict[View, Projection | None] | None = None
     memo_unions: dict[tuple[int, ...], tuple[int, MemoSpec] | None] = field(default_factory=dict)
+    context: PlanContext = field(default_factory=PlanContext)
     work: cost.Work = field(init=False)
     mutation_work: cost.Work = field(init=False)
 
@@ -165,7 +195,7 @@ class Plan:
         if found is ...:
             specs = [self.groups[i].memo for i in indices]
             spec = union_spec([m for m in specs if m is not None]) if all(specs) else None
-            found = self.memo_unions[indices] = None if spec is None else (next(_SERIALS), spec)
+            found = self.memo_unions[indices] = None if spec is None else (self.context.serial(), spec)
         return found
 
     @property
@@ -218,14 +248,15 @@ def _conjunct(policy: CompiledPolicy) -> list[str]:
 
 
 def _group(entries: tuple[tuple[CompiledPolicy, View], ...], view: View, chunk: list[int],
-           conjuncts: dict[str, None]) -> FusedGroup | None:
+           conjuncts: dict[str, None], context: PlanContext) -> FusedGroup | None:
     if not chunk:
         return None
     # A group of one policy still pays: its validations are one program, and a pass skips the per-policy
-    # steps (measured: 309 -> 290 us per distinct review with the shipped policies). A policy longer than
-    # CHUNK_CHARS is a group of its own (its compile step is as long as the policy's own compile was).
+    # steps. A policy longer than CHUNK_CHARS is a group of its own (its compile step is as long as the
+    # policy's own compile was).
     return FusedGroup(view, tuple(chunk), tuple(PolicyResult(entries[i][0].spec.key, Result.PASS) for i in chunk),
-                      " && ".join(conjuncts), reads=union_reads(entries[i][0].reads for i in chunk))
+                      " && ".join(conjuncts), reads=union_reads(entries[i][0].reads for i in chunk),
+                      context=context)
 
 
 def shares_programs(policy: CompiledPolicy) -> bool:
@@ -233,7 +264,8 @@ def shares_programs(policy: CompiledPolicy) -> bool:
     return Action.DENY in policy.spec.validation_actions
 
 
-def _groups(entries: tuple[tuple[CompiledPolicy, View], ...], *, validating: bool) -> tuple[FusedGroup, ...]:
+def _groups(entries: tuple[tuple[CompiledPolicy, View], ...], *, validating: bool,
+            context: PlanContext) -> tuple[FusedGroup, ...]:
     groups: list[FusedGroup | None] = []
     for view in (View.OBJECT, View.POD_TEMPLATE):
         chunk: list[int] = []
@@ -242,29 +274,33 @@ def _groups(entries: tuple[tuple[CompiledPolicy, View], ...], *, validating: boo
             if v is not view or not validating or not policy.validating or not fusable(policy):
                 continue
             if not shares_programs(policy):
-                groups.append(_group(entries, view, [i], dict.fromkeys(_conjunct(policy))))
+                groups.append(_group(entries, view, [i], dict.fromkeys(_conjunct(policy)), context))
                 continue
             new = [c for c in _conjunct(policy) if c not in conjuncts]
             if chunk and sum(map(len, conjuncts)) + sum(map(len, new)) > CHUNK_CHARS:
-                groups.append(_group(entries, view, chunk, conjuncts))
+                groups.append(_group(entries, view, chunk, conjuncts, context))
                 chunk, conjuncts, new = [], {}, _conjunct(policy)
             chunk.append(i)
             conjuncts.update(dict.fromkeys(new))
-        groups.append(_group(entries, view, chunk, conjuncts))
+        groups.append(_group(entries, view, chunk, conjuncts, context))
     return tuple(g for g in groups if g is not None)
 
 
-def build_plan(coords: RequestCoordinates, candidates: list[CompiledPolicy], *, validating: bool = True) -> Plan:
+def build_plan(coords: RequestCoordinates, candidates: list[CompiledPolicy], *, validating: bool = True,
+               context: PlanContext | None = None) -> Plan:
     """A plan for ``coords`` over ``candidates`` (uncompiled; see :meth:`Plan.compile_next`).
 
     Args:
         coords: the request's coordinates.
         candidates: the index's candidates for them, in evaluation order.
         validating: build fused groups for the validating endpoint (mutations are never fused).
+        context: shared with the other plans that use the same decision memo (a new one when None: such
+            a plan must not share a memo with others).
     """
+    context = context or PlanContext()
     entries = tuple((p, v) for p in candidates if (v := rules_view(p.spec, coords)) is not None)
-    groups = _groups(entries, validating=validating)
-    return Plan(coords, entries, groups, frozenset(i for g in groups for i in g.positions))
+    groups = _groups(entries, validating=validating, context=context)
+    return Plan(coords, entries, groups, frozenset(i for g in groups for i in g.positions), context=context)
 
 
-__all__ = ["CHUNK_CHARS", "FusedGroup", "Plan", "build_plan", "fusable"]
+__all__ = ["CHUNK_CHARS", "FusedGroup", "Plan", "PlanContext", "build_plan", "fusable"]

@@ -1,8 +1,8 @@
 """Projection: bind only the fields of ``object``/``oldObject`` the programs can read (pure; no I/O).
 
-cel-expr-python converts a bound variable whole into CEL values on its first access (about 0.25 µs
-per JSON node: ~100 µs for a 6 KB Pod, ~2.5 ms for 100 KB). Policies read a few fields, so a plan
-(:mod:`webhook.policy.plan`) binds the request's object pruned to what its programs can read.
+cel-expr-python converts a bound variable whole into CEL values on its first access, in time
+proportional to its JSON nodes. Policies read a few fields, so a plan (:mod:`webhook.policy.plan`)
+binds the request's object pruned to what its programs can read.
 
 **Field trees.** :func:`reads` analyses parse trees (:mod:`webhook.policy.cel.ast`) and returns, per
 root variable, a :data:`Tree`: :data:`ALL` (keep the whole value) or a dict from segment to subtree.

@@ -14,7 +14,8 @@ def ready_condition(ready: bool, reason: str, message: str, generation: int | No
 
     Args:
         ready: whether every expression compiled and type-checked.
-        reason: ``Compiled`` | ``CompileError`` | ``ParamNotFound`` | ``InvalidSpec``.
+        reason: ``Compiled`` | ``CompileError`` | ``InvalidSpec`` (a missing param is a per-request answer,
+            per ``parameterNotFoundAction``, not a condition).
         message: human-readable detail; for errors the spec path and CEL position.
         generation: the CR's ``metadata.generation`` (``observedGeneration``).
 
