@@ -171,6 +171,9 @@ class FakeApiServer:
         self.port = 0
         self.too_large_wait = 0.05
         self.discovery = FakeDiscovery(self)
+        #: Webhook fields this server does not know and drops on write, as an older API server does
+        #: (a 1.20 server drops ``matchConditions``, added in 1.27).
+        self.drop_webhook_fields: frozenset[str] = frozenset()
 
     # -- lifecycle -----------------------------------------------------------------------------------
     @property
@@ -233,6 +236,10 @@ class FakeApiServer:
         return copy.deepcopy(self._store(resource, copy.deepcopy(obj)))
 
     def _store(self, resource: str, obj: dict[str, Any]) -> dict[str, Any]:
+        if resource.endswith("webhookconfigurations") and self.drop_webhook_fields:
+            for hook in obj.get("webhooks") or []:
+                for field in self.drop_webhook_fields:
+                    hook.pop(field, None)
         self.rv += 1
         store = self.objects.setdefault(resource, {})
         key = _key(obj)

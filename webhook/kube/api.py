@@ -27,6 +27,7 @@ __all__ = [
     "ApiException",
     "call_json",
     "collection_path",
+    "describe",
     "object_path",
 ]
 
@@ -36,6 +37,27 @@ JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
 #: RFC 6902 JSON patch: a list of operations (``test`` makes it conditional).
 JSON_PATCH = "application/json-patch+json"
+
+
+def describe(exc: BaseException) -> str:
+    """One line saying why a call failed, for logs.
+
+    ``HTTP 404 Not Found: <the Status message>`` for an ``ApiException`` (whose ``repr`` is a bare
+    ``ApiException()``), ``<type>: <first line of its message>`` otherwise; never a traceback.
+    """
+    if isinstance(exc, ApiException):
+        message = ""
+        body = getattr(exc, "body", None)
+        if body:
+            try:
+                status = orjson.loads(body)
+                message = str(status.get("message") or "") if isinstance(status, dict) else ""
+            except orjson.JSONDecodeError:
+                message = body.decode(errors="replace") if isinstance(body, bytes) else str(body)
+        text = f"HTTP {exc.status} {exc.reason or ''}".rstrip()
+        return f"{text}: {message.splitlines()[0]}" if message.strip() else text
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def collection_path(group: str, version: str, plural: str, namespace: str | None = None) -> str:

@@ -47,12 +47,13 @@ from kubernetes_asyncio.client import ApiClient
 
 from webhook.aio import cancel_and_wait
 from webhook.informer import Backoff
-from webhook.kube.api import ApiException, call_json, collection_path
+from webhook.kube.api import ApiException, call_json, collection_path, describe
 from webhook.metrics import WebhookConfigMetrics
 from webhook.policy.model import PolicySpec
 from webhook.policy.webhook_configs import WebhookTarget, webhook_configurations
 
-__all__ = ["GROUP", "INJECTOR_ANNOTATIONS", "RESOURCES", "VERSION", "WebhookConfigReconciler", "merged_configuration"]
+__all__ = ["GROUP", "INJECTOR_ANNOTATIONS", "RESOURCES", "VERSION", "WebhookConfigReconciler", "dropped_fields",
+           "merged_configuration"]
 
 _log = logging.getLogger(__name__)
 
@@ -68,16 +69,43 @@ RESOURCES = {
 INJECTOR_ANNOTATIONS = ("cert-manager.io/inject-ca-from", "cert-manager.io/inject-ca-from-secret")
 
 
-def merged_configuration(live: dict[str, Any], desired: dict[str, Any], ca_bundle: str) -> dict[str, Any] | None:
+def _as_kept(hooks: list[dict[str, Any]], dropped: frozenset[str]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in h.items() if k not in dropped} for h in hooks]
+
+
+def _comparable(live_hooks: list[dict[str, Any]], hooks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``live_hooks`` restricted to the fields ``hooks`` set (what the API server defaults is not a difference)."""
+    if len(live_hooks) != len(hooks):
+        return live_hooks
+    return [{k: v for k, v in lh.items() if k in h} for lh, h in zip(live_hooks, hooks, strict=True)]
+
+
+def dropped_fields(sent: dict[str, Any], stored: dict[str, Any]) -> frozenset[str]:
+    """Webhook fields ``sent`` set that the API server did not store (e.g. ``matchConditions`` before 1.28).
+
+    An older API server silently drops fields it does not know; comparing with them would find a difference
+    on every reconcile and write the configuration for ever.
+    """
+    stored_by_name = {h.get("name"): h for h in stored.get("webhooks") or []}
+    return frozenset(field for hook in sent.get("webhooks") or [] if hook.get("name") in stored_by_name
+                     for field in hook if field not in stored_by_name[hook.get("name")])
+
+
+def merged_configuration(live: dict[str, Any], desired: dict[str, Any], ca_bundle: str,
+                         dropped: frozenset[str] = frozenset()) -> dict[str, Any] | None:
     """The object to ``PUT``, or ``None`` when ``live`` already says what ``desired`` says (pure).
 
     Args:
         live: the configuration as read from the API server.
         desired: the generated configuration (``webhooks`` and Tollgate's
-            ``metadata.labels`` are compared; nothing else).
+            ``metadata.labels`` are compared; nothing else). Of each live
+            webhook only the fields ``desired`` sets are compared, so fields
+            the API server defaults are no difference.
         ca_bundle: the caBundle to set on every entry; ``""`` to keep the one
             in ``live`` (same entry name, else any entry's). Ignored when
             ``live`` has one of :data:`INJECTOR_ANNOTATIONS`.
+        dropped: webhook fields this API server does not store (see
+            :func:`dropped_fields`): left out of the comparison.
 
     Returns:
         ``live`` with the desired ``webhooks`` and labels (its metadata, with
@@ -95,7 +123,8 @@ def merged_configuration(live: dict[str, Any], desired: dict[str, Any], ca_bundl
             hook["clientConfig"]["caBundle"] = ca
     meta = copy.deepcopy(live.get("metadata") or {})
     labels = {**(meta.get("labels") or {}), **(desired.get("metadata", {}).get("labels") or {})}
-    if hooks == live_hooks and labels == (meta.get("labels") or {}):
+    kept = _as_kept(hooks, dropped)
+    if kept == _comparable(live_hooks, kept) and labels == (meta.get("labels") or {}):
         return None
     meta["labels"] = labels
     return {**copy.deepcopy(live), "apiVersion": desired["apiVersion"], "kind": desired["kind"], "metadata": meta,
@@ -168,6 +197,8 @@ class WebhookConfigReconciler:
         self._dirty = asyncio.Event()
         self._idle = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        #: Webhook fields the API server was seen not to store, per configuration kind.
+        self._dropped: dict[str, frozenset[str]] = {}
 
     def trigger(self) -> None:
         """Ask for a reconcile (policies changed, or this replica became leader)."""
@@ -199,20 +230,28 @@ class WebhookConfigReconciler:
 
         Raises:
             ApiException: a request failed (404 without ``create_missing``,
-                409 on a concurrent write, 5xx ...).
+                409 on a concurrent write, 5xx ...); the first failure, after
+                the other configuration was reconciled anyway.
         """
         configs = webhook_configurations(self._policies(), self._target)
         ca = self._ca_bundle()
         results = {}
+        failure: Exception | None = None
         for desired in configs.documents():
             plural, short = RESOURCES[desired["kind"]]
             try:
                 results[short] = await self._reconcile(plural, desired, ca)
-            except Exception:
+            except Exception as exc:  # noqa: BLE001 - re-raised below, once the other configuration is done
+                # One configuration failing (say, deleted by hand) must not keep the other stale.
                 self.metrics.reconciles.labels(short, "error").inc()
-                raise
+                _log.warning("reconcile of %s %s failed: %s", desired["kind"], desired["metadata"]["name"],
+                             describe(exc))
+                failure = failure or exc
+                continue
             self.metrics.reconciles.labels(short, results[short]).inc()
             self.metrics.webhooks.labels(short).set(len(desired["webhooks"]))
+        if failure is not None:
+            raise failure
         return results
 
     async def _reconcile(self, plural: str, desired: dict[str, Any], ca: str) -> str:
@@ -229,15 +268,28 @@ class WebhookConfigReconciler:
             for hook in created["webhooks"]:
                 if ca:
                     hook["clientConfig"]["caBundle"] = ca
-            await call_json(self._api, "POST", collection, body=created, timeout=self._request_timeout)
+            stored = await call_json(self._api, "POST", collection, body=created, timeout=self._request_timeout)
+            self._note_dropped(desired["kind"], created, stored)
             _log.info("created %s", path)
             return "created"
-        body = merged_configuration(live, desired, ca)
+        body = merged_configuration(live, desired, ca, self._dropped.get(desired["kind"], frozenset()))
         if body is None:
             return "unchanged"
-        await call_json(self._api, "PUT", path, body=body, timeout=self._request_timeout)
+        stored = await call_json(self._api, "PUT", path, body=body, timeout=self._request_timeout)
+        self._note_dropped(desired["kind"], body, stored)
         _log.info("updated %s: %d webhooks", path, len(body["webhooks"]))
         return "updated"
+
+    def _note_dropped(self, kind: str, sent: dict[str, Any], stored: Any) -> None:
+        """Remember (and say once) which fields the API server did not keep, so they stop counting as drift."""
+        if not isinstance(stored, dict):
+            return
+        new = dropped_fields(sent, stored) - self._dropped.get(kind, frozenset())
+        if new:
+            self._dropped[kind] = self._dropped.get(kind, frozenset()) | new
+            _log.warning("the API server did not store %s of the %s (a server older than Tollgate supports drops "
+                         "fields it does not know): it sends Tollgate what those fields would have excluded",
+                         ", ".join(sorted(new)), kind)
 
     async def _run(self) -> None:
         backoff = self._backoff_factory()
@@ -259,7 +311,7 @@ class WebhookConfigReconciler:
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:  # noqa: BLE001 — the worker must outlive any failed reconcile
-                    _log.warning("webhook configuration reconcile failed: %r", exc)
+                    _log.warning("webhook configuration reconcile failed: %s", describe(exc))
                     await self._sleep(backoff.next_delay())
                     self._dirty.set()
                     continue

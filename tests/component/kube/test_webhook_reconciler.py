@@ -282,3 +282,39 @@ async def test_nothing_is_written_before_the_policy_caches_sync(
     assert fake_api.count("PUT") == 1
     [hook] = _hooks(fake_api, VWC)
     assert _resources(hook) == {"pods"}
+
+
+async def test_fields_an_older_server_drops_are_not_rewritten_for_ever(
+        fake_api: FakeApiServer, make: Callable[..., WebhookConfigReconciler],
+        caplog: pytest.LogCaptureFixture) -> None:
+    # A 1.20 API server drops matchConditions; comparing with them found a difference on every reconcile.
+    fake_api.drop_webhook_fields = frozenset({"matchConditions"})
+    _install_manifests(fake_api)
+    policies = Policies()
+    policies.objects = [policy("p")]
+    reconciler = make(policies)
+    assert await reconciler.reconcile_once() == {"validating": "updated", "mutating": "unchanged"}
+    assert "matchConditions" not in _hooks(fake_api, VWC)[0]
+    assert any("did not store matchConditions" in r.getMessage() for r in caplog.records)
+    puts = fake_api.count("PUT", VWC)
+    for _ in range(3):
+        assert await reconciler.reconcile_once() == {"validating": "unchanged", "mutating": "unchanged"}
+    assert fake_api.count("PUT", VWC) == puts
+    policies.objects = [policy("p"), policy("q", resources=("configmaps",))]  # a real change is still written
+    assert (await reconciler.reconcile_once())["validating"] == "updated"
+
+
+async def test_a_missing_configuration_does_not_stop_the_other(
+        fake_api: FakeApiServer, make: Callable[..., WebhookConfigReconciler],
+        caplog: pytest.LogCaptureFixture) -> None:
+    _install_manifests(fake_api)
+    fake_api.delete(VWC, "tollgate")  # removed by hand
+    policies = Policies()
+    policies.objects = [policy("v"), policy("m", mutations=MUTATION)]
+    reconciler = make(policies)
+    with pytest.raises(ApiException):
+        await reconciler.reconcile_once()
+    assert _hooks(fake_api, MWC), "the mutating configuration was left stale"
+    assert _count(reconciler, "validating", "error") == 1 and _count(reconciler, "mutating", "updated") == 1
+    [line] = [r.getMessage() for r in caplog.records if "reconcile of ValidatingWebhookConfiguration" in r.getMessage()]
+    assert "HTTP 404" in line and "ApiException()" not in line
