@@ -42,7 +42,7 @@ from typing import Any
 from kubernetes_asyncio.client import ApiClient
 
 from webhook.aio import cancel_and_wait
-from webhook.kube.api import ApiException, call_json
+from webhook.kube.api import ApiException, call_json, describe
 
 __all__ = [
     "JITTER_FACTOR",
@@ -230,6 +230,7 @@ class LeaderElector:
         rng: Callable[[], float] = random.random,
     ) -> None:
         self._api = api_client
+        self._failures = 0  # consecutive failed attempts (see _failed)
         self._config = config
         self._on_started = on_started_leading
         self._on_stopped = on_stopped_leading
@@ -317,22 +318,38 @@ class LeaderElector:
                 return
 
     async def _try_acquire_or_renew(self, *, deadline: float) -> bool:
-        """One attempt of client-go's ``tryAcquireOrRenew``; never raises (except cancellation)."""
+        """One attempt of client-go's ``tryAcquireOrRenew``; never raises (except cancellation).
+
+        A failure is one log line, never a traceback; while the API server stays unreachable only the
+        first failure of a run is a warning, the rest are debug, and the next success says how many failed.
+        """
         try:
             # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a
             # cancellation that arrives as the inner call completes, and stop()
             # would then wait forever for a loop that never ends.
             async with asyncio.timeout(deadline):
-                return await self._acquire_or_renew_once()
+                held = await self._acquire_or_renew_once()
         except TimeoutError:
-            _log.info("leader election: attempt on lease %s timed out", self._config.lease_name)
+            self._failed(f"attempt timed out after {deadline:.3g}s", logging.INFO)
         except ApiException as exc:
             # 409: another replica wrote between our GET and PUT; just a lost race.
-            level = logging.DEBUG if exc.status == 409 else logging.WARNING
-            _log.log(level, "leader election: lease %s: HTTP %s %s", self._config.lease_name, exc.status, exc.reason)
-        except Exception:  # noqa: BLE001 — a network error must not end the election
-            _log.exception("leader election: attempt on lease %s failed", self._config.lease_name)
+            self._failed(describe(exc), logging.DEBUG if exc.status == 409 else logging.WARNING)
+        except Exception as exc:  # noqa: BLE001 — a network error must not end the election
+            self._failed(describe(exc), logging.WARNING)
+        else:
+            if self._failures:
+                _log.info("leader election: lease %s reachable again after %d failed attempt(s)",
+                          self._config.lease_name, self._failures)
+                self._failures = 0
+            return held
         return False
+
+    def _failed(self, why: str, level: int) -> None:
+        """Log a failed attempt in one line: the first of a run at ``level``, the following ones at debug."""
+        self._failures += 1
+        if self._failures > 1:
+            level = logging.DEBUG
+        _log.log(level, "leader election: lease %s: %s", self._config.lease_name, why)
 
     async def _acquire_or_renew_once(self) -> bool:
         cfg = self._config

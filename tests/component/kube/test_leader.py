@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+
+import pytest
 from kubernetes_asyncio.client import ApiClient
 
 from tests.component.kube.conftest import FakeClock
@@ -147,3 +150,22 @@ async def test_leader_stops_at_once_when_lease_is_taken(
         await a.stop()
     # Not leading at stop: the intruder's Lease is left alone.
     assert _holder(fake_api) == "intruder"
+
+
+async def test_an_unreachable_api_server_is_one_line_not_a_traceback_per_retry(
+        fake_api: FakeApiServer, api: ApiClient, clock: FakeClock, caplog: pytest.LogCaptureFixture) -> None:
+    events: list[tuple[str, str]] = []
+    elector = _elector(api, clock, "pod-a", events)
+    fake_api.fail("GET", "/tollgate-status-writer", code=503, times=10)  # the Lease read keeps failing
+    caplog.set_level(logging.DEBUG, logger="webhook.kube.leader")
+    await elector.start()
+    try:
+        await clock.run_until(elector.is_leader, parked=1)
+    finally:
+        await elector.stop()
+    lines = [r for r in caplog.records if r.name == "webhook.kube.leader"]
+    failures = [r for r in lines if "HTTP 503" in r.getMessage()]
+    assert len(failures) == 10, [r.getMessage() for r in lines]
+    assert [r.levelno for r in failures] == [logging.WARNING] + [logging.DEBUG] * 9  # the first of the run only
+    assert not any(r.exc_info for r in lines), "a traceback was logged"
+    assert any("reachable again after 10 failed attempt(s)" in r.getMessage() for r in lines)
