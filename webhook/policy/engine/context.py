@@ -19,7 +19,7 @@ from webhook.policy.matching import View
 from webhook.policy.projection import Projection
 from webhook.policy.request import RequestCoordinates
 
-__all__ = ["RequestContext", "synthesize_pod"]
+__all__ = ["RequestContext", "ephemeral_as_pod", "synthesize_pod"]
 
 
 def synthesize_pod(workload: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any] | None:
@@ -36,6 +36,20 @@ def synthesize_pod(workload: dict[str, Any], path: tuple[str, ...]) -> dict[str,
     if ns and "namespace" not in meta:
         meta["namespace"] = ns
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": node.get("spec") or {}}
+
+
+def ephemeral_as_pod(obj: Any) -> Any:
+    """A ``pods/ephemeralcontainers`` object as the Pod policies expect.
+
+    Before Kubernetes 1.22 the API server sends that subresource's requests with an
+    ``EphemeralContainers`` object (``metadata`` and ``ephemeralContainers``) instead of the Pod; it is
+    read as a Pod whose ``spec`` holds only ``ephemeralContainers``, so policies written for the Pod
+    (Pod Security's) judge the ephemeral containers. Anything else is returned as it is.
+    """
+    if not isinstance(obj, dict) or obj.get("kind") != "EphemeralContainers":
+        return obj
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": obj.get("metadata") or {},
+            "spec": {"ephemeralContainers": obj.get("ephemeralContainers") or []}}
 
 
 class RequestContext:
@@ -123,6 +137,8 @@ class RequestContext:
         if whole is None:
             if view is View.OBJECT:
                 whole = (self.request.get("object"), self.request.get("oldObject"))
+                if self.coords.sub_resource == "ephemeralcontainers":
+                    whole = (ephemeral_as_pod(whole[0]), ephemeral_as_pod(whole[1]))
             else:
                 template = self.coords.template
                 assert template is not None

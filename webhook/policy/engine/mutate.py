@@ -107,7 +107,9 @@ def evaluate_mutating(request: dict[str, Any], policies: Sequence[CompiledPolicy
     """
     out = MutationOutcome()
     original = request.get("object")
-    if not isinstance(original, dict):
+    if not isinstance(original, dict) or original.get("kind") == "EphemeralContainers":
+        # Nothing to patch, or the pre-1.22 EphemeralContainers object (policies judge it as a Pod; its
+        # patches would not apply to it): mutations do not apply.
         return out
     current = original
     ctx = RequestContext(request, lookups, deadline=deadline)
