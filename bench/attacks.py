@@ -97,11 +97,12 @@ def gil(args: argparse.Namespace) -> None:
 async def _cost(args: argparse.Namespace) -> None:
     from webhook.admission.isolation.evaluators import Evaluator, InlineEvaluator, IsolatedEvaluator
     from webhook.admission.isolation.pool import EvaluationPool
+    from webhook.server.settings import DEFAULTS
 
     handler = _handler()
     request = big_pod_review(1, uid="cheap")["request"]
     results: dict[str, list[float]] = {}
-    pool = EvaluationPool(workers=args.workers)
+    pool = EvaluationPool(workers=args.workers, memory_limit_bytes=DEFAULTS.eval_memory_limit_bytes)
     await pool.start()
     try:
         evaluators: dict[str, Evaluator] = {"inline": InlineEvaluator(handler),
@@ -132,7 +133,7 @@ import asyncio, sys
 from pathlib import Path
 from aiohttp import web
 from webhook.server.app import CERTS, create_app
-from webhook.server.settings import Settings
+from webhook.server.settings import DEFAULTS, Settings
 from webhook.admission.server import AdmissionServer
 
 async def main(mode, port, cert_dir):
@@ -145,7 +146,7 @@ async def main(mode, port, cert_dir):
     if mode == "isolated":
         from webhook.admission.isolation.pool import EvaluationPool
         from webhook.admission.isolation.evaluators import IsolatedEvaluator
-        pool = EvaluationPool(workers=2)
+        pool = EvaluationPool(workers=2, memory_limit_bytes=DEFAULTS.eval_memory_limit_bytes)
         await pool.start()
         server.evaluator = IsolatedEvaluator(server.handler, pool)
     runner = web.AppRunner(app, access_log=None)

@@ -42,6 +42,10 @@ from webhook.policy.plan import Plan
 
 log = logging.getLogger("tollgate.admission")
 
+#: The two admission endpoints (``POST /validate`` and ``POST /mutate``).
+VALIDATE = "validate"
+MUTATE = "mutate"
+
 
 @dataclass(frozen=True, slots=True)
 class AdmissionDecision:
@@ -99,6 +103,19 @@ class AdmissionHandler:
             return AdmissionDecision(allowed(uid, warnings=[message + " (failurePolicy: Ignore)"]),
                                      Decision.ALLOWED, results)
         return AdmissionDecision(errored(uid, message), Decision.ERROR, results)
+
+    def decide(self, endpoint: str, request: AdmissionRequest, deadline: float | None = None) -> AdmissionDecision:
+        """The answer of ``endpoint`` (``validate`` or ``mutate``) for ``request``.
+
+        Raises:
+            ValueError: ``endpoint`` is neither.
+            ReviewError: 503 until the policy caches have synced.
+        """
+        if endpoint == VALIDATE:
+            return self.validate(request, deadline)
+        if endpoint == MUTATE:
+            return self.mutate(request, deadline)
+        raise ValueError(f"unknown admission endpoint {endpoint!r}")
 
     def validate(self, request: AdmissionRequest, deadline: float | None = None) -> AdmissionDecision:
         """The validating endpoint's answer for ``request``.

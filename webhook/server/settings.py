@@ -101,3 +101,8 @@ class Settings:
     audit_max_bytes: int | None = 512 * 1024 * 1024
     discovery_interval: float = 300.0
     decision_memo_bytes: int = DEFAULT_MEMO_BYTES
+
+
+#: Every setting's default, in one place: ``tollgate serve``'s flags and the components read them from here
+#: (``DEFAULTS.eval_memory_limit_bytes``...).
+DEFAULTS = Settings()
