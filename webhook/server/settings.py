@@ -1,4 +1,8 @@
-"""Settings for ``tollgate serve`` (a frozen dataclass; the CLI fills it)."""
+"""Settings for ``tollgate serve`` (a frozen dataclass; the CLI fills it) and the one default of each.
+
+A field's default here is ``serve``'s default: the CLI's flags and the
+components read :data:`DEFAULTS` rather than repeating a value.
+"""
 
 from __future__ import annotations
 
@@ -52,7 +56,7 @@ class Settings:
         webhook_config_name: ``metadata.name`` of both webhook configurations.
         service_account: the webhook's own ServiceAccount (its writes are never sent to it).
         eval_workers: evaluation worker processes (0: every review is evaluated inline on the
-            event loop, as in tests; ``serve`` defaults to 2).
+            event loop).
         isolate_above_bytes: request bodies larger than this are evaluated in a worker, where
             the deadline is enforced; smaller ones inline (0: every review goes to a worker).
         eval_memory_limit_bytes: address-space limit of each worker.
@@ -83,7 +87,7 @@ class Settings:
     shutdown_timeout: float = 10.0
     pod_name: str = ""
     namespace: str = "tollgate-system"
-    manage_webhooks: bool = False
+    manage_webhooks: bool = True
     create_webhooks: bool = False
     self_managed_certs: bool = False
     cert_dir: Path | None = None
@@ -92,7 +96,7 @@ class Settings:
     webhook_url: str = ""
     webhook_config_name: str = "tollgate"
     service_account: str = "tollgate"
-    eval_workers: int = 0
+    eval_workers: int = 2
     isolate_above_bytes: int = 32 * 1024
     eval_memory_limit_bytes: int = 1024**3
     shutdown_delay: float = 5.0

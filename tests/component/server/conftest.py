@@ -64,7 +64,8 @@ async def served(tmp_path: Path) -> AsyncIterator[Served]:
     await fake.start()
     fake.apply("namespaces", {"metadata": {"name": "default", "labels": {"team": "a"}}})
     settings = Settings(cert_file=paths.cert, key_file=paths.key, host="127.0.0.1", port=0, write_status=False,
-                        cert_poll_interval=0.05, max_request_bytes=1024 * 1024)
+                        cert_poll_interval=0.05, max_request_bytes=1024 * 1024, manage_webhooks=False,
+                        eval_workers=0)
     client = api_client_for_url(fake.url)
     app = create_app(settings, api_client=client)
     runner, port = await serve_tls(app)
