@@ -138,7 +138,8 @@ from webhook.admission.server import AdmissionServer
 
 async def main(mode, port, cert_dir):
     settings = Settings(local_dir=Path(sys.argv[4]), cert_file=Path(cert_dir) / "tls.crt",
-                        key_file=Path(cert_dir) / "tls.key", host="127.0.0.1", port=port, write_status=False)
+                        key_file=Path(cert_dir) / "tls.key", host="127.0.0.1", port=port, write_status=False,
+                        eval_workers=0)
     app = create_app(settings)
     server = next(r.handler.__self__ for r in app.router.routes()
                   if isinstance(getattr(r.handler, "__self__", None), AdmissionServer))
