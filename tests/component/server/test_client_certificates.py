@@ -1,4 +1,4 @@
-"""Issue #13, finding 3: with ``--client-ca`` the probes need no client certificate, admission does.
+"""With ``--client-ca`` the probes need no client certificate, admission does.
 
 A real TLS listener runs ``create_app`` with ``Settings.client_ca``; the
 handshake requests a client certificate (CERT_OPTIONAL) and the admission
