@@ -60,6 +60,14 @@ class Metrics:
         self.eval_worker_restarts = Counter("tollgate_evaluation_worker_restarts_total",
                                             "Evaluation worker processes replaced (reason: timeout, worker_died, "
                                             "worker_error, cancelled, recycled)", ["reason"], registry=r)
+        self.connections = Gauge("tollgate_http_connections",
+                                 "Open client connections past the TLS handshake", registry=r)
+        self.connections_closed = Counter(
+            "tollgate_http_connections_closed_total",
+            "Client connections the server closed for its limits (reason: header_timeout, evicted, refused)",
+            ["reason"], registry=r)
+        self.malformed_requests = Counter("tollgate_http_malformed_requests_total",
+                                          "Request heads that did not parse (answered 400)", registry=r)
         self.status = StatusMetrics(r)
         self.webhook_configs = WebhookConfigMetrics(r)
         self.managed_certs = ManagedCertMetrics(r)

@@ -68,6 +68,12 @@ class Settings:
         audit_max_bytes: budget of cached JSON bytes over every dynamic informer (None: unbounded).
         discovery_interval: seconds between API discovery refreshes (besides CRD events).
         decision_memo_bytes: byte budget of the decision memo (:mod:`webhook.policy.memo`); 0 turns it off.
+        header_timeout: seconds a client has for its TLS handshake and request head (and for each later
+            head from its first byte) before the connection is closed (:mod:`webhook.server.listener`).
+        idle_timeout: seconds a kept-alive connection may wait for its next request; longer than the
+            API server's own 90 s, so the client always closes an idle connection first.
+        max_connections: client connections open at once; at the cap a new one replaces the one that
+            has waited longest for a request head.
     """
 
     local_dir: Path | None = None
@@ -105,6 +111,9 @@ class Settings:
     audit_max_bytes: int | None = 512 * 1024 * 1024
     discovery_interval: float = 300.0
     decision_memo_bytes: int = DEFAULT_MEMO_BYTES
+    header_timeout: float = 10.0
+    idle_timeout: float = 120.0
+    max_connections: int = 512
 
 
 #: Every setting's default, in one place: ``tollgate serve``'s flags and the components read them from here
