@@ -27,9 +27,12 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
-    """``GET /readyz``: 200 only when every informer synced and a certificate is loaded; JSON detail.
+    """``GET /readyz``: 200 only when a review sent now would be answered from the loaded policies; JSON detail.
 
-    ``policies`` maps each policy key to ``{"ready", "reason"}``;
+    Ready means: every informer has synced, the policy handlers have delivered the
+    initial list into the index (``policiesLoaded``: the gate reviews pass, so a
+    ready server never answers a review 503), a certificate is loaded, and the
+    server is not shutting down. ``policies`` maps each policy key to ``{"ready", "reason"}``;
     ``unmatchablePolicies`` lists policies whose match rules are unreadable (they select nothing);
     ``references`` maps each cache of a policy's ``spec.references`` to ``synced``, ``syncing``,
     ``refused: <reason>`` or ``not running`` (reported, not required: ``onUnsynced`` answers for it);
@@ -42,11 +45,13 @@ async def readyz(request: web.Request) -> web.Response:
         caches[key.resource] = {"synced": inf.has_synced(), "resourceVersion": inf.last_sync_resource_version,
                                 "objects": len(inf.indexer), "ageSeconds": None if age is None else round(age, 3)}
     policies = {s.key: {"ready": s.ready, "reason": s.result.condition["reason"]} for s in c.index.states()}
-    ready = (all(cache["synced"] for cache in caches.values()) and c.certs is not None
+    loaded = c.policies_synced()
+    ready = (all(cache["synced"] for cache in caches.values()) and loaded and c.certs is not None
              and not c.server.shutting_down)
     body: dict[str, Any] = {
-        "ready": ready, "certificateLoaded": c.certs is not None, "shuttingDown": c.server.shutting_down,
-        "caches": caches, "policies": policies, "unmatchablePolicies": c.index.unmatchable()}
+        "ready": ready, "policiesLoaded": loaded, "certificateLoaded": c.certs is not None,
+        "shuttingDown": c.server.shutting_down, "caches": caches, "policies": policies,
+        "unmatchablePolicies": c.index.unmatchable()}
     if c.certs is not None:
         body["certificate"] = c.certs.certificate_status()  # expiringSoon within 7 days: reported, not fatal
     if c.references is not None and c.references.wanted():
