@@ -14,7 +14,9 @@ import logging
 from dataclasses import dataclass
 from typing import Any, cast
 
+from webhook.admission.limits import MAX_PATCH_BYTES, ResponseTooLarge
 from webhook.admission.patch import encode_patch
+from webhook.admission.patch_budget import fit_patch
 from webhook.admission.review import (
     AdmissionRequest,
     AdmissionResponse,
@@ -63,12 +65,17 @@ class AdmissionHandler:
         index: the compiled policies.
         lookups: the caches (Namespaces, ConfigMaps, and whether the policy caches synced).
         memo: the decision memo for the validating endpoint (:mod:`webhook.policy.memo`); None for none.
+        max_patch_bytes: the largest ``response.patch`` (base64) the mutating endpoint sends; the
+            changes of ``failurePolicy: Ignore`` policies that do not fit are dropped
+            (:mod:`webhook.admission.patch_budget`).
     """
 
-    def __init__(self, index: PolicyIndex, lookups: Lookups, memo: DecisionMemo | None = None) -> None:
+    def __init__(self, index: PolicyIndex, lookups: Lookups, memo: DecisionMemo | None = None, *,
+                 max_patch_bytes: int = MAX_PATCH_BYTES) -> None:
         self.index = index
         self.lookups = lookups
         self.memo = memo
+        self.max_patch_bytes = max_patch_bytes
 
     def _plan(self, request: AdmissionRequest) -> Plan:
         if not self.lookups.is_synced(POLICIES):
@@ -149,6 +156,11 @@ class AdmissionHandler:
     def mutate(self, request: AdmissionRequest, deadline: float | None = None) -> AdmissionDecision:
         """The mutating endpoint's answer: a JSONPatch when any policy changed the object.
 
+        A patch over ``max_patch_bytes`` loses the changes of the ``Ignore``
+        policies that do not fit (each named in a warning); if the ``Fail``
+        policies' changes alone exceed it, the review is answered per
+        failurePolicy (:meth:`engine_failed`).
+
         Raises:
             ReviewError: 503 until the policy caches have synced.
         """
@@ -157,8 +169,19 @@ class AdmissionHandler:
         try:
             plan = self._plan(request)
             outcome = evaluate_mutating(cast(dict[str, Any], request), plan, self.lookups, deadline=deadline)
+            patch = encode_patch(outcome.patch) if outcome.allowed and outcome.patch else None
+            if patch is not None and len(patch) > self.max_patch_bytes:
+                outcome = fit_patch(cast(dict[str, Any], request), plan, self.lookups,
+                                    max_patch_bytes=self.max_patch_bytes, deadline=deadline)
+                patch = encode_patch(outcome.patch) if outcome.allowed and outcome.patch else None
         except ReviewError:
             raise
+        except ResponseTooLarge as e:
+            # Raised only when the failurePolicy: Fail mutations alone exceed the limit: they fail the review.
+            log.warning("mutation patch over the limit", extra={"uid": uid, "reason": str(e)})
+            entries = plan.entries if plan is not None else []
+            required = [p for p, _view in entries if p.mutating and p.spec.failure_policy != FailurePolicy.IGNORE]
+            return self.engine_failed(uid, required, e)
         except Exception as e:  # noqa: BLE001 - logged with its traceback in _failed, answered per failurePolicy
             return self._failed(uid, "mutate", plan, e)
         results = tuple(outcome.results)
@@ -166,7 +189,6 @@ class AdmissionHandler:
             return AdmissionDecision(denied(uid, outcome.message, code=outcome.code,
                                             reason=outcome.reason or "Forbidden", warnings=outcome.warnings),
                                      Decision.DENIED, results)
-        if outcome.patch:
-            return AdmissionDecision(patched(uid, encode_patch(outcome.patch), warnings=outcome.warnings),
-                                     Decision.PATCHED, results)
+        if patch is not None:
+            return AdmissionDecision(patched(uid, patch, warnings=outcome.warnings), Decision.PATCHED, results)
         return AdmissionDecision(allowed(uid, warnings=outcome.warnings), Decision.ALLOWED, results)

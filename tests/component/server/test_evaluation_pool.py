@@ -187,3 +187,17 @@ async def test_a_worker_evaluated_denial_keeps_each_policys_code_and_reason() ->
     [result] = decision.results
     assert (result.policy, result.result, result.code, result.reason) == ("needs-team", "fail", 422, "Invalid")
     assert result.actions == frozenset({"Deny"})
+
+
+async def test_a_tenant_patch_over_the_cap_under_ignore_loses_only_its_own_changes() -> None:
+    tenant = policy("bloat", kind="AdmissionPolicy", namespace="default", failurePolicy="Ignore", mutations=[{
+        "patchType": "ApplyConfiguration", "applyConfiguration": {
+            "expression": "{'metadata': {'annotations': {'big': '" + "x" * 2000 + "'}}}"}}])
+    label = policy("label", mutations=[{"patchType": "ApplyConfiguration", "applyConfiguration": {
+        "expression": "{'metadata': {'labels': {'team': 'a'}}}"}}])
+    async with evaluator(tenant, label, limits=OutputLimits(max_patch_bytes=1000)) as ev:
+        decision = await ev("mutate", request(pod()), 5)
+    assert decision.decision == "patched"
+    assert decode_patch(decision.response["patch"]) == [{"op": "add", "path": "/metadata/labels",
+                                                         "value": {"team": "a"}}]
+    assert "default/bloat" in decision.response["warnings"][0]

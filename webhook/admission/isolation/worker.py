@@ -163,7 +163,8 @@ class Worker:
         policies = self.compiled_policies(message.policies)
         request = cast(AdmissionRequest, orjson.loads(message.request_json))
         handler = AdmissionHandler(cast(PolicyIndex, _FixedCandidates(policies, self.plans)),
-                                   RemoteLookups(self.sock, message.prefetched))
+                                   RemoteLookups(self.sock, message.prefetched),
+                                   max_patch_bytes=self.limits.max_patch_bytes)
         decision = handler.decide(message.endpoint, request, message.deadline)
         uid = request["uid"]
         return bound_decision(decision, self.limits, lambda e: AdmissionHandler.engine_failed(uid, policies, e))
