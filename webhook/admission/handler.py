@@ -21,10 +21,12 @@ from webhook.admission.review import (
     AdmissionRequest,
     AdmissionResponse,
     ReviewError,
+    StatusDetails,
     allowed,
     denied,
     errored,
     patched,
+    status_details,
 )
 from webhook.policy import (
     Decision,
@@ -150,7 +152,8 @@ class AdmissionHandler:
                                              audit_annotations=outcome.audit_annotations),
                                      Decision.ALLOWED, results)
         return AdmissionDecision(denied(uid, outcome.message, code=outcome.code, reason=outcome.reason or "Forbidden",
-                                        warnings=outcome.warnings, audit_annotations=outcome.audit_annotations),
+                                        warnings=outcome.warnings, audit_annotations=outcome.audit_annotations,
+                                        details=_details(request, results)),
                                  Decision.DENIED, results)
 
     def mutate(self, request: AdmissionRequest, deadline: float | None = None) -> AdmissionDecision:
@@ -187,8 +190,14 @@ class AdmissionHandler:
         results = tuple(outcome.results)
         if not outcome.allowed:
             return AdmissionDecision(denied(uid, outcome.message, code=outcome.code,
-                                            reason=outcome.reason or "Forbidden", warnings=outcome.warnings),
+                                            reason=outcome.reason or "Forbidden", warnings=outcome.warnings,
+                                            details=_details(request, results)),
                                      Decision.DENIED, results)
         if patch is not None:
             return AdmissionDecision(patched(uid, patch, warnings=outcome.warnings), Decision.PATCHED, results)
         return AdmissionDecision(allowed(uid, warnings=outcome.warnings), Decision.ALLOWED, results)
+
+
+def _details(request: AdmissionRequest, results: tuple[PolicyResult, ...]) -> StatusDetails:
+    """``status.details`` of a denial: one cause per denying policy, worded as in ``status.message``."""
+    return status_details(request, [f"{r.policy}: {r.message}" for r in results if r.denies])
