@@ -66,8 +66,7 @@ def evaluation_pool_ctx(server: AdmissionServer, metrics: Metrics, *, workers: i
     return ctx
 
 
-async def graceful_stop(server: AdmissionServer, runner: web.BaseRunner, *, delay: float = 5.0,
-                        timeout: float = 10.0) -> bool:
+async def graceful_stop(server: AdmissionServer, runner: web.BaseRunner, *, delay: float, timeout: float) -> bool:
     """Stop serving without cutting off a review: the SIGTERM sequence.
 
     1. :meth:`AdmissionServer.begin_shutdown` (``Connection: close`` on every
@@ -81,8 +80,8 @@ async def graceful_stop(server: AdmissionServer, runner: web.BaseRunner, *, dela
         runner: the app's runner.
         delay: seconds to keep serving after SIGTERM, so the endpoint leaves the
             Service and kept-alive clients reconnect elsewhere (a kubelet
-            ``preStop`` sleep does the same from outside).
-        timeout: most seconds to then wait for reviews in flight.
+            ``preStop`` sleep does the same from outside; ``Settings.shutdown_delay``).
+        timeout: most seconds to then wait for reviews in flight (``Settings.shutdown_timeout``).
 
     Returns:
         True when no review was in flight when the runner was cleaned up.

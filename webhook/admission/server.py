@@ -46,6 +46,8 @@ _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 DEADLINE_MARGIN = 0.5
 #: Longest honoured ``?timeout=``: the API server caps a webhook's ``timeoutSeconds`` at 30 s.
 MAX_TIMEOUT = 30.0
+#: Seconds a review may take when the API server sends no ``?timeout=``: a webhook's default ``timeoutSeconds``.
+DEFAULT_TIMEOUT = 10.0
 #: Content-Encodings aiohttp decodes before the body cap is counted.
 ACCEPTED_ENCODINGS = frozenset({"", "identity", "gzip", "deflate"})
 
@@ -117,7 +119,7 @@ class AdmissionServer:
     """
 
     def __init__(self, handler: AdmissionHandler, metrics: Metrics, *, max_request_bytes: int,
-                 default_timeout: float = 10.0, clock: Callable[[], float] = time.perf_counter,
+                 default_timeout: float = DEFAULT_TIMEOUT, clock: Callable[[], float] = time.perf_counter,
                  evaluator: Evaluator | None = None, ready: Callable[[], bool] | None = None,
                  require_client_certificate: bool | None = None) -> None:
         self.handler = handler

@@ -8,10 +8,11 @@ listener serves the same app with those limits (:class:`ConnectionLimits`,
 from :class:`~webhook.server.settings.Settings`), as Go's ``http.Server``
 does for kube-apiserver and controller-runtime webhooks:
 
-* ``header_timeout`` (Go's ``ReadHeaderTimeout``): the TLS handshake and the
-  first request head must complete this long after the connection is accepted,
-  and each later head this long after its first byte; otherwise the connection
-  is closed (``tollgate_http_connections_closed_total{reason="header_timeout"}``).
+* ``header_timeout`` (Go's ``ReadHeaderTimeout``, and its TLS handshake timeout):
+  the TLS handshake must complete this long after the connection is accepted,
+  the first request head this long after the handshake, and each later head
+  this long after its first byte; otherwise the connection is closed
+  (``tollgate_http_connections_closed_total{reason="header_timeout"}``).
   A request body is bounded separately, by the review's deadline.
 * ``idle_timeout`` (Go's ``IdleTimeout``): a kept-alive connection with no
   request closes after this long. It is longer than the API server's own idle
@@ -61,8 +62,8 @@ class ConnectionLimits:
     """What the listener allows each client connection (see the module docstring).
 
     Attributes:
-        header_timeout: seconds for the TLS handshake plus the first request head, and for each
-            later request head from its first byte.
+        header_timeout: seconds for the TLS handshake, then for the first request head, and for
+            each later request head from its first byte.
         idle_timeout: seconds a kept-alive connection may wait for its next request.
         max_connections: connections open past the TLS handshake.
     """

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from webhook.admission.server import DEFAULT_TIMEOUT
 from webhook.policy import memo
 
 #: controller-runtime's maxRequestSize (pkg/webhook/admission/http.go), derived
@@ -68,8 +69,9 @@ class Settings:
         audit_max_bytes: budget of cached JSON bytes over every dynamic informer (None: unbounded).
         discovery_interval: seconds between API discovery refreshes (besides CRD events).
         decision_memo_bytes: byte budget of the decision memo (:mod:`webhook.policy.memo`); 0 turns it off.
-        header_timeout: seconds a client has for its TLS handshake and request head (and for each later
-            head from its first byte) before the connection is closed (:mod:`webhook.server.listener`).
+        header_timeout: seconds a client has for its TLS handshake, then for its request head (and for
+            each later head from its first byte) before the connection is closed
+            (:mod:`webhook.server.listener`).
         idle_timeout: seconds a kept-alive connection may wait for its next request; longer than the
             API server's own 90 s, so the client always closes an idle connection first.
         max_connections: client connections open at once; at the cap a new one replaces the one that
@@ -89,7 +91,7 @@ class Settings:
     cert_poll_interval: float = 10.0
     local_poll_interval: float = 1.0
     write_status: bool = True
-    default_timeout: float = 10.0
+    default_timeout: float = DEFAULT_TIMEOUT
     shutdown_timeout: float = 10.0
     pod_name: str = ""
     namespace: str = "tollgate-system"
