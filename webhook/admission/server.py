@@ -48,6 +48,9 @@ DEADLINE_MARGIN = 0.5
 MAX_TIMEOUT = 30.0
 #: Seconds a review may take when the API server sends no ``?timeout=``: a webhook's default ``timeoutSeconds``.
 DEFAULT_TIMEOUT = 10.0
+#: Status counted (``tollgate_admission_bad_requests_total{status="499"}``) for a client that closed its
+#: connection before its body arrived; nginx's name for it. Nobody is left to receive it.
+CLIENT_CLOSED = 499
 #: Content-Encodings aiohttp decodes before the body cap is counted.
 ACCEPTED_ENCODINGS = frozenset({"", "identity", "gzip", "deflate"})
 
@@ -246,7 +249,8 @@ class AdmissionServer:
         applies to the decoded size.
 
         Raises:
-            ReviewError: 400 when the body cannot be decoded.
+            ReviewError: 400 when the body cannot be decoded; :data:`CLIENT_CLOSED` when the
+                connection was lost before the body arrived.
         """
         chunks: list[bytes] = []
         size = 0
@@ -257,6 +261,8 @@ class AdmissionServer:
                 raise ReviewError(400, f"request body could not be read: {e.message}"[:200]) from None
             except RequestPayloadError as e:  # aiohttp wraps a decoding failure (e.g. corrupt gzip) in this
                 raise ReviewError(400, f"request body could not be read: {e}".replace("\n", " ")[:200]) from None
+            except ConnectionError:  # gone mid-body (or evicted by the listener): nothing to answer, nothing to trace
+                raise ReviewError(CLIENT_CLOSED, "the client closed the connection before its body arrived") from None
             if not chunk:
                 break
             chunks.append(chunk)

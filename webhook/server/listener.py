@@ -20,9 +20,10 @@ does for kube-apiserver and controller-runtime webhooks:
   sends a review into a connection the server is closing.
 * ``max_connections``: connections open past the handshake. At the cap a new
   connection takes the place of the one that has waited longest for a request
-  head (``evicted``): a flood of slow or idle clients cannot lock out the API
-  server or the kubelet's probes. Only when every connection is busy with a
-  request is the new one closed (``refused``). The cap never exceeds half the
+  head, else of the one whose request body has been arriving longest
+  (``evicted``): a flood of slow or idle clients cannot lock out the API server
+  or the kubelet's probes. Only when every connection has its whole request
+  and is being answered is the new one closed (``refused``). The cap never exceeds half the
   soft ``RLIMIT_NOFILE``, so the informers' watches keep descriptors too.
 * A request head that does not parse is answered 400 as before, counted in
   ``tollgate_http_malformed_requests_total`` and logged as one line at most
@@ -91,7 +92,7 @@ class ConnectionLimits:
 
 
 class ConnectionGuard:
-    """The open connections: which wait for a request head, in the order they started waiting, and which are busy.
+    """The open connections: which wait for a request head and which have one, each in the order they got there.
 
     Args:
         limits: the cap.
@@ -104,6 +105,8 @@ class ConnectionGuard:
         self._open: set[GuardedRequestHandler] = set()
         # Insertion order is the order they started waiting: the first is the one evicted at the cap.
         self._waiting: dict[GuardedRequestHandler, None] = {}
+        # Insertion order is the order their heads arrived; one still reading its body may be evicted next.
+        self._busy: dict[GuardedRequestHandler, None] = {}
         self._malformed_log = Throttle(MALFORMED_LOG_INTERVAL)
 
     @property
@@ -114,7 +117,7 @@ class ConnectionGuard:
     def opened(self, conn: GuardedRequestHandler) -> bool:
         """Admit a new connection (it waits for its first head); False when it must be closed (at the cap)."""
         if len(self._open) >= self.limits.max_connections:
-            victim = next(iter(self._waiting), None)
+            victim = next(iter(self._waiting), None) or next((c for c in self._busy if c.reading_body()), None)
             if victim is None:
                 self._metrics.connections_closed.labels("refused").inc()
                 return False
@@ -125,12 +128,16 @@ class ConnectionGuard:
         return True
 
     def busy(self, conn: GuardedRequestHandler) -> None:
-        """``conn`` has a complete request head: it is never evicted while the request runs."""
-        self._waiting.pop(conn, None)
+        """``conn`` has a complete request head: evicted at the cap only while its body is still arriving."""
+        if conn in self._open:
+            self._waiting.pop(conn, None)
+            self._busy.pop(conn, None)
+            self._busy[conn] = None
 
     def waiting(self, conn: GuardedRequestHandler) -> None:
         """``conn`` answered its request and waits for the next head (kept alive)."""
         if conn in self._open:
+            self._busy.pop(conn, None)
             self._waiting.pop(conn, None)
             self._waiting[conn] = None
 
@@ -144,6 +151,7 @@ class ConnectionGuard:
         """``conn`` is gone (idempotent)."""
         self._open.discard(conn)
         self._waiting.pop(conn, None)
+        self._busy.pop(conn, None)
         self._metrics.connections.set(len(self._open))
 
     def malformed(self, peer: str | None, exc: HttpProcessingError) -> None:
@@ -172,6 +180,7 @@ class GuardedRequestHandler(RequestHandler):
         self._guard = guard
         self._head_timer: asyncio.TimerHandle | None = None
         self._awaiting_head = True
+        self._body: Any = None  # the request body's StreamReader, once a head has arrived
         self._quiet = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -190,8 +199,13 @@ class GuardedRequestHandler(RequestHandler):
         super().data_received(data)
         if self._request_count != heads:
             self._awaiting_head = False
+            self._body = self._messages[-1][1] if self._messages else None
             self._disarm()
             self._guard.busy(self)
+
+    def reading_body(self) -> bool:
+        """Whether the current request's body is still arriving."""
+        return self._body is not None and not self._body.is_eof()
 
     def log_access(self, request: BaseRequest, response: StreamResponse, time: float | None) -> None:
         """Called once a response is written: the connection now waits for its next request head."""

@@ -30,6 +30,8 @@ from webhook.server.settings import Settings
 from webhook.tls import generate as certs
 
 PARTIAL_HEAD = b"POST /validate?timeout=10s HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+SLOW_BODY = (b"POST /validate?timeout=30s HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+             b"Content-Length: 100000\r\n\r\n{")
 
 
 @dataclass
@@ -43,10 +45,10 @@ class Listening:
     def url(self) -> str:
         return f"https://localhost:{self.port}"
 
-    async def partial(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        """A connection that completes its TLS handshake, sends part of a request head, and stops."""
+    async def partial(self, sent: bytes = PARTIAL_HEAD) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A connection that completes its TLS handshake, sends part of a request (its head), and stops."""
         reader, writer = await asyncio.open_connection("localhost", self.port, ssl=self.client_ssl)
-        writer.write(PARTIAL_HEAD)
+        writer.write(sent)
         await writer.drain()
         return reader, writer
 
@@ -110,10 +112,11 @@ async def test_a_head_sent_byte_by_byte_is_cut_at_its_deadline_not_renewed_by_ea
         assert served.counted('tollgate_http_connections_closed_total{reason="header_timeout"}') == 1
 
 
-async def test_reviews_and_probes_are_answered_while_more_partial_connections_are_open_than_the_cap(
-        tmp_path: Path) -> None:
+@pytest.mark.parametrize("sent", [PARTIAL_HEAD, SLOW_BODY], ids=["partial-heads", "slow-bodies"])
+async def test_reviews_and_probes_are_answered_while_more_partial_requests_are_open_than_the_cap(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, sent: bytes) -> None:
     async with listening(tmp_path, header_timeout=60, idle_timeout=3600, max_connections=8) as served:
-        slow = [await served.partial() for _ in range(20)]
+        slow = [await served.partial(sent) for _ in range(20)]
         async with served.session.post(served.url + "/validate", json=review(privileged=True)) as resp:
             assert resp.status == 200
             body = await resp.json()
@@ -125,6 +128,7 @@ async def test_reviews_and_probes_are_answered_while_more_partial_connections_ar
         assert served.counted("tollgate_http_connections") <= 8
         for _reader, writer in slow:
             writer.close()
+    assert not [r for r in caplog.records if r.exc_info], "an evicted connection logged a traceback"
 
 
 async def test_a_malformed_head_is_answered_400_counted_and_logged_on_one_line(
