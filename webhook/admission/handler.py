@@ -43,12 +43,9 @@ from webhook.policy.engine import label
 from webhook.policy.lookups import POLICIES, Lookups
 from webhook.policy.memo import DecisionMemo
 from webhook.policy.plan import Plan
+from webhook.policy.vocabulary import Endpoint
 
 log = logging.getLogger("tollgate.admission")
-
-#: The two admission endpoints (``POST /validate`` and ``POST /mutate``).
-VALIDATE = "validate"
-MUTATE = "mutate"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,14 +114,12 @@ class AdmissionHandler:
         """The answer of ``endpoint`` (``validate`` or ``mutate``) for ``request``.
 
         Raises:
-            ValueError: ``endpoint`` is neither.
+            ValueError: ``endpoint`` is not an :class:`~webhook.policy.vocabulary.Endpoint`.
             ReviewError: 503 until the policy caches have synced.
         """
-        if endpoint == VALIDATE:
+        if Endpoint(endpoint) is Endpoint.VALIDATE:
             return self.validate(request, deadline)
-        if endpoint == MUTATE:
-            return self.mutate(request, deadline)
-        raise ValueError(f"unknown admission endpoint {endpoint!r}")
+        return self.mutate(request, deadline)
 
     def validate(self, request: AdmissionRequest, deadline: float | None = None) -> AdmissionDecision:
         """The validating endpoint's answer for ``request``.

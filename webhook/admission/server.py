@@ -37,6 +37,7 @@ from webhook.admission.isolation.evaluators import Evaluator, InlineEvaluator
 from webhook.admission.review import ReviewError, parse_review, review_body
 from webhook.metrics import Metrics
 from webhook.policy import Decision, Result
+from webhook.policy.vocabulary import Endpoint
 
 log = logging.getLogger("tollgate.admission")
 
@@ -150,7 +151,7 @@ class AdmissionServer:
 
     def routes(self) -> list[web.RouteDef]:
         """The two admission routes."""
-        return [web.post("/validate", self.validate), web.post("/mutate", self.mutate)]
+        return [web.post(Endpoint.VALIDATE.path, self.validate), web.post(Endpoint.MUTATE.path, self.mutate)]
 
     @property
     def shutting_down(self) -> bool:
@@ -213,11 +214,11 @@ class AdmissionServer:
 
     async def validate(self, request: web.Request) -> web.StreamResponse:
         """``POST /validate``."""
-        return await self._tracked(request, "validate")
+        return await self._tracked(request, Endpoint.VALIDATE)
 
     async def mutate(self, request: web.Request) -> web.StreamResponse:
         """``POST /mutate``."""
-        return await self._tracked(request, "mutate")
+        return await self._tracked(request, Endpoint.MUTATE)
 
     async def _tracked(self, request: web.Request, endpoint: str) -> web.StreamResponse:
         self._in_flight += 1

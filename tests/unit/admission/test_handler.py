@@ -125,3 +125,11 @@ def test_a_patch_within_the_limit_is_untouched() -> None:
     d = limited(annotate("small", 10), ADD_LABEL, max_patch_bytes=2000).mutate(req(pod()))  # type: ignore[arg-type]
     assert d.decision == "patched" and "warnings" not in d.response
     assert {r.result for r in d.results} == {"pass"}
+
+
+def test_decide_routes_by_endpoint_and_refuses_a_misspelt_one() -> None:
+    h = make(NO_PRIVILEGED, ADD_LABEL)
+    assert h.decide("validate", req(pod(privileged=True))).decision == "denied"  # type: ignore[arg-type]
+    assert h.decide("mutate", req(pod(privileged=True))).decision == "patched"  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="muate"):
+        h.decide("muate", req(pod()))  # type: ignore[arg-type]
