@@ -1,9 +1,19 @@
-"""Issue #13 attack measurements: GIL, isolation cost, and the container-count curve.
+"""Attack measurements: GIL, isolation cost, the container-count curve, SIGTERM, slow and malformed clients.
 
     python bench/attacks.py gil                 # does cel-expr-python release the GIL in Expression.eval?
     python bench/attacks.py cost [--reviews N]  # per-review cost of process isolation on a cheap Pod
     python bench/attacks.py curve [--sizes 10,100,1000,3000,10000] [--modes isolated,inline] [--inline-max 3000]
     python bench/attacks.py sigterm [--clients 8]  # kept-alive clients against `tollgate serve` across SIGTERM
+    python bench/attacks.py slowloris [--connections 1000] [--hold 30] [--sustain] [--nofile 1024]
+                                      [--modes bare,guarded]   # partial request heads vs reviews and /healthz
+    python bench/attacks.py ready [--policies 2000]  # does /readyz say 200 before reviews are answered?
+
+``slowloris`` serves ``policies/`` with the server's soft open-file limit at ``--nofile``, once behind a
+bare aiohttp TCPSite (``bare``: how ``serve`` listened before it had limits) and once behind
+``webhook.server.listener`` (``guarded``). Each of ``--connections`` clients completes a TLS handshake,
+sends part of a request head and waits; meanwhile a prober opens a fresh connection every 100 ms for a
+cheap review and for ``/healthz``. Then ``--malformed`` unparsable heads are sent and the server's log is
+counted.
 
 ``curve`` starts ``tollgate serve --local policies/`` equivalents as subprocesses (127.0.0.1, a free
 port) in each mode -- ``inline`` (evaluation on the event loop, as before issue #13) and ``isolated``
@@ -97,11 +107,12 @@ def gil(args: argparse.Namespace) -> None:
 async def _cost(args: argparse.Namespace) -> None:
     from webhook.admission.isolation.evaluators import Evaluator, InlineEvaluator, IsolatedEvaluator
     from webhook.admission.isolation.pool import EvaluationPool
+    from webhook.server.settings import DEFAULTS
 
     handler = _handler()
     request = big_pod_review(1, uid="cheap")["request"]
     results: dict[str, list[float]] = {}
-    pool = EvaluationPool(workers=args.workers)
+    pool = EvaluationPool(workers=args.workers, memory_limit_bytes=DEFAULTS.eval_memory_limit_bytes)
     await pool.start()
     try:
         evaluators: dict[str, Evaluator] = {"inline": InlineEvaluator(handler),
@@ -132,12 +143,13 @@ import asyncio, sys
 from pathlib import Path
 from aiohttp import web
 from webhook.server.app import CERTS, create_app
-from webhook.server.settings import Settings
+from webhook.server.settings import DEFAULTS, Settings
 from webhook.admission.server import AdmissionServer
 
 async def main(mode, port, cert_dir):
     settings = Settings(local_dir=Path(sys.argv[4]), cert_file=Path(cert_dir) / "tls.crt",
-                        key_file=Path(cert_dir) / "tls.key", host="127.0.0.1", port=port, write_status=False)
+                        key_file=Path(cert_dir) / "tls.key", host="127.0.0.1", port=port, write_status=False,
+                        eval_workers=0)
     app = create_app(settings)
     server = next(r.handler.__self__ for r in app.router.routes()
                   if isinstance(getattr(r.handler, "__self__", None), AdmissionServer))
@@ -145,7 +157,7 @@ async def main(mode, port, cert_dir):
     if mode == "isolated":
         from webhook.admission.isolation.pool import EvaluationPool
         from webhook.admission.isolation.evaluators import IsolatedEvaluator
-        pool = EvaluationPool(workers=2)
+        pool = EvaluationPool(workers=2, memory_limit_bytes=DEFAULTS.eval_memory_limit_bytes)
         await pool.start()
         server.evaluator = IsolatedEvaluator(server.handler, pool)
     runner = web.AppRunner(app, access_log=None)
@@ -312,6 +324,228 @@ async def _sigterm(args: argparse.Namespace) -> None:
     print(f"exit {code} {time.perf_counter() - started:.1f} s after SIGTERM; {counts}", flush=True)
 
 
+# -- slowloris -------------------------------------------------------------------------------------------
+SLOWLORIS_SERVE = '''
+import asyncio, resource, sys
+from pathlib import Path
+from aiohttp import web
+from webhook import logs
+from webhook.server.app import CERTS, create_app
+from webhook.server.listener import start_listener
+from webhook.server.settings import Settings
+
+async def main(mode, port, cert_dir, policies, nofile):
+    logs.setup("INFO")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+    settings = Settings(local_dir=Path(policies), cert_file=Path(cert_dir) / "tls.crt",
+                        key_file=Path(cert_dir) / "tls.key", host="127.0.0.1", port=port, eval_workers=0)
+    app = create_app(settings)
+    if mode == "guarded":
+        await start_listener(app, settings)
+    else:  # what serve ran before the listener had limits: a bare aiohttp TCPSite
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", port, ssl_context=app[CERTS].context, backlog=1024,
+                          reuse_address=True).start()
+    print("READY", flush=True)
+    await asyncio.Event().wait()
+
+asyncio.run(main(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])))
+'''
+PARTIAL_HEAD = b"POST /validate?timeout=10s HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+
+
+async def _slowloris(args: argparse.Namespace, mode: str, port: int, ctx: ssl.SSLContext) -> dict[str, Any]:
+    """Hold ``--connections`` partial request heads for ``--hold`` seconds (reopening what the server cuts when
+    ``--sustain``) while a prober opens a fresh connection every 100 ms for a review and for /healthz."""
+    import aiohttp
+
+    cheap = json.dumps(big_pod_review(1, uid="cheap")).encode()
+    started = time.perf_counter()
+    cut_after: list[float] = []
+    open_failures = 0
+    holding = 0
+    stop = asyncio.Event()
+    gate = asyncio.Semaphore(64)  # handshakes in flight at once
+
+    async def hold_one() -> None:
+        nonlocal open_failures, holding
+        while not stop.is_set():
+            try:
+                async with gate:
+                    reader, writer = await asyncio.wait_for(
+                        asyncio.open_connection("127.0.0.1", port, ssl=ctx, server_hostname="localhost"), 15)
+                    writer.write(PARTIAL_HEAD)
+                    await writer.drain()
+            except (OSError, TimeoutError, ssl.SSLError):
+                open_failures += 1
+                await asyncio.sleep(0.5)
+                continue
+            opened = time.perf_counter()
+            holding += 1
+            try:
+                read = asyncio.ensure_future(reader.read())
+                stopped = asyncio.ensure_future(stop.wait())
+                done, _ = await asyncio.wait({read, stopped}, return_when=asyncio.FIRST_COMPLETED)
+                if read in done:
+                    cut_after.append(time.perf_counter() - opened)
+                for task in (read, stopped):
+                    task.cancel()
+            except (OSError, ssl.SSLError):
+                cut_after.append(time.perf_counter() - opened)
+            finally:
+                holding -= 1
+                writer.transport.abort()
+            if not args.sustain:
+                return
+
+    probes: dict[str, list[float]] = {"validate": [], "healthz": []}
+    failures: dict[str, int] = {"validate": 0, "healthz": 0}
+    held_samples: list[tuple[float, int]] = []
+
+    async def probe() -> None:
+        while not stop.is_set():
+            for name, method, path, body in (("validate", "POST", "/validate", cheap),
+                                             ("healthz", "GET", "/healthz", None)):
+                t = time.perf_counter()
+                try:  # a fresh connection each time, as a new API server connection would be
+                    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx, force_close=True),
+                                                     timeout=aiohttp.ClientTimeout(total=10)) as session:
+                        async with session.request(method, f"https://localhost:{port}{path}", data=body,
+                                                   headers={"Content-Type": "application/json"}) as r:
+                            await r.read()
+                            ok = r.status == 200
+                except (aiohttp.ClientError, OSError, TimeoutError):
+                    ok = False
+                if ok:
+                    probes[name].append(time.perf_counter() - t)
+                else:
+                    failures[name] += 1
+            held_samples.append((time.perf_counter() - started, holding))
+            await asyncio.sleep(0.1)
+
+    tasks = [asyncio.ensure_future(hold_one()) for _ in range(args.connections)]
+    prober = asyncio.ensure_future(probe())
+    await asyncio.sleep(args.hold)
+    held_at_end = holding
+    stop.set()
+    await asyncio.gather(*tasks, prober, return_exceptions=True)
+    await _malformed(port, ctx, args.malformed)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as session:
+        async with session.get(f"https://localhost:{port}/metrics") as r:
+            wanted = ("tollgate_http_connections_closed_total", "tollgate_http_malformed_requests_total")
+            metrics = [line for line in (await r.text()).splitlines() if line.startswith(wanted)]
+
+    def pct(values: list[float], q: float) -> float:
+        return sorted(values)[min(int(len(values) * q), len(values) - 1)] if values else float("nan")
+
+    return {"mode": mode, "held_max": max((h for _, h in held_samples), default=0),
+            "held_end": held_at_end, "open_failures": open_failures,
+            "cut": len(cut_after), "cut_p50_s": pct(cut_after, 0.5), "cut_max_s": max(cut_after, default=float("nan")),
+            **{f"{k}_ok": len(v) for k, v in probes.items()}, **{f"{k}_failed": v for k, v in failures.items()},
+            **{f"{k}_p50_s": pct(v, 0.5) for k, v in probes.items()},
+            **{f"{k}_max_s": max(v, default=float("nan")) for k, v in probes.items()}, "metrics": metrics}
+
+
+async def _malformed(port: int, ctx: ssl.SSLContext, count: int) -> None:
+    for _ in range(count):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx, server_hostname="localhost")
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nBad Header\r\n\r\n")
+        await reader.readline()
+        writer.transport.abort()
+
+
+def slowloris(args: argparse.Namespace) -> None:
+    import resource
+
+    from webhook.tls import generate as certs
+
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # the attacker needs more than the server has
+    tmp = Path(tempfile.mkdtemp(prefix="tollgate-slowloris-"))
+    paths = certs.write_certs(tmp, dns_names=["localhost"], ip_addresses=["127.0.0.1"], days=1)
+    ctx = ssl.create_default_context(cafile=str(paths.ca))
+    for mode in args.modes:
+        port = free_port()
+        log = tmp / f"{mode}.log"
+        with log.open("wb") as stderr:
+            proc = subprocess.Popen([sys.executable, "-c", SLOWLORIS_SERVE, mode, str(port), str(tmp),
+                                     str(ROOT / "policies"), str(args.nofile)], stdout=subprocess.PIPE,
+                                    stderr=stderr, env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=ROOT)
+        try:
+            assert proc.stdout is not None
+            if proc.stdout.readline().strip() != b"READY":
+                raise RuntimeError(f"{mode} server did not start")
+            time.sleep(2)  # informers sync
+            row = asyncio.run(_slowloris(args, mode, port, ctx))
+        finally:
+            proc.kill()
+            proc.wait()
+        text = log.read_text(errors="replace")
+        print(f"{mode:<8} {args.connections} partial heads held {args.hold:.0f} s"
+              f"{' (reopened when cut)' if args.sustain else ''}, server RLIMIT_NOFILE {args.nofile}: "
+              f"open at once max {row['held_max']}, at the end {row['held_end']}; failed to open "
+              f"{row['open_failures']}; cut {row['cut']} (after p50 {row['cut_p50_s']:.1f} s, max "
+              f"{row['cut_max_s']:.1f} s)", flush=True)
+        for name in ("validate", "healthz"):
+            print(f"         {name:<8} ok {row[name + '_ok']}, failed {row[name + '_failed']}, p50 "
+                  f"{1000 * row[name + '_p50_s']:.0f} ms, max {1000 * row[name + '_max_s']:.0f} ms", flush=True)
+        print(f"         server log: {len(text.splitlines())} lines, {text.count('Traceback')} tracebacks "
+              f"(incl. {args.malformed} malformed heads sent after the attack); {'; '.join(row['metrics'])}",
+              flush=True)
+
+
+# -- ready ----------------------------------------------------------------------------------------------
+async def _ready(args: argparse.Namespace) -> None:
+    """Start the app on ``--policies`` policies (fake API server) and poll /readyz and /validate back to back."""
+    import aiohttp
+
+    from tests.component.server.conftest import serve_tls
+    from tests.fakeapi.server import FakeApiServer
+    from tests.unit.policy.helpers import policy
+    from webhook.kube.client import api_client_for_url
+    from webhook.server.app import create_app
+    from webhook.server.settings import Settings
+    from webhook.tls import generate as certs
+
+    fake = FakeApiServer()
+    await fake.start()
+    fake.apply("namespaces", {"metadata": {"name": "default"}})
+    for i in range(args.policies):
+        fake.apply("clusteradmissionpolicies", policy(f"p{i:05}", operations=("CREATE",), validations=[
+            {"expression": f"object.metadata.name != 'forbidden-{i}'"}]))
+    tmp = Path(tempfile.mkdtemp(prefix="tollgate-ready-"))
+    paths = certs.write_certs(tmp, dns_names=["localhost"], days=1)
+    client = api_client_for_url(fake.url)
+    app = create_app(Settings(cert_file=paths.cert, key_file=paths.key, write_status=False, manage_webhooks=False,
+                              eval_workers=0), api_client=client)
+    started = time.perf_counter()
+    runner, port = await serve_tls(app)
+    url = f"https://localhost:{port}"
+    body = json.dumps(big_pod_review(1)).encode()
+    first: dict[str, float] = {}
+    refused_while_ready = 0
+    try:
+        connector = aiohttp.TCPConnector(ssl=ssl.create_default_context(cafile=str(paths.ca)))
+        async with aiohttp.ClientSession(connector=connector) as session:
+            while len(first) < 2:
+                async with session.get(url + "/readyz") as r:
+                    if r.status == 200:
+                        first.setdefault("readyz", time.perf_counter() - started)
+                async with session.post(url + "/validate", data=body,
+                                        headers={"Content-Type": "application/json"}) as r:
+                    if r.status == 200:
+                        first.setdefault("validate", time.perf_counter() - started)
+                    elif "readyz" in first:
+                        refused_while_ready += 1
+    finally:
+        await runner.cleanup()
+        await client.close()
+        await fake.stop()
+    print(f"{args.policies} policies: /readyz 200 after {first['readyz']:.2f} s, first review answered after "
+          f"{first['validate']:.2f} s; reviews answered 503 after /readyz said 200: {refused_while_ready}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -327,8 +561,21 @@ def main() -> None:
     cv.add_argument("--json", help="write the rows here")
     st = sub.add_parser("sigterm")
     st.add_argument("--clients", type=int, default=8)
+    sl = sub.add_parser("slowloris")
+    sl.add_argument("--connections", type=int, default=1000)
+    sl.add_argument("--hold", type=float, default=30.0, help="seconds the attack lasts")
+    sl.add_argument("--sustain", action="store_true", help="reopen every connection the server cuts")
+    sl.add_argument("--nofile", type=int, default=1024, help="the server's soft RLIMIT_NOFILE")
+    sl.add_argument("--malformed", type=int, default=1000, help="malformed request heads sent after the attack")
+    sl.add_argument("--modes", type=lambda s: s.split(","), default=["bare", "guarded"])
+    rd = sub.add_parser("ready")
+    rd.add_argument("--policies", type=int, default=2000)
     args = parser.parse_args()
-    if args.command == "sigterm":
+    if args.command == "ready":
+        asyncio.run(_ready(args))
+    elif args.command == "slowloris":
+        slowloris(args)
+    elif args.command == "sigterm":
         asyncio.run(_sigterm(args))
     elif args.command == "gil":
         gil(args)

@@ -54,7 +54,8 @@ async def run(examples: int, batch: int) -> int:
     await cluster.start()
     cluster.apply("clusteradmissionpolicies", PRIVILEGED_POLICY)
     client = api_client_for_url(cluster.url)
-    app = create_app(Settings(cert_file=paths.cert, key_file=paths.key, write_status=False), api_client=client)
+    app = create_app(Settings(cert_file=paths.cert, key_file=paths.key, write_status=False,
+                              manage_webhooks=False, eval_workers=0), api_client=client)
     runner, port = await serve_tls(app)
     url = f"https://localhost:{port}/validate"
     failures = tried = 0

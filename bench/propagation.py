@@ -53,7 +53,8 @@ async def run(edits: int, timeout_s: float) -> dict[str, Any]:
     fake.apply(POLICIES, PRIVILEGED_POLICY)
     paths = certs.write_certs(tmp, dns_names=["localhost"], days=1)
     client = api_client_for_url(fake.url)
-    app = create_app(Settings(cert_file=paths.cert, key_file=paths.key, write_status=False), api_client=client)
+    app = create_app(Settings(cert_file=paths.cert, key_file=paths.key, write_status=False,
+                              manage_webhooks=False, eval_workers=0), api_client=client)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=app[CERTS].context)

@@ -14,15 +14,19 @@ import logging
 from dataclasses import dataclass
 from typing import Any, cast
 
+from webhook.admission.limits import MAX_PATCH_BYTES, ResponseTooLarge
 from webhook.admission.patch import encode_patch
+from webhook.admission.patch_budget import fit_patch
 from webhook.admission.review import (
     AdmissionRequest,
     AdmissionResponse,
     ReviewError,
+    StatusDetails,
     allowed,
     denied,
     errored,
     patched,
+    status_details,
 )
 from webhook.policy import (
     Decision,
@@ -39,6 +43,7 @@ from webhook.policy.engine import label
 from webhook.policy.lookups import POLICIES, Lookups
 from webhook.policy.memo import DecisionMemo
 from webhook.policy.plan import Plan
+from webhook.policy.vocabulary import Endpoint
 
 log = logging.getLogger("tollgate.admission")
 
@@ -59,12 +64,17 @@ class AdmissionHandler:
         index: the compiled policies.
         lookups: the caches (Namespaces, ConfigMaps, and whether the policy caches synced).
         memo: the decision memo for the validating endpoint (:mod:`webhook.policy.memo`); None for none.
+        max_patch_bytes: the largest ``response.patch`` (base64) the mutating endpoint sends; the
+            changes of ``failurePolicy: Ignore`` policies that do not fit are dropped
+            (:mod:`webhook.admission.patch_budget`).
     """
 
-    def __init__(self, index: PolicyIndex, lookups: Lookups, memo: DecisionMemo | None = None) -> None:
+    def __init__(self, index: PolicyIndex, lookups: Lookups, memo: DecisionMemo | None = None, *,
+                 max_patch_bytes: int = MAX_PATCH_BYTES) -> None:
         self.index = index
         self.lookups = lookups
         self.memo = memo
+        self.max_patch_bytes = max_patch_bytes
 
     def _plan(self, request: AdmissionRequest) -> Plan:
         if not self.lookups.is_synced(POLICIES):
@@ -100,6 +110,17 @@ class AdmissionHandler:
                                      Decision.ALLOWED, results)
         return AdmissionDecision(errored(uid, message), Decision.ERROR, results)
 
+    def decide(self, endpoint: str, request: AdmissionRequest, deadline: float | None = None) -> AdmissionDecision:
+        """The answer of ``endpoint`` (``validate`` or ``mutate``) for ``request``.
+
+        Raises:
+            ValueError: ``endpoint`` is not an :class:`~webhook.policy.vocabulary.Endpoint`.
+            ReviewError: 503 until the policy caches have synced.
+        """
+        if Endpoint(endpoint) is Endpoint.VALIDATE:
+            return self.validate(request, deadline)
+        return self.mutate(request, deadline)
+
     def validate(self, request: AdmissionRequest, deadline: float | None = None) -> AdmissionDecision:
         """The validating endpoint's answer for ``request``.
 
@@ -126,11 +147,17 @@ class AdmissionHandler:
                                              audit_annotations=outcome.audit_annotations),
                                      Decision.ALLOWED, results)
         return AdmissionDecision(denied(uid, outcome.message, code=outcome.code, reason=outcome.reason or "Forbidden",
-                                        warnings=outcome.warnings, audit_annotations=outcome.audit_annotations),
+                                        warnings=outcome.warnings, audit_annotations=outcome.audit_annotations,
+                                        details=_details(request, results)),
                                  Decision.DENIED, results)
 
     def mutate(self, request: AdmissionRequest, deadline: float | None = None) -> AdmissionDecision:
         """The mutating endpoint's answer: a JSONPatch when any policy changed the object.
+
+        A patch over ``max_patch_bytes`` loses the changes of the ``Ignore``
+        policies that do not fit (each named in a warning); if the ``Fail``
+        policies' changes alone exceed it, the review is answered per
+        failurePolicy (:meth:`engine_failed`).
 
         Raises:
             ReviewError: 503 until the policy caches have synced.
@@ -140,16 +167,32 @@ class AdmissionHandler:
         try:
             plan = self._plan(request)
             outcome = evaluate_mutating(cast(dict[str, Any], request), plan, self.lookups, deadline=deadline)
+            patch = encode_patch(outcome.patch) if outcome.allowed and outcome.patch else None
+            if patch is not None and len(patch) > self.max_patch_bytes:
+                outcome = fit_patch(cast(dict[str, Any], request), plan, self.lookups,
+                                    max_patch_bytes=self.max_patch_bytes, deadline=deadline)
+                patch = encode_patch(outcome.patch) if outcome.allowed and outcome.patch else None
         except ReviewError:
             raise
+        except ResponseTooLarge as e:
+            # Raised only when the failurePolicy: Fail mutations alone exceed the limit: they fail the review.
+            log.warning("mutation patch over the limit", extra={"uid": uid, "reason": str(e)})
+            entries = plan.entries if plan is not None else []
+            required = [p for p, _view in entries if p.mutating and p.spec.failure_policy != FailurePolicy.IGNORE]
+            return self.engine_failed(uid, required, e)
         except Exception as e:  # noqa: BLE001 - logged with its traceback in _failed, answered per failurePolicy
             return self._failed(uid, "mutate", plan, e)
         results = tuple(outcome.results)
         if not outcome.allowed:
             return AdmissionDecision(denied(uid, outcome.message, code=outcome.code,
-                                            reason=outcome.reason or "Forbidden", warnings=outcome.warnings),
+                                            reason=outcome.reason or "Forbidden", warnings=outcome.warnings,
+                                            details=_details(request, results)),
                                      Decision.DENIED, results)
-        if outcome.patch:
-            return AdmissionDecision(patched(uid, encode_patch(outcome.patch), warnings=outcome.warnings),
-                                     Decision.PATCHED, results)
+        if patch is not None:
+            return AdmissionDecision(patched(uid, patch, warnings=outcome.warnings), Decision.PATCHED, results)
         return AdmissionDecision(allowed(uid, warnings=outcome.warnings), Decision.ALLOWED, results)
+
+
+def _details(request: AdmissionRequest, results: tuple[PolicyResult, ...]) -> StatusDetails:
+    """``status.details`` of a denial: one cause per denying policy, worded as in ``status.message``."""
+    return status_details(request, [f"{r.policy}: {r.message}" for r in results if r.denies])

@@ -16,14 +16,14 @@ from collections.abc import AsyncIterator, Callable
 from aiohttp import web
 
 from webhook.admission.isolation.evaluators import IsolatedEvaluator, SizeRoutedEvaluator
-from webhook.admission.isolation.pool import DEFAULT_MEMORY_LIMIT, DEFAULT_RECYCLE_RSS, EvaluationPool
+from webhook.admission.isolation.pool import DEFAULT_RECYCLE_RSS, EvaluationPool
 from webhook.admission.limits import OutputLimits
 from webhook.admission.server import AdmissionServer
 from webhook.metrics import Metrics
 
 
-def evaluation_pool_ctx(server: AdmissionServer, metrics: Metrics, *, workers: int = 2,
-                        memory_limit_bytes: int = DEFAULT_MEMORY_LIMIT, limits: OutputLimits | None = None,
+def evaluation_pool_ctx(server: AdmissionServer, metrics: Metrics, *, workers: int, memory_limit_bytes: int,
+                        limits: OutputLimits | None = None,
                         recycle_rss_bytes: int = DEFAULT_RECYCLE_RSS, isolate_above_bytes: int = 0,
                         ) -> Callable[[web.Application], AsyncIterator[None]]:
     """A ``cleanup_ctx`` generator running ``server``'s reviews in worker processes.
@@ -32,9 +32,9 @@ def evaluation_pool_ctx(server: AdmissionServer, metrics: Metrics, *, workers: i
         server: its ``evaluator`` is replaced while the app runs (and restored after).
         metrics: receives ``tollgate_evaluation_aborted_total`` and
             ``tollgate_evaluation_worker_restarts_total``.
-        workers: evaluation processes (each evaluates one review at a time).
-        memory_limit_bytes: ``RLIMIT_AS`` per worker; workers x limit plus
-            about 100 MB for the server should fit the container's memory limit.
+        workers: evaluation processes (each evaluates one review at a time; ``Settings.eval_workers``).
+        memory_limit_bytes: ``RLIMIT_AS`` per worker (``Settings.eval_memory_limit_bytes``); workers x
+            limit plus the server's own memory should fit the container's memory limit.
         limits: output caps (patch size, message and warning lengths).
         recycle_rss_bytes: replace a worker resident above this after a review.
         isolate_above_bytes: only bodies larger than this go to the workers; smaller
@@ -66,8 +66,7 @@ def evaluation_pool_ctx(server: AdmissionServer, metrics: Metrics, *, workers: i
     return ctx
 
 
-async def graceful_stop(server: AdmissionServer, runner: web.BaseRunner, *, delay: float = 5.0,
-                        timeout: float = 10.0) -> bool:
+async def graceful_stop(server: AdmissionServer, runner: web.BaseRunner, *, delay: float, timeout: float) -> bool:
     """Stop serving without cutting off a review: the SIGTERM sequence.
 
     1. :meth:`AdmissionServer.begin_shutdown` (``Connection: close`` on every
@@ -81,8 +80,8 @@ async def graceful_stop(server: AdmissionServer, runner: web.BaseRunner, *, dela
         runner: the app's runner.
         delay: seconds to keep serving after SIGTERM, so the endpoint leaves the
             Service and kept-alive clients reconnect elsewhere (a kubelet
-            ``preStop`` sleep does the same from outside).
-        timeout: most seconds to then wait for reviews in flight.
+            ``preStop`` sleep does the same from outside; ``Settings.shutdown_delay``).
+        timeout: most seconds to then wait for reviews in flight (``Settings.shutdown_timeout``).
 
     Returns:
         True when no review was in flight when the runner was cleaned up.

@@ -2,9 +2,11 @@
 
 A review's *input* is bounded by the body cap (``--max-request-bytes``);
 this bounds the *output*. A mutating response whose base64 patch exceeds
-``max_patch_bytes`` is not sent: the evaluation counts as failed and is
-answered per the candidate policies' failurePolicy (the caller's
-``failed`` callback, :meth:`AdmissionHandler.engine_failed`). Denial
+``max_patch_bytes`` is not sent. The handler keeps its patch within the
+limit policy by policy (:mod:`webhook.admission.patch_budget`); what still
+exceeds it here counts as a failed evaluation, answered per the candidate
+policies' failurePolicy (the caller's ``failed`` callback,
+:meth:`AdmissionHandler.engine_failed`). Denial
 messages and warnings are truncated instead, since a truncated denial is
 still the right answer.
 """
@@ -13,8 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
-from webhook.admission.handler import AdmissionDecision
+if TYPE_CHECKING:  # the handler applies MAX_PATCH_BYTES itself: no import cycle at run time
+    from webhook.admission.handler import AdmissionDecision
 
 #: Default cap on ``response.patch`` (base64 characters, i.e. bytes on the wire): 1 MiB. A
 #: patch that large already rewrites more than the 3 MB object etcd would store.

@@ -14,7 +14,7 @@ Every response echoes ``request.uid``.
 
 from __future__ import annotations
 
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict, cast
 
 import orjson
 
@@ -24,12 +24,30 @@ API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 OPERATIONS = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})
 
 
+class StatusCause(TypedDict, total=False):
+    """``metav1.StatusCause``: one reason a request failed (kubectl prints ``<field>: <message>``)."""
+
+    type: str
+    message: str
+    field: str
+
+
+class StatusDetails(TypedDict, total=False):
+    """``metav1.StatusDetails``: what a denial is about (the resource, the object's name) and each cause."""
+
+    name: str
+    group: str
+    kind: str
+    causes: list[StatusCause]
+
+
 class Status(TypedDict, total=False):
     """``metav1.Status`` subset carried by a denial (``response.status``)."""
 
     code: int
     reason: str
     message: str
+    details: StatusDetails
 
 
 class AdmissionResponse(TypedDict):
@@ -127,11 +145,44 @@ def allowed(uid: str, *, warnings: list[str] | None = None,
     return resp
 
 
+def status_details(request: AdmissionRequest, causes: list[str]) -> StatusDetails:
+    """``status.details`` of a policy denial of ``request``, as the API server fills it for its own policies.
+
+    Follows the API server's ValidatingAdmissionPolicy denial
+    (``admission.NewForbidden`` plus one cause per message): ``group`` and
+    ``kind`` are the request's resource (``""``/``pods``), ``name`` the
+    request's name, else the object's ``metadata.name`` or ``generateName``,
+    else ``Unknown``; each cause carries only a message. kubectl shows a 422
+    ``Invalid`` denial through these alone (``The pods "web" is invalid: :
+    <message>``); without them it prints only "The request is invalid".
+
+    Args:
+        request: the AdmissionRequest denied.
+        causes: one message per denying policy (``"<policy>: <message>"``).
+    """
+    raw = cast(dict[str, Any], request)
+    resource: dict[str, Any] = raw.get("resource") or {}
+    obj = raw.get("object")
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    if not isinstance(meta, dict):
+        meta = {}
+    name = raw.get("name") or meta.get("name") or meta.get("generateName") or "Unknown"
+    return {"name": str(name), "group": str(resource.get("group", "")), "kind": str(resource.get("resource", "")),
+            "causes": [{"message": message} for message in causes]}
+
+
 def denied(uid: str, message: str, *, code: int = 403, reason: str = "Forbidden",
-           warnings: list[str] | None = None, audit_annotations: dict[str, str] | None = None) -> AdmissionResponse:
-    """The request is rejected; ``message`` reaches the user (e.g. kubectl's error)."""
-    resp: AdmissionResponse = {"uid": uid, "allowed": False,
-                               "status": {"code": code, "reason": reason, "message": message}}
+           warnings: list[str] | None = None, audit_annotations: dict[str, str] | None = None,
+           details: StatusDetails | None = None) -> AdmissionResponse:
+    """The request is rejected; ``message`` reaches the user (e.g. kubectl's error).
+
+    ``details`` (see :func:`status_details`) names the object and lists each
+    cause; kubectl prints a 422 ``Invalid`` denial from them.
+    """
+    status: Status = {"code": code, "reason": reason, "message": message}
+    if details is not None:
+        status["details"] = details
+    resp: AdmissionResponse = {"uid": uid, "allowed": False, "status": status}
     if warnings:
         resp["warnings"] = warnings
     if audit_annotations:
@@ -159,5 +210,6 @@ def review_body(api_version: str, response: AdmissionResponse) -> bytes:
 
 __all__ = [
     "AdmissionRequest", "AdmissionResponse", "GroupVersionKind", "GroupVersionResource", "ReviewError", "Status",
-    "UserInfo", "allowed", "denied", "errored", "parse_review", "patched", "review_body",
+    "StatusCause", "StatusDetails", "UserInfo", "allowed", "denied", "errored", "parse_review", "patched",
+    "review_body", "status_details",
 ]

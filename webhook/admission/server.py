@@ -37,6 +37,7 @@ from webhook.admission.isolation.evaluators import Evaluator, InlineEvaluator
 from webhook.admission.review import ReviewError, parse_review, review_body
 from webhook.metrics import Metrics
 from webhook.policy import Decision, Result
+from webhook.policy.vocabulary import Endpoint
 
 log = logging.getLogger("tollgate.admission")
 
@@ -46,6 +47,11 @@ _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 DEADLINE_MARGIN = 0.5
 #: Longest honoured ``?timeout=``: the API server caps a webhook's ``timeoutSeconds`` at 30 s.
 MAX_TIMEOUT = 30.0
+#: Seconds a review may take when the API server sends no ``?timeout=``: a webhook's default ``timeoutSeconds``.
+DEFAULT_TIMEOUT = 10.0
+#: Status counted (``tollgate_admission_bad_requests_total{status="499"}``) for a client that closed its
+#: connection before its body arrived; nginx's name for it. Nobody is left to receive it.
+CLIENT_CLOSED = 499
 #: Content-Encodings aiohttp decodes before the body cap is counted.
 ACCEPTED_ENCODINGS = frozenset({"", "identity", "gzip", "deflate"})
 
@@ -117,7 +123,7 @@ class AdmissionServer:
     """
 
     def __init__(self, handler: AdmissionHandler, metrics: Metrics, *, max_request_bytes: int,
-                 default_timeout: float = 10.0, clock: Callable[[], float] = time.perf_counter,
+                 default_timeout: float = DEFAULT_TIMEOUT, clock: Callable[[], float] = time.perf_counter,
                  evaluator: Evaluator | None = None, ready: Callable[[], bool] | None = None,
                  require_client_certificate: bool | None = None) -> None:
         self.handler = handler
@@ -145,7 +151,7 @@ class AdmissionServer:
 
     def routes(self) -> list[web.RouteDef]:
         """The two admission routes."""
-        return [web.post("/validate", self.validate), web.post("/mutate", self.mutate)]
+        return [web.post(Endpoint.VALIDATE.path, self.validate), web.post(Endpoint.MUTATE.path, self.mutate)]
 
     @property
     def shutting_down(self) -> bool:
@@ -208,11 +214,11 @@ class AdmissionServer:
 
     async def validate(self, request: web.Request) -> web.StreamResponse:
         """``POST /validate``."""
-        return await self._tracked(request, "validate")
+        return await self._tracked(request, Endpoint.VALIDATE)
 
     async def mutate(self, request: web.Request) -> web.StreamResponse:
         """``POST /mutate``."""
-        return await self._tracked(request, "mutate")
+        return await self._tracked(request, Endpoint.MUTATE)
 
     async def _tracked(self, request: web.Request, endpoint: str) -> web.StreamResponse:
         self._in_flight += 1
@@ -244,7 +250,8 @@ class AdmissionServer:
         applies to the decoded size.
 
         Raises:
-            ReviewError: 400 when the body cannot be decoded.
+            ReviewError: 400 when the body cannot be decoded; :data:`CLIENT_CLOSED` when the
+                connection was lost before the body arrived.
         """
         chunks: list[bytes] = []
         size = 0
@@ -255,6 +262,8 @@ class AdmissionServer:
                 raise ReviewError(400, f"request body could not be read: {e.message}"[:200]) from None
             except RequestPayloadError as e:  # aiohttp wraps a decoding failure (e.g. corrupt gzip) in this
                 raise ReviewError(400, f"request body could not be read: {e}".replace("\n", " ")[:200]) from None
+            except ConnectionError:  # gone mid-body (or evicted by the listener): nothing to answer, nothing to trace
+                raise ReviewError(CLIENT_CLOSED, "the client closed the connection before its body arrived") from None
             if not chunk:
                 break
             chunks.append(chunk)

@@ -207,15 +207,9 @@ async def _serve(settings: Settings, ca_file: Path | None) -> None:
 
 async def _run_app(app: Any, settings: Settings, ca_file: Path | None) -> None:
     """Serve ``app`` over TLS until SIGTERM/SIGINT, then drain (see ``Settings.shutdown_timeout``)."""
-    from aiohttp import web
+    from webhook.server.listener import start_listener
 
-    from webhook.server.app import CERTS
-
-    runner = web.AppRunner(app, shutdown_timeout=settings.shutdown_timeout, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, settings.host, settings.port, ssl_context=app[CERTS].context,
-                       backlog=1024, reuse_address=True)
-    await site.start()
+    runner = (await start_listener(app, settings)).runner
     log.info("serving", extra={"host": settings.host, "port": settings.port,
                                "local": str(settings.local_dir) if settings.local_dir else None})
     if settings.local_dir is not None:

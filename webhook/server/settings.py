@@ -1,10 +1,15 @@
-"""Settings for ``tollgate serve`` (a frozen dataclass; the CLI fills it)."""
+"""Settings for ``tollgate serve`` (a frozen dataclass; the CLI fills it) and the one default of each.
+
+A field's default here is ``serve``'s default: the CLI's flags and the
+components read :data:`DEFAULTS` rather than repeating a value.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
+from webhook.admission.server import DEFAULT_TIMEOUT
 from webhook.policy import memo
 
 #: controller-runtime's maxRequestSize (pkg/webhook/admission/http.go), derived
@@ -52,7 +57,7 @@ class Settings:
         webhook_config_name: ``metadata.name`` of both webhook configurations.
         service_account: the webhook's own ServiceAccount (its writes are never sent to it).
         eval_workers: evaluation worker processes (0: every review is evaluated inline on the
-            event loop, as in tests; ``serve`` defaults to 2).
+            event loop).
         isolate_above_bytes: request bodies larger than this are evaluated in a worker, where
             the deadline is enforced; smaller ones inline (0: every review goes to a worker).
         eval_memory_limit_bytes: address-space limit of each worker.
@@ -64,6 +69,13 @@ class Settings:
         audit_max_bytes: budget of cached JSON bytes over every dynamic informer (None: unbounded).
         discovery_interval: seconds between API discovery refreshes (besides CRD events).
         decision_memo_bytes: byte budget of the decision memo (:mod:`webhook.policy.memo`); 0 turns it off.
+        header_timeout: seconds a client has for its TLS handshake, then for its request head (and for
+            each later head from its first byte) before the connection is closed
+            (:mod:`webhook.server.listener`).
+        idle_timeout: seconds a kept-alive connection may wait for its next request; longer than the
+            API server's own 90 s, so the client always closes an idle connection first.
+        max_connections: client connections open at once; at the cap a new one replaces the one that
+            has waited longest for a request head.
     """
 
     local_dir: Path | None = None
@@ -79,11 +91,11 @@ class Settings:
     cert_poll_interval: float = 10.0
     local_poll_interval: float = 1.0
     write_status: bool = True
-    default_timeout: float = 10.0
+    default_timeout: float = DEFAULT_TIMEOUT
     shutdown_timeout: float = 10.0
     pod_name: str = ""
     namespace: str = "tollgate-system"
-    manage_webhooks: bool = False
+    manage_webhooks: bool = True
     create_webhooks: bool = False
     self_managed_certs: bool = False
     cert_dir: Path | None = None
@@ -92,7 +104,7 @@ class Settings:
     webhook_url: str = ""
     webhook_config_name: str = "tollgate"
     service_account: str = "tollgate"
-    eval_workers: int = 0
+    eval_workers: int = 2
     isolate_above_bytes: int = 32 * 1024
     eval_memory_limit_bytes: int = 1024**3
     shutdown_delay: float = 5.0
@@ -101,3 +113,11 @@ class Settings:
     audit_max_bytes: int | None = 512 * 1024 * 1024
     discovery_interval: float = 300.0
     decision_memo_bytes: int = DEFAULT_MEMO_BYTES
+    header_timeout: float = 10.0
+    idle_timeout: float = 120.0
+    max_connections: int = 512
+
+
+#: Every setting's default, in one place: ``tollgate serve``'s flags and the components read them from here
+#: (``DEFAULTS.eval_memory_limit_bytes``...).
+DEFAULTS = Settings()

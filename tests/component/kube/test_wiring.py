@@ -1,4 +1,4 @@
-"""The cluster-side pieces wired as `tollgate serve` should wire them (the reference for webhook/server/app.py).
+"""The cluster-side pieces wired as `tollgate serve` should wire them (the reference for webhook/server/leadership.py).
 
 Real informers (KubeListerWatcher) on the policies, the leader elector, the
 status writer, the webhook configuration reconciler and the self-managed

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -15,7 +16,8 @@ from aiohttp import web
 
 from tests.fakeapi.server import Cluster, FakeApiServer
 from webhook.kube.client import api_client_for_url
-from webhook.server.app import CERTS, create_app
+from webhook.server.app import COMPONENTS, create_app
+from webhook.server.listener import start_listener
 from webhook.server.settings import Settings
 from webhook.tls import generate as certs
 
@@ -49,12 +51,10 @@ class Served:
 
 
 async def serve_tls(app: web.Application) -> tuple[web.AppRunner, int]:
-    """Run ``app`` on 127.0.0.1, a free port, with its own certificate reloader's SSL context."""
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=app[CERTS].context)
-    await site.start()
-    return runner, site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    """Run ``app`` behind ``serve``'s own listener (its limits from the app's Settings) on 127.0.0.1, a free port."""
+    settings = dataclasses.replace(app[COMPONENTS].settings, host="127.0.0.1", port=0)
+    listener = await start_listener(app, settings)
+    return listener.runner, listener.site.port
 
 
 @pytest.fixture
@@ -64,7 +64,8 @@ async def served(tmp_path: Path) -> AsyncIterator[Served]:
     await fake.start()
     fake.apply("namespaces", {"metadata": {"name": "default", "labels": {"team": "a"}}})
     settings = Settings(cert_file=paths.cert, key_file=paths.key, host="127.0.0.1", port=0, write_status=False,
-                        cert_poll_interval=0.05, max_request_bytes=1024 * 1024)
+                        cert_poll_interval=0.05, max_request_bytes=1024 * 1024, manage_webhooks=False,
+                        eval_workers=0)
     client = api_client_for_url(fake.url)
     app = create_app(settings, api_client=client)
     runner, port = await serve_tls(app)

@@ -137,6 +137,32 @@ async def test_every_request_shape(served: Served) -> None:
     assert body["response"] == {"uid": "uid-exec", "allowed": True}
 
 
+INVALID_POLICY: dict[str, Any] = {
+    "apiVersion": "tollgate.dev/v1alpha1",
+    "kind": "ClusterAdmissionPolicy",
+    "metadata": {"name": "needs-team"},
+    "spec": {
+        "match": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
+                                     "operations": ["CREATE"]}]},
+        "validations": [{"expression": "has(object.metadata.labels) && 'team' in object.metadata.labels",
+                         "message": "a team label is required", "reason": "Invalid"}],
+    },
+}
+
+
+async def test_an_invalid_denial_is_422_with_the_details_kubectl_prints(served: Served) -> None:
+    await start(served, INVALID_POLICY, PRIVILEGED_POLICY)
+    status, body = await served.post("/validate", review(pod_create("web", privileged=True)))
+    assert status == 200
+    response = body["response"]
+    assert response["allowed"] is False
+    assert (response["status"]["code"], response["status"]["reason"]) == (422, "Invalid")
+    assert response["status"]["details"] == {
+        "name": "web", "group": "", "kind": "pods",
+        "causes": [{"message": "needs-team: a team label is required"},
+                   {"message": "no-privileged: privileged: app"}]}
+
+
 async def test_mutating_endpoint_returns_a_jsonpatch(served: Served) -> None:
     await start(served, LABEL_POLICY)
     status, body = await served.post("/mutate", review(pod_create("m")))

@@ -1,4 +1,4 @@
-"""Issue #13, finding 3: with ``--client-ca`` the probes need no client certificate, admission does.
+"""With ``--client-ca`` the probes need no client certificate, admission does.
 
 A real TLS listener runs ``create_app`` with ``Settings.client_ca``; the
 handshake requests a client certificate (CERT_OPTIONAL) and the admission
@@ -63,7 +63,8 @@ async def mtls(tmp_path: Path) -> AsyncIterator[tuple[str, Path, Path]]:
     client_ca, _, _ = client_pki(tmp_path, "apiserver")
     async with fake_cluster() as api:
         app = create_app(Settings(cert_file=serving.cert, key_file=serving.key, client_ca=client_ca,
-                                  write_status=False, max_request_bytes=1024 * 1024), api_client=api)
+                                  write_status=False, max_request_bytes=1024 * 1024, manage_webhooks=False,
+                                  eval_workers=0), api_client=api)
         runner, port = await serve_tls(app)
         yield f"https://localhost:{port}", serving.ca, tmp_path
         await runner.cleanup()
@@ -133,7 +134,8 @@ async def test_plain_http_on_an_admission_server_without_client_ca_needs_no_cert
     serving = certs.write_certs(tmp_path, dns_names=["localhost"], ip_addresses=["127.0.0.1"], days=1)
     async with fake_cluster() as api:
         app: web.Application = create_app(
-            Settings(cert_file=serving.cert, key_file=serving.key, write_status=False, max_request_bytes=1024 * 1024),
+            Settings(cert_file=serving.cert, key_file=serving.key, write_status=False, max_request_bytes=1024 * 1024,
+                     manage_webhooks=False, eval_workers=0),
             api_client=api)
         runner, port = await serve_tls(app)
         try:

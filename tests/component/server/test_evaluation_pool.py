@@ -21,6 +21,7 @@ from webhook.policy import PolicyIndex
 from webhook.policy.lookups import InMemoryLookups
 from webhook.policy.model import Reference
 from webhook.policy.request import RequestCoordinates
+from webhook.server.settings import DEFAULTS
 
 NAMESPACES = [{"metadata": {"name": "default", "labels": {"team": "a"}}}]
 
@@ -37,7 +38,8 @@ async def evaluator(*policies: dict[str, Any], limits: OutputLimits | None = Non
     for p in policies:
         index.upsert(p)
     handler = AdmissionHandler(index, InMemoryLookups(namespaces=NAMESPACES, configmaps=configmaps, objects=objects))
-    pool = EvaluationPool(workers=1, limits=limits, **pool_options)
+    pool = EvaluationPool(workers=1, memory_limit_bytes=DEFAULTS.eval_memory_limit_bytes, limits=limits,
+                          **pool_options)
     await pool.start()
     try:
         yield IsolatedEvaluator(handler, pool)
@@ -128,7 +130,7 @@ async def test_a_patch_within_the_cap_is_sent() -> None:
 
 
 async def test_no_free_worker_before_the_deadline_is_busy() -> None:
-    pool = EvaluationPool(workers=1)
+    pool = EvaluationPool(workers=1, memory_limit_bytes=DEFAULTS.eval_memory_limit_bytes)
     await pool.start()
     try:
         held = pool._idle.get_nowait()
@@ -173,3 +175,29 @@ async def test_a_worker_holding_too_much_memory_is_replaced_after_answering() ->
         token = ev._token(ev.handler.index.candidates(PODS_CREATE)[0])
         assert token is not None and token[0] in replacement.known
         ev.pool._idle.put_nowait(replacement)
+
+
+async def test_a_worker_evaluated_denial_keeps_each_policys_code_and_reason() -> None:
+    invalid = policy("needs-team", validations=[{"expression": "has(object.metadata.labels)", "reason": "Invalid",
+                                                 "message": "a team label is required"}])
+    async with evaluator(invalid) as ev:
+        decision = await ev("validate", request(pod()), 5)
+    assert decision.response["status"]["code"] == 422
+    assert decision.response["status"]["reason"] == "Invalid"
+    [result] = decision.results
+    assert (result.policy, result.result, result.code, result.reason) == ("needs-team", "fail", 422, "Invalid")
+    assert result.actions == frozenset({"Deny"})
+
+
+async def test_a_tenant_patch_over_the_cap_under_ignore_loses_only_its_own_changes() -> None:
+    tenant = policy("bloat", kind="AdmissionPolicy", namespace="default", failurePolicy="Ignore", mutations=[{
+        "patchType": "ApplyConfiguration", "applyConfiguration": {
+            "expression": "{'metadata': {'annotations': {'big': '" + "x" * 2000 + "'}}}"}}])
+    label = policy("label", mutations=[{"patchType": "ApplyConfiguration", "applyConfiguration": {
+        "expression": "{'metadata': {'labels': {'team': 'a'}}}"}}])
+    async with evaluator(tenant, label, limits=OutputLimits(max_patch_bytes=1000)) as ev:
+        decision = await ev("mutate", request(pod()), 5)
+    assert decision.decision == "patched"
+    assert decode_patch(decision.response["patch"]) == [{"op": "add", "path": "/metadata/labels",
+                                                         "value": {"team": "a"}}]
+    assert "default/bloat" in decision.response["warnings"][0]

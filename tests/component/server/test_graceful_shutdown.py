@@ -1,4 +1,4 @@
-"""Issue #13, finding 4: after ``begin_shutdown()`` kept-alive clients are told ``Connection: close``.
+"""After ``begin_shutdown()`` kept-alive clients are told ``Connection: close``.
 
 Each kept-alive connection gets its next answer in full, marked
 ``Connection: close``, so the client reconnects instead of sending a request

@@ -41,7 +41,8 @@ async def cluster(tmp_path: Path) -> AsyncIterator[tuple[FakeApiServer, str, aio
     fake.apply(POLICIES, broken)
     paths = certs.write_certs(tmp_path, dns_names=["localhost"], days=1)
     client = api_client_for_url(fake.url)
-    app = create_app(Settings(cert_file=paths.cert, key_file=paths.key, write_status=True, pod_name="replica-1"),
+    app = create_app(Settings(cert_file=paths.cert, key_file=paths.key, write_status=True, pod_name="replica-1",
+                              manage_webhooks=False, eval_workers=0),
                      api_client=client)
     runner, port = await serve_tls(app)
     ctx = ssl.create_default_context(cafile=str(paths.ca))
@@ -142,7 +143,8 @@ async def test_not_ready_until_the_api_server_answers(tmp_path: Path) -> None:
     await fake.refuse_connections()
     paths = certs.write_certs(tmp_path, dns_names=["localhost"], days=1)
     client = api_client_for_url(fake.url)
-    app = create_app(Settings(cert_file=paths.cert, key_file=paths.key, write_status=False), api_client=client)
+    app = create_app(Settings(cert_file=paths.cert, key_file=paths.key, write_status=False, manage_webhooks=False,
+                              eval_workers=0), api_client=client)
     runner, port = await serve_tls(app)
     ctx = ssl.create_default_context(cafile=str(paths.ca))
     try:
@@ -176,7 +178,7 @@ async def test_the_app_keeps_the_webhook_configurations_as_the_policies_need(tmp
     paths = certs.write_certs(tmp_path, dns_names=["localhost"], days=1)
     client = api_client_for_url(fake.url)
     app = create_app(Settings(cert_file=paths.cert, key_file=paths.key, write_status=False, manage_webhooks=True,
-                              ca_file=paths.ca, pod_name="replica-1"), api_client=client)
+                              ca_file=paths.ca, pod_name="replica-1", eval_workers=0), api_client=client)
     runner, _port = await serve_tls(app)
 
     def webhooks() -> list[dict[str, Any]]:
@@ -219,7 +221,7 @@ async def test_serve_with_background_audit_reports_existing_objects(tmp_path: Pa
     paths = certs.write_certs(tmp_path, dns_names=["localhost"], days=1)
     client = api_client_for_url(fake.url)
     app = create_app(Settings(cert_file=paths.cert, key_file=paths.key, write_status=False, background_audit=True,
-                              pod_name="replica-1"), api_client=client)
+                              pod_name="replica-1", manage_webhooks=False, eval_workers=0), api_client=client)
     runner, _port = await serve_tls(app)
 
     async def reported() -> bool:

@@ -1,4 +1,4 @@
-"""Issue #13, finding 1: a costly review runs in a worker process, never on the event loop.
+"""A costly review runs in a worker process, never on the event loop.
 
 A real TLS listener serves an AdmissionServer whose IsolatedEvaluator sends
 every review to an EvaluationPool, with the shipped policies loaded.

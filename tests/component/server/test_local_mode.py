@@ -58,7 +58,7 @@ async def local_server(tmp_path: Path, policies: Path) -> AsyncIterator[tuple[st
     """``serve --local policies`` on a real TLS listener (files polled every 50 ms): its URL and a client."""
     paths = certs.write_certs(tmp_path / "certs", dns_names=["localhost"], days=1)
     app = create_app(Settings(local_dir=policies, local_poll_interval=0.05, cert_file=paths.cert,
-                              key_file=paths.key, write_status=False))
+                              key_file=paths.key, write_status=False, eval_workers=0))
     runner, port = await serve_tls(app)
     ctx = ssl.create_default_context(cafile=str(paths.ca))
     try:

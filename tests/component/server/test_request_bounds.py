@@ -1,4 +1,4 @@
-"""Issue #13, findings 5 and 6: Content-Encoding, the size cap after decoding, and the readiness gate."""
+"""Content-Encoding, the size cap after decoding, and the readiness gate."""
 
 from __future__ import annotations
 

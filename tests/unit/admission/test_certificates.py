@@ -1,4 +1,4 @@
-"""Issue #13, finding 2: expired, not-yet-valid and mismatched pairs are refused on (re)load."""
+"""Expired, not-yet-valid and mismatched pairs are refused on (re)load."""
 
 from __future__ import annotations
 

@@ -80,3 +80,56 @@ def test_index_failure_fails_closed(monkeypatch: pytest.MonkeyPatch) -> None:
     assert d.response == {"uid": "uid-1", "allowed": False,
                           "status": {"code": 500, "reason": "InternalError",
                                      "message": "tollgate: evaluation failed: RuntimeError: engine bug"}}
+
+
+def annotate(name: str, size: int, *, failure_policy: str = "Ignore", **kw: Any) -> dict[str, Any]:
+    return policy(name, operations=("CREATE",), failurePolicy=failure_policy, mutations=[{
+        "patchType": "ApplyConfiguration",
+        "applyConfiguration": {"expression": "{'metadata': {'annotations': {'" + name + "': '" + "x" * size + "'}}}"}}],
+        **kw)
+
+
+def limited(*policies: dict[str, Any], max_patch_bytes: int) -> AdmissionHandler:
+    h = make(*policies)
+    return AdmissionHandler(h.index, h.lookups, max_patch_bytes=max_patch_bytes)
+
+
+def test_an_ignore_policys_patch_over_the_limit_is_dropped_with_a_warning_and_the_others_kept() -> None:
+    tenant = annotate("bloat", 4000, kind="AdmissionPolicy", namespace="default")
+    h = limited(tenant, annotate("small", 10), ADD_LABEL, max_patch_bytes=2000)
+    d = h.mutate(req(pod()))  # type: ignore[arg-type]
+    assert d.decision == "patched"
+    ops = decode_patch(d.response["patch"])
+    assert {"op": "add", "path": "/metadata/labels", "value": {"team": "a"}} in ops
+    assert any(op["path"].startswith("/metadata/annotations") and "small" in str(op) for op in ops)
+    assert "bloat" not in str(ops)
+    [warning] = d.response["warnings"]
+    assert warning.startswith("default/bloat: JSONPatch of ") and "exceeds the 2000-byte limit" in warning
+    assert warning.endswith("(failurePolicy: Ignore)")
+    results = {r.policy: r for r in d.results}
+    assert results["default/bloat"].result == "error"
+    assert results["default/bloat"].actions == frozenset({"Warn", "Ignored"})
+    assert results["add-label"].result == results["small"].result == "pass"
+
+
+def test_a_fail_policys_patch_over_the_limit_fails_the_review() -> None:
+    h = limited(annotate("bloat", 4000, failure_policy="Fail"), ADD_LABEL, max_patch_bytes=2000)
+    d = h.mutate(req(pod()))  # type: ignore[arg-type]
+    assert d.decision == "error" and d.response["allowed"] is False
+    assert d.response["status"]["code"] == 500
+    assert "exceeds the 2000-byte limit" in d.response["status"]["message"]
+    assert "patch" not in d.response
+
+
+def test_a_patch_within_the_limit_is_untouched() -> None:
+    d = limited(annotate("small", 10), ADD_LABEL, max_patch_bytes=2000).mutate(req(pod()))  # type: ignore[arg-type]
+    assert d.decision == "patched" and "warnings" not in d.response
+    assert {r.result for r in d.results} == {"pass"}
+
+
+def test_decide_routes_by_endpoint_and_refuses_a_misspelt_one() -> None:
+    h = make(NO_PRIVILEGED, ADD_LABEL)
+    assert h.decide("validate", req(pod(privileged=True))).decision == "denied"  # type: ignore[arg-type]
+    assert h.decide("mutate", req(pod(privileged=True))).decision == "patched"  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="muate"):
+        h.decide("muate", req(pod()))  # type: ignore[arg-type]

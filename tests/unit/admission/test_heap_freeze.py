@@ -6,12 +6,12 @@ import asyncio
 import gc
 from types import SimpleNamespace
 
-from webhook.server.app import freeze_heap_when_synced
+from webhook.server.tasks import freeze_heap_when_synced
 
 
 async def test_the_heap_is_frozen_only_after_the_policies_synced() -> None:
     synced = False
-    components = SimpleNamespace(server=SimpleNamespace(ready=lambda: synced))
+    components = SimpleNamespace(policies_synced=lambda: synced)
     gc.unfreeze()
     task = asyncio.get_running_loop().create_task(freeze_heap_when_synced(components, settle=0))  # type: ignore[arg-type]
     try:

@@ -1,4 +1,4 @@
-"""Output limits on a Decision (issue #13: a 17 MB patch response)."""
+"""Output limits on a Decision: a patch over the cap is never sent, long messages and warnings are cut."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Per-policy metrics are counted in plain ints and exported at scrape time (issue #14).
+"""Per-policy metrics are counted in plain ints and exported at scrape time.
 
 ``tollgate_policy_evaluations_total{policy,result}`` and
 ``tollgate_policy_errors_total{policy}`` must read exactly as the two labelled

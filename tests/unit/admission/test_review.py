@@ -21,6 +21,7 @@ from webhook.admission.review import (
     parse_review,
     patched,
     review_body,
+    status_details,
 )
 
 REQUEST: dict[str, Any] = {
@@ -128,6 +129,43 @@ def test_denied_carries_status_warnings_and_audit_annotations() -> None:
                     "status": {"code": 422, "reason": "Invalid", "message": "no privileged containers"},
                     "warnings": ["w"], "auditAnnotations": {"tollgate.dev/p": "{}"}}
     assert denied("u", "m")["status"] == {"code": 403, "reason": "Forbidden", "message": "m"}
+
+
+def kubectl_prints(status: dict[str, Any]) -> str:
+    """What kubectl (1.20 and later, ``cmdutil.CheckErr``) prints for a 422 ``Invalid`` error, transcribed."""
+    details = status.get("details")
+    if details is None:
+        return "The request is invalid"
+    head = f'The {details.get("kind", "")} "{details.get("name", "")}" is invalid'
+    causes = list(dict.fromkeys(f'{c.get("field", "")}: {c.get("message", "")}' for c in details.get("causes", [])))
+    if not causes:
+        return head
+    if len(causes) == 1:
+        return f"{head}: {causes[0]}"
+    return f"{head}: \n" + "\n".join(f"* {c}" for c in causes)
+
+
+def test_an_invalid_denial_carries_details_kubectl_prints_the_policy_messages_from() -> None:
+    causes = ["needs-team: a team label is required", "no-latest: image tags must be pinned"]
+    resp = denied("u", "; ".join(causes), code=422, reason="Invalid",
+                  details=status_details(REQUEST, causes))  # type: ignore[arg-type]
+    assert resp["status"]["details"] == {"name": "web", "group": "", "kind": "pods",
+                                         "causes": [{"message": c} for c in causes]}
+    assert kubectl_prints(dict(resp["status"])) == (
+        'The pods "web" is invalid: \n* : needs-team: a team label is required\n'
+        "* : no-latest: image tags must be pinned")
+    assert kubectl_prints({"code": 422, "reason": "Invalid", "message": "m"}) == "The request is invalid"
+
+
+@pytest.mark.parametrize(("changes", "name"), [
+    ({"name": ""}, "web"),
+    ({"name": "", "object": {"metadata": {"generateName": "web-"}}}, "web-"),
+    ({"name": None, "object": None}, "Unknown"),
+])
+def test_details_name_the_object_as_the_api_server_does_before_a_name_is_generated(
+        changes: dict[str, Any], name: str) -> None:
+    details = status_details({**REQUEST, **changes}, ["p: m"])  # type: ignore[typeddict-item]
+    assert details["name"] == name
 
 
 def test_allowed_omits_empty_optional_fields() -> None:

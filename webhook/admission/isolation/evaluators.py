@@ -86,9 +86,8 @@ class InlineEvaluator:
     async def __call__(self, endpoint: str, request: AdmissionRequest, timeout: float, *,
                        size: int = 0) -> AdmissionDecision:
         """Evaluate ``request`` now (blocking the loop for as long as the engine takes)."""
-        decide = self.handler.validate if endpoint == "validate" else self.handler.mutate
         try:
-            decision = decide(request, time.monotonic() + timeout)
+            decision = self.handler.decide(endpoint, request, time.monotonic() + timeout)
         except ReviewError:
             raise  # e.g. 503 before the policy caches synced: answered by the server, not per failurePolicy
         except Exception as e:
@@ -152,11 +151,11 @@ class IsolatedEvaluator:
 class SizeRoutedEvaluator:
     """Small reviews inline, large ones in the isolated pool.
 
-    A typical review (a few KiB) costs ~0.5 ms inline and ~1.3 ms more in a
-    worker process (docs/server.md); what can hold the event loop for long is a
-    large object (thousands of containers). Bodies above ``threshold_bytes``
-    therefore go to the pool, where the deadline is enforced by killing the
-    worker; the rest are evaluated inline.
+    A typical review (a few KiB) is cheapest inline, where it pays no round
+    trip to a worker; what can hold the event loop for long is a large object
+    (thousands of containers). Bodies above ``threshold_bytes`` therefore go to
+    the pool, where the deadline is enforced by killing the worker; the rest
+    are evaluated inline.
 
     Args:
         inline: the evaluator for small bodies.

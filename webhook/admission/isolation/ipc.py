@@ -1,9 +1,11 @@
 """Length-prefixed pickle frames between the server and its evaluation workers.
 
 A frame is a 4-byte big-endian length followed by that many bytes of
-``pickle`` (protocol 5). Both ends are Tollgate's own processes on a private
-``socketpair``, so pickle is safe here; it is never used on network input.
-The parent side is asyncio streams, the worker side blocking sockets.
+``pickle`` (protocol 5) of one message of :mod:`webhook.admission.isolation.messages`.
+Both ends are Tollgate's own processes on a private ``socketpair``, so pickle is
+safe here; it is never used on network input. The parent side is asyncio
+streams, the worker side blocking sockets. Each reader checks that what arrived
+is a message the other side may send.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ import asyncio
 import pickle
 import socket
 import struct
-from typing import Any
+
+from webhook.admission.isolation.messages import FromWorker, ToWorker
 
 _HEADER = struct.Struct(">I")
 
@@ -21,14 +24,18 @@ class FrameTooLarge(ValueError):
     """A frame announced more bytes than the reader accepts."""
 
 
-def encode(message: Any) -> bytes:
+class ProtocolError(ValueError):
+    """A frame held something the other side may not send."""
+
+
+def encode(message: ToWorker | FromWorker) -> bytes:
     """One frame (header + pickle) for ``message``."""
     payload = pickle.dumps(message, protocol=5)
     return _HEADER.pack(len(payload)) + payload
 
 
-async def read_frame(reader: asyncio.StreamReader, limit: int) -> Any:
-    """Read one frame from ``reader``.
+async def read_frame(reader: asyncio.StreamReader, limit: int) -> FromWorker:
+    """Read one worker message from ``reader`` (the parent's end of the socketpair).
 
     Args:
         reader: the parent's end of the socketpair.
@@ -37,21 +44,33 @@ async def read_frame(reader: asyncio.StreamReader, limit: int) -> Any:
     Raises:
         asyncio.IncompleteReadError: the worker closed the connection (it died).
         FrameTooLarge: the payload exceeds ``limit``.
+        ProtocolError: the frame is not a message a worker sends.
     """
     (size,) = _HEADER.unpack(await reader.readexactly(_HEADER.size))
     if size > limit:
         raise FrameTooLarge(f"worker frame of {size} bytes exceeds {limit}")
-    return pickle.loads(await reader.readexactly(size))
+    message = pickle.loads(await reader.readexactly(size))
+    if not isinstance(message, FromWorker):
+        raise ProtocolError(f"unexpected worker message {type(message).__name__}")
+    return message
 
 
-def recv_frame(sock: socket.socket) -> Any:
-    """Blocking read of one frame (worker side); raises ``EOFError`` when the parent is gone."""
+def recv_frame(sock: socket.socket) -> ToWorker:
+    """Blocking read of one server message (worker side).
+
+    Raises:
+        EOFError: the parent is gone.
+        ProtocolError: the frame is not a message the server sends.
+    """
     (size,) = _HEADER.unpack(_recv_exactly(sock, _HEADER.size))
-    return pickle.loads(_recv_exactly(sock, size))
+    message = pickle.loads(_recv_exactly(sock, size))
+    if not isinstance(message, ToWorker):
+        raise ProtocolError(f"unexpected server message {type(message).__name__}")
+    return message
 
 
-def send_frame(sock: socket.socket, message: Any) -> None:
-    """Blocking write of one frame (worker side)."""
+def send_frame(sock: socket.socket, message: FromWorker) -> None:
+    """Blocking write of one message (worker side)."""
     sock.sendall(encode(message))
 
 

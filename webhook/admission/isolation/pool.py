@@ -5,7 +5,7 @@ one review per worker at a time, so a costly review occupies one worker and
 never the event loop that serves other reviews and the probes. Past its
 deadline the worker is killed (SIGKILL) and replaced in the background; the
 caller gets :class:`EvaluationAborted` and answers per failurePolicy.
-Workers read the server's caches through ``("lookup", ...)`` round trips, so
+Workers read the server's caches through :class:`LookupCall` round trips, so
 the informers stay single-copy in the server process.
 """
 
@@ -27,25 +27,36 @@ from typing import Any
 import orjson
 
 from webhook.admission.handler import AdmissionDecision
-from webhook.admission.isolation.ipc import FrameTooLarge, encode, read_frame
-from webhook.admission.isolation.worker import unflatten
+from webhook.admission.isolation.ipc import FrameTooLarge, ProtocolError, encode, read_frame
+from webhook.admission.isolation.messages import (
+    Configure,
+    Done,
+    Evaluate,
+    Failed,
+    LookupCall,
+    LookupRaised,
+    LookupValue,
+    Missing,
+    PolicyEntry,
+    Ready,
+    UnknownLookup,
+    Warm,
+    Warmed,
+)
 from webhook.admission.limits import OutputLimits
-from webhook.policy.lookups import Lookups
+from webhook.policy.lookups import CONFIGMAPS, NAMESPACES, POLICIES, Lookups
 
 log = logging.getLogger("tollgate.admission")
 
-#: ``RLIMIT_AS`` of each worker, bytes. A worker with the shipped policies loaded maps about 60 MB
-#: (45 MB resident); the 10,000-container Pod of issue #13 needed 6.3 GB in the server.
-DEFAULT_MEMORY_LIMIT = 2 * 1024**3
-#: A worker resident above this after a review is replaced (its answer is still used).
+#: A worker resident above this after a review is replaced (its answer is still used): CPython keeps
+#: the memory of a big review otherwise.
 DEFAULT_RECYCLE_RSS = 512 * 1024 * 1024
 #: Policy versions a replacement worker compiles before serving (the most recently used).
 MAX_WARM = 256
 #: Largest reply frame accepted from a worker (the AdmissionDecision is already bounded by OutputLimits).
 MAX_REPLY_BYTES = 16 * 1024 * 1024
-_LOOKUPS = frozenset({"get_namespace", "get_configmap", "list_configmaps", "get_object", "list_objects",
-                      "by_index", "is_synced"})
-_ROOT = Path(__file__).resolve().parents[2]
+#: The directory that holds the ``webhook`` package, put on the workers' PYTHONPATH.
+_ROOT = Path(__file__).resolve().parents[3]
 
 
 class EvaluationAborted(RuntimeError):
@@ -63,17 +74,17 @@ class EvaluationAborted(RuntimeError):
         self.reason = reason
 
 
-def prefetch(request: dict[str, Any], lookups: Lookups) -> dict[tuple[Any, ...], Any]:
+def prefetch(request: dict[str, Any], lookups: Lookups) -> dict[LookupCall, Any]:
     """Lookup answers nearly every review needs, sent with it to save round trips.
 
     The request's Namespace (``namespaceObject``, ``namespaceSelector``) and
-    the sync state of the three caches; keys are ``(method, *args)``.
+    the sync state of the three caches.
     """
-    answers: dict[tuple[Any, ...], Any] = {
-        ("is_synced", cache): lookups.is_synced(cache) for cache in ("namespaces", "configmaps", "policies")}
+    answers: dict[LookupCall, Any] = {
+        LookupCall.of("is_synced", cache): lookups.is_synced(cache) for cache in (NAMESPACES, CONFIGMAPS, POLICIES)}
     namespace = request.get("namespace")
     if namespace:
-        answers[("get_namespace", namespace)] = lookups.get_namespace(namespace)
+        answers[LookupCall.of("get_namespace", namespace)] = lookups.get_namespace(namespace)
     return answers
 
 
@@ -105,9 +116,9 @@ class EvaluationPool:
             CPython keeps the memory of a big review otherwise. 0: never.
     """
 
-    def __init__(self, *, workers: int = 2, memory_limit_bytes: int = DEFAULT_MEMORY_LIMIT,
-                 limits: OutputLimits | None = None, on_restart: Callable[[str], None] | None = None,
-                 start_timeout: float = 60.0, recycle_rss_bytes: int = DEFAULT_RECYCLE_RSS) -> None:
+    def __init__(self, *, workers: int, memory_limit_bytes: int, limits: OutputLimits | None = None,
+                 on_restart: Callable[[str], None] | None = None, start_timeout: float = 60.0,
+                 recycle_rss_bytes: int = DEFAULT_RECYCLE_RSS) -> None:
         if workers < 1:
             raise ValueError("an evaluation pool needs at least one worker")
         self.workers = workers
@@ -148,20 +159,20 @@ class EvaluationPool:
         self._all.add(proc)
         try:
             level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
-            writer.write(encode(("config", self.memory_limit_bytes, self.limits, level, self.recycle_rss_bytes)))
+            writer.write(encode(Configure(self.memory_limit_bytes, self.limits, level, self.recycle_rss_bytes)))
             async with asyncio.timeout(self.start_timeout):
                 reply = await read_frame(reader, 1024)
-            if reply[0] != "ready":
+            if not isinstance(reply, Ready):
                 raise RuntimeError(f"evaluation worker said {reply!r}")
             if self._recent:
                 warm = list(self._recent.items())
-                writer.write(encode(("warm", warm)))
+                writer.write(encode(Warm(warm)))
                 async with asyncio.timeout(self.start_timeout):
                     reply = await read_frame(reader, 1024)
-                if reply[0] != "warmed":
+                if not isinstance(reply, Warmed):
                     raise RuntimeError(f"evaluation worker said {reply!r}")
                 proc.known.update(token for token, _ in warm)
-        except (OSError, EOFError, asyncio.IncompleteReadError, TimeoutError, RuntimeError) as e:
+        except (OSError, EOFError, asyncio.IncompleteReadError, TimeoutError, RuntimeError, ProtocolError) as e:
             await self._kill(proc)
             raise RuntimeError(f"evaluation worker did not start: {e!r}") from e
         return proc
@@ -264,7 +275,7 @@ class EvaluationPool:
         except (asyncio.IncompleteReadError, ConnectionError) as e:
             self._replace(proc, "worker_died")
             raise EvaluationAborted("worker_died", f"evaluation worker died: {type(e).__name__}") from None
-        except (FrameTooLarge, EvaluationAborted) as e:
+        except (FrameTooLarge, ProtocolError, EvaluationAborted) as e:
             self._replace(proc, "worker_error")
             raise EvaluationAborted("worker_error", str(e)) from None
         except BaseException:
@@ -284,40 +295,42 @@ class EvaluationPool:
     async def _converse(self, proc: _Proc, endpoint: str, request: dict[str, Any],
                         policies: list[tuple[str, dict[str, Any]]], lookups: Lookups,
                         deadline: float | None = None) -> AdmissionDecision:
-        entries = [(token, None if token in proc.known else obj) for token, obj in policies]
+        entries: list[PolicyEntry] = [(token, None if token in proc.known else obj) for token, obj in policies]
         prefetched = prefetch(request, lookups)
-        request_json = orjson.dumps(request)  # ~10x cheaper than pickling the dict
+        request_json = orjson.dumps(request)  # far cheaper to send than the pickled dict
         for _attempt in range(2):
             # CLOCK_MONOTONIC is system-wide: the worker's engine stops evaluating more policies past it.
-            proc.writer.write(encode(("eval", endpoint, request_json, entries, prefetched, deadline)))
+            proc.writer.write(encode(Evaluate(endpoint, request_json, entries, prefetched, deadline)))
             proc.known.update(token for token, _ in policies)
-            while True:
+            reply = await read_frame(proc.reader, MAX_REPLY_BYTES)
+            while isinstance(reply, LookupCall):
+                proc.writer.write(encode(self._answer(reply, lookups)))
                 reply = await read_frame(proc.reader, MAX_REPLY_BYTES)
-                kind = reply[0]
-                if kind == "lookup":
-                    _, method, args = reply
-                    if method not in _LOOKUPS:
-                        raise EvaluationAborted("worker_error", f"unknown lookup {method!r}")
-                    try:
-                        answer = ("value", getattr(lookups, method)(*args))
-                    except Exception as e:  # the worker's engine answers it per failurePolicy
-                        log.exception("lookup for an evaluation worker failed", extra={"method": method})
-                        answer = ("raise", f"{method} failed: {type(e).__name__}: {e}"[:1024])
-                    proc.writer.write(encode(answer))
-                    continue
-                break
-            if kind == "done":
-                *flat, retire = reply[1:]
-                if retire:
-                    proc.retire = True
-                return unflatten(*flat)
-            if kind == "missing":
-                missing = set(reply[1])
+            if isinstance(reply, Done):
+                proc.retire = proc.retire or reply.retire
+                return reply.admission_decision()
+            if isinstance(reply, Missing):
+                missing = set(reply.tokens)
                 proc.known -= missing
                 entries = [(token, obj if token in missing else None) for token, obj in policies]
                 continue
-            if kind == "error":
-                proc.retire = bool(reply[2])
-                raise _Reported(f"evaluation failed in the worker: {reply[1]}")
-            raise EvaluationAborted("worker_error", f"unexpected worker reply {kind!r}")
+            if isinstance(reply, Failed):
+                proc.retire = reply.retire
+                raise _Reported(f"evaluation failed in the worker: {reply.text}")
+            raise EvaluationAborted("worker_error", f"unexpected worker reply {type(reply).__name__}")
         raise EvaluationAborted("worker_error", "evaluation worker kept asking for policies")
+
+    @staticmethod
+    def _answer(call: LookupCall, lookups: Lookups) -> LookupValue | LookupRaised:
+        """Run a worker's cache read on the server's caches.
+
+        Raises:
+            EvaluationAborted: the worker asked for something that is not a lookup (``worker_error``).
+        """
+        try:
+            return LookupValue(call.apply(lookups))
+        except UnknownLookup as e:
+            raise EvaluationAborted("worker_error", str(e)) from None
+        except Exception as e:
+            log.exception("lookup for an evaluation worker failed", extra={"method": call.method})
+            return LookupRaised(f"{call.method} failed: {type(e).__name__}: {e}"[:1024])

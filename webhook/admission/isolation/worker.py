@@ -2,25 +2,22 @@
 
 Started by :class:`webhook.admission.isolation.pool.EvaluationPool` as
 ``python -m webhook.admission.isolation.worker FD`` with one end of a socketpair
-as file descriptor FD. cel-expr-python holds the GIL for a whole
-``Expression.eval`` (measured: see docs/server.md), so a thread cannot keep a
-costly review from stalling the event loop; a process can, and can be
-killed at the review's deadline. Memory is bounded with ``RLIMIT_AS``.
+as file descriptor FD. cel-expr-python holds the GIL for the whole of an
+``Expression.eval``, so a thread cannot keep a costly review from stalling the
+event loop; a process can, and can be killed at the review's deadline. Memory
+is bounded with ``RLIMIT_AS``.
 
-Protocol (frames of :mod:`webhook.admission.isolation.ipc`), the parent speaks first:
+The conversation (messages of :mod:`webhook.admission.isolation.messages`), the
+parent speaks first:
 
-* ``("config", memory_limit_bytes, OutputLimits, log_level, recycle_rss_bytes)``
-  → ``("ready", pid)``
-* ``("warm", [(token, policy_obj), ...])`` → ``("warmed", n)``: compile
-  ahead (a replacement worker gets the policies recent reviews used).
-* ``("eval", endpoint, request_json, [(token, policy_obj | None), ...], prefetched)``
-  (``prefetched`` maps ``(method, *args)`` to lookup answers the server sent
-  ahead: the request's Namespace and the sync states) → any number of
-  ``("lookup", method, args)``, each answered with ``("value", result)`` or
-  ``("raise", text)`` if the read failed; then one of
-  ``("done", *flatten(AdmissionDecision), retire)``, ``("missing", [token, ...])``
-  (policies this worker has not compiled: the parent resends them with
-  objects) or ``("error", text, retire)``. ``retire`` asks the parent to
+* :class:`Configure` → :class:`Ready`;
+* :class:`Warm` → :class:`Warmed`: compile ahead (a replacement worker gets the
+  policies recent reviews used);
+* :class:`Evaluate` → any number of :class:`LookupCall` (cache reads the
+  prefetched answers do not cover), each answered with :class:`LookupValue` or
+  :class:`LookupRaised`; then :class:`Done` (the decision), :class:`Missing`
+  (policies this worker has not compiled: the parent resends them with their
+  objects) or :class:`Failed`. ``retire`` on Done and Failed asks the parent to
   replace this worker: its RSS passed ``recycle_rss_bytes`` (a big review's
   memory is not returned to the OS) or it ran out of memory.
 
@@ -35,20 +32,34 @@ import resource
 import socket
 import sys
 from collections import OrderedDict
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import orjson
 
 from webhook import logs
 from webhook.admission.handler import AdmissionDecision, AdmissionHandler
 from webhook.admission.isolation.ipc import recv_frame, send_frame
+from webhook.admission.isolation.messages import (
+    LOOKUP_METHODS,
+    Configure,
+    Done,
+    Evaluate,
+    Failed,
+    LookupCall,
+    LookupRaised,
+    LookupValue,
+    Missing,
+    PolicyEntry,
+    Ready,
+    Warm,
+    Warmed,
+)
 from webhook.admission.limits import OutputLimits, bound_decision
-from webhook.policy import Decision, PolicyResult, RequestCoordinates, Result, compile_policy
+from webhook.admission.review import AdmissionRequest
+from webhook.policy import PolicyIndex, RequestCoordinates, compile_policy
 from webhook.policy.compiler import CompiledPolicy
-from webhook.policy.model import Reference, ReferenceIndex
 from webhook.policy.plan import Plan, build_plan
-from webhook.policy.selectors import LabelSelector
 
 #: Compiled policies kept per worker (least recently used dropped first).
 MAX_COMPILED = 4096
@@ -79,54 +90,34 @@ class LookupFailed(RuntimeError):
 
 
 class RemoteLookups:
-    """A ``Lookups`` whose every read is a round trip to the server's informer caches."""
+    """The engine's :class:`Lookups`, every read a round trip to the server's informer caches.
 
-    def __init__(self, sock: socket.socket, prefetched: dict[tuple[Any, ...], Any] | None = None) -> None:
+    Each method of the :class:`Lookups` protocol (:data:`LOOKUP_METHODS`) is
+    forwarded as a :class:`LookupCall`, unless the server sent its answer ahead.
+    """
+
+    def __init__(self, sock: socket.socket, prefetched: dict[LookupCall, Any] | None = None) -> None:
         self._sock = sock
         self._prefetched = prefetched or {}
 
-    def _call(self, method: str, *args: Any) -> Any:
-        key = (method, *args)
+    def __getattr__(self, method: str) -> Callable[..., Any]:
+        if method not in LOOKUP_METHODS:
+            raise AttributeError(method)
+        return lambda *args: self._call(LookupCall.of(method, *args))
+
+    def _call(self, call: LookupCall) -> Any:
         try:
-            if key in self._prefetched:
-                return self._prefetched[key]
-        except TypeError:  # an unhashable argument (a labels map): never prefetched
+            if call in self._prefetched:
+                return self._prefetched[call]
+        except TypeError:  # an unhashable argument: never prefetched
             pass
-        send_frame(self._sock, ("lookup", method, args))
-        kind, value = recv_frame(self._sock)
-        if kind == "raise":
-            raise LookupFailed(value)
-        if kind != "value":
-            raise RuntimeError(f"unexpected lookup answer {kind!r}")
-        return value
-
-    def get_namespace(self, name: str) -> dict[str, Any] | None:
-        """The server's cached Namespace ``name``."""
-        return self._call("get_namespace", name)  # type: ignore[no-any-return]
-
-    def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """The server's cached ConfigMap ``namespace/name``."""
-        return self._call("get_configmap", namespace, name)  # type: ignore[no-any-return]
-
-    def list_configmaps(self, namespace: str | None, selector: LabelSelector) -> list[dict[str, Any]]:
-        """The server's cached ConfigMaps matching ``selector``."""
-        return self._call("list_configmaps", namespace, selector)  # type: ignore[no-any-return]
-
-    def get_object(self, reference: Reference, namespace: str, name: str) -> dict[str, Any] | None:
-        """The server's cached object of a ``spec.references`` entry."""
-        return self._call("get_object", reference, namespace, name)  # type: ignore[no-any-return]
-
-    def list_objects(self, reference: Reference, namespace: str, labels: Mapping[str, str]) -> list[dict[str, Any]]:
-        """The server's cached objects of a ``spec.references`` entry with ``labels``."""
-        return self._call("list_objects", reference, namespace, dict(labels))  # type: ignore[no-any-return]
-
-    def by_index(self, reference: Reference, index: ReferenceIndex, value: str) -> list[dict[str, Any]]:
-        """The server's ``ByIndex`` on a declared index of a ``spec.references`` entry."""
-        return self._call("by_index", reference, index, value)  # type: ignore[no-any-return]
-
-    def is_synced(self, cache: str) -> bool:
-        """Whether the server's ``cache`` has synced."""
-        return bool(self._call("is_synced", cache))
+        send_frame(self._sock, call)
+        answer = recv_frame(self._sock)
+        if isinstance(answer, LookupRaised):
+            raise LookupFailed(answer.text)
+        if not isinstance(answer, LookupValue):
+            raise RuntimeError(f"unexpected answer to a lookup: {type(answer).__name__}")
+        return answer.value
 
 
 class Worker:
@@ -139,63 +130,68 @@ class Worker:
         self.compiled: OrderedDict[str, CompiledPolicy | None] = OrderedDict()
         self.plans: OrderedDict[tuple[Any, ...], Plan] = OrderedDict()
 
-    def _policies(self, entries: list[tuple[str, dict[str, Any] | None]]) -> list[CompiledPolicy] | list[str]:
-        missing: list[str] = []
-        policies: list[CompiledPolicy] = []
+    def learn(self, entries: list[PolicyEntry] | list[tuple[str, dict[str, Any]]]) -> None:
+        """Compile every policy object sent whose token is new (a broken one is kept with its error)."""
         for token, obj in entries:
             if obj is not None and token not in self.compiled:
-                # A broken policy is kept with its error: it answers per its failurePolicy, as in the server.
+                # A broken policy answers per its failurePolicy, as in the server.
                 self.compiled[token] = compile_policy(obj).matchable
                 self.plans.clear()
                 while len(self.compiled) > MAX_COMPILED:
                     self.compiled.popitem(last=False)
-            if token not in self.compiled:
-                missing.append(token)
-                continue
+
+    def missing(self, entries: list[PolicyEntry]) -> list[str]:
+        """The tokens of ``entries`` this worker has not compiled."""
+        return [token for token, _obj in entries if token not in self.compiled]
+
+    def compiled_policies(self, entries: list[PolicyEntry]) -> list[CompiledPolicy]:
+        """The compiled policies of ``entries``, in order (each token must be known: see :meth:`missing`)."""
+        policies: list[CompiledPolicy] = []
+        for token, _obj in entries:
             self.compiled.move_to_end(token)
             policy = self.compiled[token]
             if policy is not None:
                 policies.append(policy)
-        return missing or policies
+        return policies
 
-    def evaluate(self, endpoint: str, request: dict[str, Any], entries: list[tuple[str, dict[str, Any] | None]],
-                 prefetched: dict[tuple[Any, ...], Any] | None = None,
-                 deadline: float | None = None) -> tuple[str, Any]:
-        """One review: ``("done", AdmissionDecision)`` or ``("missing", tokens)``."""
-        found = self._policies(entries)
-        if found and isinstance(found[0], str):
-            return "missing", found
-        policies: list[CompiledPolicy] = found  # type: ignore[assignment]
-        handler = AdmissionHandler(_FixedCandidates(policies, self.plans),  # type: ignore[arg-type]
-                                   RemoteLookups(self.sock, prefetched))
-        decide = handler.validate if endpoint == "validate" else handler.mutate
-        decision: AdmissionDecision = decide(request, deadline)  # type: ignore[arg-type]
+    def evaluate(self, message: Evaluate) -> AdmissionDecision | Missing:
+        """One review: its decision, or the tokens to send again with their objects."""
+        self.learn(message.policies)
+        missing = self.missing(message.policies)
+        if missing:
+            return Missing(missing)
+        policies = self.compiled_policies(message.policies)
+        request = cast(AdmissionRequest, orjson.loads(message.request_json))
+        handler = AdmissionHandler(cast(PolicyIndex, _FixedCandidates(policies, self.plans)),
+                                   RemoteLookups(self.sock, message.prefetched),
+                                   max_patch_bytes=self.limits.max_patch_bytes)
+        decision = handler.decide(message.endpoint, request, message.deadline)
         uid = request["uid"]
-        return "done", bound_decision(decision, self.limits,
-                                      lambda e: AdmissionHandler.engine_failed(uid, policies, e))
+        return bound_decision(decision, self.limits, lambda e: AdmissionHandler.engine_failed(uid, policies, e))
 
     def serve(self) -> None:
-        """Answer ``eval`` frames until the parent closes the socket."""
+        """Answer :class:`Warm` and :class:`Evaluate` until the parent closes the socket."""
         while True:
             try:
                 message = recv_frame(self.sock)
             except EOFError:
                 return
-            if message[0] == "warm":
-                self._policies(message[1])
-                send_frame(self.sock, ("warmed", len(self.compiled)))
+            if isinstance(message, Warm):
+                self.learn(message.policies)
+                send_frame(self.sock, Warmed(len(self.compiled)))
                 continue
-            _kind, endpoint, request_json, entries, prefetched, deadline = message
-            reply: tuple[Any, ...]
+            if not isinstance(message, Evaluate):
+                send_frame(self.sock, Failed(f"unexpected message {type(message).__name__}"))
+                continue
+            reply: Done | Missing | Failed
             try:
-                reply = self.evaluate(endpoint, orjson.loads(request_json), entries, prefetched, deadline)
-                if reply[0] == "done":
-                    reply = ("done", *flatten(reply[1]), self.should_retire())
+                outcome = self.evaluate(message)
+                reply = outcome if isinstance(outcome, Missing) else Done.of(outcome, retire=self.should_retire())
             except MemoryError:
-                send_frame(self.sock, ("error", "evaluation exceeded the worker's memory limit", True))
+                send_frame(self.sock, Failed("evaluation exceeded the worker's memory limit", retire=True))
                 raise
             except Exception as e:  # noqa: BLE001 - any failure is reported, the worker survives
-                reply = ("error", f"{type(e).__name__}: {e}"[:1024], self.should_retire())
+                reply = Failed(f"{type(e).__name__}: {e}"[:1024], retire=self.should_retire())
             send_frame(self.sock, reply)
 
     def should_retire(self) -> bool:
@@ -212,29 +208,18 @@ def rss_bytes() -> int:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def flatten(decision: AdmissionDecision) -> tuple[Any, str, list[tuple[str, str, str, tuple[str, ...]]]]:
-    """A AdmissionDecision as plain builtins (pickling the dataclasses costs ~20x more): see :func:`unflatten`."""
-    return (decision.response, decision.decision,
-            [(r.policy, r.result, r.message, tuple(r.actions)) for r in decision.results])
-
-
-def unflatten(response: Any, decision: str, results: list[tuple[str, str, str, tuple[str, ...]]]) -> AdmissionDecision:
-    """Inverse of :func:`flatten`."""
-    return AdmissionDecision(response, Decision(decision),
-                             tuple(PolicyResult(policy, Result(result), message, frozenset(actions))
-                                   for policy, result, message, actions in results))
-
-
 def main(argv: list[str]) -> int:
     """Entry point: ``python -m webhook.admission.isolation.worker FD``."""
     sock = socket.socket(fileno=int(argv[0]))
-    _kind, memory_limit, limits, log_level, recycle_rss_bytes = recv_frame(sock)
-    logs.setup(log_level)  # JSON lines on the inherited stderr, as in the server
-    if memory_limit:
-        resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
-    send_frame(sock, ("ready", os.getpid()))
+    config = recv_frame(sock)
+    if not isinstance(config, Configure):
+        return 2
+    logs.setup(config.log_level)  # JSON lines on the inherited stderr, as in the server
+    if config.memory_limit_bytes:
+        resource.setrlimit(resource.RLIMIT_AS, (config.memory_limit_bytes, config.memory_limit_bytes))
+    send_frame(sock, Ready(os.getpid()))
     try:
-        Worker(sock, limits, recycle_rss_bytes).serve()
+        Worker(sock, config.limits, config.recycle_rss_bytes).serve()
     except MemoryError:
         return 3
     return 0

@@ -1,0 +1,96 @@
+"""The probes and the metrics endpoint: ``GET /healthz``, ``/readyz`` and ``/metrics``.
+
+They read what ``create_app`` built (``app[COMPONENTS]``) and never the API
+server. ``/readyz`` is the readiness the Service routes by: 200 only when a
+review sent now would be answered from the loaded policies.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from webhook.server.components import COMPONENTS, Components
+
+
+def routes() -> list[web.RouteDef]:
+    """``GET /healthz``, ``GET /readyz`` and ``GET /metrics``."""
+    return [web.get("/healthz", healthz), web.get("/readyz", readyz), web.get("/metrics", metrics_view)]
+
+
+async def healthz(request: web.Request) -> web.Response:
+    """``GET /healthz``: the process serves HTTP (liveness)."""
+    return web.Response(text="ok")
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """``GET /readyz``: 200 only when a review sent now would be answered from the loaded policies; JSON detail.
+
+    Ready means: every informer has synced, the policy handlers have delivered the
+    initial list into the index (``policiesLoaded``: the gate reviews pass, so a
+    ready server never answers a review 503), a certificate is loaded, and the
+    server is not shutting down. ``policies`` maps each policy key to ``{"ready", "reason"}``;
+    ``unmatchablePolicies`` lists policies whose match rules are unreadable (they select nothing);
+    ``references`` maps each cache of a policy's ``spec.references`` to ``synced``, ``syncing``,
+    ``refused: <reason>`` or ``not running`` (reported, not required: ``onUnsynced`` answers for it);
+    with ``--local``, ``localFileErrors`` maps each file that stopped parsing to its error.
+    """
+    c = request.app[COMPONENTS]
+    caches = {}
+    for key, inf in c.factory.informers.items():
+        age = inf.cache_age()
+        caches[key.resource] = {"synced": inf.has_synced(), "resourceVersion": inf.last_sync_resource_version,
+                                "objects": len(inf.indexer), "ageSeconds": None if age is None else round(age, 3)}
+    policies = {s.key: {"ready": s.ready, "reason": s.result.condition["reason"]} for s in c.index.states()}
+    loaded = c.policies_synced()
+    ready = (all(cache["synced"] for cache in caches.values()) and loaded and c.certs is not None
+             and not c.server.shutting_down)
+    body: dict[str, Any] = {
+        "ready": ready, "policiesLoaded": loaded, "certificateLoaded": c.certs is not None,
+        "shuttingDown": c.server.shutting_down, "caches": caches, "policies": policies,
+        "unmatchablePolicies": c.index.unmatchable()}
+    if c.certs is not None:
+        body["certificate"] = c.certs.certificate_status()  # expiringSoon within 7 days: reported, not fatal
+    if c.references is not None and c.references.wanted():
+        # Not part of readiness: a policy whose reference cache has not synced answers per its onUnsynced.
+        body["references"] = c.references.status()
+    if c.local_sources:
+        # A file that stopped parsing keeps its last good objects (as an API server refuses a bad write).
+        body["localFileErrors"] = c.local_file_errors()
+    return web.json_response(body, status=200 if ready else 503)
+
+
+async def metrics_view(request: web.Request) -> web.Response:
+    """``GET /metrics`` in the Prometheus text format (gauges refreshed from the caches first)."""
+    c = request.app[COMPONENTS]
+    refresh_gauges(c)
+    return web.Response(body=generate_latest(c.metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def refresh_gauges(c: Components) -> None:
+    """Set the gauges read from the caches, the index and the certificate (called per scrape)."""
+    metrics = c.metrics
+    for key, inf in c.factory.informers.items():
+        r = key.resource
+        metrics.informer_synced.labels(r).set(1 if inf.has_synced() else 0)
+        rv = inf.last_sync_resource_version
+        if rv.isdigit():
+            metrics.informer_rv.labels(r).set(int(rv))
+        metrics.informer_events.labels(r).set(inf.events_applied)
+        metrics.informer_objects.labels(r).set(len(inf.indexer))
+        age = inf.cache_age()
+        if age is not None:
+            metrics.cache_age.labels(r).set(age)
+    states = c.index.states()
+    ready = sum(1 for s in states if s.ready)
+    metrics.policies_ready.labels("true").set(ready)
+    metrics.policies_ready.labels("false").set(len(states) - ready)
+    metrics.policies_unmatchable.set(len(c.index.unmatchable()))
+    if c.local_sources:
+        metrics.local_file_errors.set(len(c.local_file_errors()))
+    if c.certs is not None:
+        metrics.cert_expiry.set(c.certs.expiry)
+        metrics.cert_expiry_seconds.set(c.certs.expiry - time.time())

@@ -1,0 +1,79 @@
+"""Where the informers list and watch: YAML files with ``--local``, else the API server.
+
+Two factories for :func:`webhook.server.app.build_components`: one for the
+fixed informers (Namespaces, params ConfigMaps, both policy kinds), one for the
+dynamic informers of ``spec.references`` and background audit (any GVR).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from webhook.files.local_source import LocalDirectoryListerWatcher
+from webhook.informer import InformerKey, ListerWatcher
+from webhook.informer.gvr import GVR
+from webhook.policy.resources import CLUSTER_POLICIES, CONFIGMAPS, NAMESPACED_POLICIES, NAMESPACES
+from webhook.server.settings import Settings
+
+_BY_INFORMER_RESOURCE = {r.informer_resource: r for r in (NAMESPACES, CONFIGMAPS, CLUSTER_POLICIES,
+                                                            NAMESPACED_POLICIES)}
+
+
+def lister_watcher_factory(settings: Settings, api_client: Any,
+                           local_sources: list[LocalDirectoryListerWatcher]) -> Callable[[InformerKey], ListerWatcher]:
+    """Where the fixed informers list and watch.
+
+    Args:
+        settings: ``local_dir`` and ``local_poll_interval`` choose the files.
+        api_client: a kubernetes_asyncio ApiClient, used when ``settings.local_dir`` is None.
+        local_sources: each file ListerWatcher made is appended here (their errors reach ``/readyz``).
+
+    Raises:
+        ValueError: neither a ``local_dir`` nor an ``api_client``.
+    """
+    if settings.local_dir is not None:
+        root, poll = settings.local_dir, settings.local_poll_interval
+
+        def local(key: InformerKey) -> ListerWatcher:
+            r = _BY_INFORMER_RESOURCE[key.resource]
+            source = LocalDirectoryListerWatcher(root, kinds={r.kind}, poll_interval=poll,
+                                                 default_namespace="default" if r.namespaced else None)
+            local_sources.append(source)
+            return source
+
+        return local
+    if api_client is None:
+        raise ValueError("create_app: a cluster needs an api_client (or settings.local_dir)")
+    from webhook.kube.listwatch import KubeListerWatcher
+
+    def kube(key: InformerKey) -> ListerWatcher:
+        r = _BY_INFORMER_RESOURCE[key.resource]
+        return KubeListerWatcher(api_client, group=r.group, version=r.version, plural=r.plural,
+                                 namespace=key.namespace)
+
+    return kube
+
+
+def gvr_lister_watcher_factory(settings: Settings, api_client: Any, local_sources: list[LocalDirectoryListerWatcher]
+                               ) -> Callable[[GVR], ListerWatcher] | None:
+    """Where dynamic informers (``spec.references``, background audit) list and watch a GVR; None: nowhere."""
+    if settings.local_dir is not None:
+        root, poll = settings.local_dir, settings.local_poll_interval
+
+        def local(gvr: GVR) -> ListerWatcher:
+            # The directory is the cluster: every document of the resource is in its cache.
+            source = LocalDirectoryListerWatcher(root, api_resource=(gvr.api_version, gvr.resource),
+                                                 poll_interval=poll)
+            local_sources.append(source)
+            return source
+
+        return local
+    if api_client is None:
+        return None
+    from webhook.kube.listwatch import KubeListerWatcher
+
+    def kube(gvr: GVR) -> ListerWatcher:
+        return KubeListerWatcher(api_client, group=gvr.group, version=gvr.version, plural=gvr.resource)
+
+    return kube

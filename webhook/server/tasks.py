@@ -1,0 +1,48 @@
+"""The app's long-running tasks besides the informers: fused plans compiled off the request path, the heap frozen.
+
+Both keep the steady state fast without touching a review: :func:`compile_plans`
+compiles what policy changes queued, a little per loop turn, and
+:func:`freeze_heap_when_synced` takes what was built at start out of the
+garbage collector's full passes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+
+from webhook.aio import yield_to_loop
+from webhook.server.components import Components
+
+
+async def compile_plans(c: Components) -> None:
+    """Compile the index's queued fused programs off the request path, one chunk per loop turn.
+
+    Runs for the app's lifetime; the loop serves requests between chunks (they
+    take the per-policy path until their plan is compiled).
+    """
+    while True:
+        await c.plans_pending.wait()
+        c.plans_pending.clear()
+        while c.index.compile_pending():
+            await yield_to_loop()
+
+
+async def freeze_heap_when_synced(c: Components, *, settle: float = 1.0) -> None:
+    """Once the policy caches have synced, move every object alive into the GC's permanent generation.
+
+    Everything built at start (modules, compiled policies, cached objects) then stays out of the
+    collector's full passes, which otherwise walk all of it and hold the event loop while they do
+    (a burst of policy edits triggers them). Objects freed by reference counting are still freed;
+    only cycles among the frozen objects would stay (``gc.freeze``, the technique CPython documents
+    for long-running servers).
+
+    Args:
+        c: the components (``policies_synced`` says when the policies have synced).
+        settle: seconds to wait after the sync, so the first plans are compiled too.
+    """
+    while not c.policies_synced():
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(settle)
+    gc.collect()
+    gc.freeze()
