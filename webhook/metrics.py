@@ -57,6 +57,10 @@ class Metrics:
                                     "Evaluations answered per failurePolicy because they could not finish "
                                     "(reason: timeout, busy, worker_died, worker_error)",
                                     ["endpoint", "reason"], registry=r)
+        self.eval_over_budget = Counter("tollgate_evaluation_over_budget_total",
+                                        "Reviews whose estimated evaluation cost exceeded the inline budget, "
+                                        "evaluated in a worker instead of on the event loop", ["endpoint"],
+                                        registry=r)
         self.eval_worker_restarts = Counter("tollgate_evaluation_worker_restarts_total",
                                             "Evaluation worker processes replaced (reason: timeout, worker_died, "
                                             "worker_error, cancelled, recycled)", ["reason"], registry=r)

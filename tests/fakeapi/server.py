@@ -171,6 +171,8 @@ class FakeApiServer:
         self.port = 0
         self.too_large_wait = 0.05
         self.discovery = FakeDiscovery(self)
+        #: What ``GET /version`` answers.
+        self.version: dict[str, str] = {"major": "1", "minor": "36", "gitVersion": "v1.36.0"}
         #: Webhook fields this server does not know and drops on write, as an older API server does
         #: (a 1.20 server drops ``matchConditions``, added in 1.27).
         self.drop_webhook_fields: frozenset[str] = frozenset()
@@ -316,6 +318,9 @@ class FakeApiServer:
         return None
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        if request.method == "GET" and request.path == "/version":
+            self.requests.append({"verb": "version", "resource": None, "namespace": None, "query": {}})
+            return web.json_response(self.version)
         if request.method == "GET" and self.discovery.is_discovery_path(request.path):
             self.requests.append({"verb": "discovery", "resource": request.path, "namespace": None, "query": {}})
             doc = self.discovery.document(request.path)

@@ -38,6 +38,7 @@ from webhook.policy import (
     evaluate_mutating,
     evaluate_validating,
 )
+from webhook.policy.budget import OverBudget
 from webhook.policy.compiler import CompiledPolicy
 from webhook.policy.engine import label
 from webhook.policy.lookups import POLICIES, Lookups
@@ -110,34 +111,48 @@ class AdmissionHandler:
                                      Decision.ALLOWED, results)
         return AdmissionDecision(errored(uid, message), Decision.ERROR, results)
 
-    def decide(self, endpoint: str, request: AdmissionRequest, deadline: float | None = None) -> AdmissionDecision:
+    def decide(self, endpoint: str, request: AdmissionRequest, deadline: float | None = None, *,
+               work_budget: int | None = None, body_bytes: int = 0) -> AdmissionDecision:
         """The answer of ``endpoint`` (``validate`` or ``mutate``) for ``request``.
+
+        Args:
+            endpoint: ``validate`` or ``mutate``.
+            request: the parsed AdmissionRequest.
+            deadline: ``time.monotonic()`` after which remaining policies are errors.
+            work_budget: the most estimated evaluation work to do here (:mod:`webhook.policy.budget`);
+                None: no limit.
+            body_bytes: the request body's length (lets a clearly cheap plan skip measuring).
 
         Raises:
             ValueError: ``endpoint`` is not an :class:`~webhook.policy.vocabulary.Endpoint`.
             ReviewError: 503 until the policy caches have synced.
+            OverBudget: the estimate exceeds ``work_budget``; nothing was evaluated.
         """
         if Endpoint(endpoint) is Endpoint.VALIDATE:
-            return self.validate(request, deadline)
-        return self.mutate(request, deadline)
+            return self.validate(request, deadline, work_budget=work_budget, body_bytes=body_bytes)
+        return self.mutate(request, deadline, work_budget=work_budget, body_bytes=body_bytes)
 
-    def validate(self, request: AdmissionRequest, deadline: float | None = None) -> AdmissionDecision:
+    def validate(self, request: AdmissionRequest, deadline: float | None = None, *,
+                 work_budget: int | None = None, body_bytes: int = 0) -> AdmissionDecision:
         """The validating endpoint's answer for ``request``.
 
         Args:
             request: the parsed AdmissionRequest.
             deadline: ``time.monotonic()`` after which remaining policies are errors.
+            work_budget: see :meth:`decide`.
+            body_bytes: see :meth:`decide`.
 
         Raises:
             ReviewError: 503 until the policy caches have synced.
+            OverBudget: see :meth:`decide`.
         """
         uid = request["uid"]
         plan: Plan | None = None
         try:
             plan = self._plan(request)
             outcome = evaluate_validating(cast(dict[str, Any], request), plan, self.lookups, deadline=deadline,
-                                          memo=self.memo)
-        except ReviewError:
+                                          memo=self.memo, work_budget=work_budget, body_bytes=body_bytes)
+        except (ReviewError, OverBudget):
             raise
         except Exception as e:  # noqa: BLE001 - logged with its traceback in _failed, answered per failurePolicy
             return self._failed(uid, "validate", plan, e)
@@ -151,7 +166,8 @@ class AdmissionHandler:
                                         details=_details(request, results)),
                                  Decision.DENIED, results)
 
-    def mutate(self, request: AdmissionRequest, deadline: float | None = None) -> AdmissionDecision:
+    def mutate(self, request: AdmissionRequest, deadline: float | None = None, *,
+               work_budget: int | None = None, body_bytes: int = 0) -> AdmissionDecision:
         """The mutating endpoint's answer: a JSONPatch when any policy changed the object.
 
         A patch over ``max_patch_bytes`` loses the changes of the ``Ignore``
@@ -161,18 +177,20 @@ class AdmissionHandler:
 
         Raises:
             ReviewError: 503 until the policy caches have synced.
+            OverBudget: the estimate exceeds ``work_budget`` (see :meth:`decide`).
         """
         uid = request["uid"]
         plan: Plan | None = None
         try:
             plan = self._plan(request)
-            outcome = evaluate_mutating(cast(dict[str, Any], request), plan, self.lookups, deadline=deadline)
+            outcome = evaluate_mutating(cast(dict[str, Any], request), plan, self.lookups, deadline=deadline,
+                                        work_budget=work_budget, body_bytes=body_bytes)
             patch = encode_patch(outcome.patch) if outcome.allowed and outcome.patch else None
             if patch is not None and len(patch) > self.max_patch_bytes:
                 outcome = fit_patch(cast(dict[str, Any], request), plan, self.lookups,
                                     max_patch_bytes=self.max_patch_bytes, deadline=deadline)
                 patch = encode_patch(outcome.patch) if outcome.allowed and outcome.patch else None
-        except ReviewError:
+        except (ReviewError, OverBudget):
             raise
         except ResponseTooLarge as e:
             # Raised only when the failurePolicy: Fail mutations alone exceed the limit: they fail the review.

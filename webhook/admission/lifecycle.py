@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
-from webhook.admission.isolation.evaluators import IsolatedEvaluator, SizeRoutedEvaluator
+from webhook.admission.isolation.evaluators import Evaluator, InlineEvaluator, IsolatedEvaluator, SizeRoutedEvaluator
 from webhook.admission.isolation.pool import DEFAULT_RECYCLE_RSS, EvaluationPool
 from webhook.admission.limits import OutputLimits
 from webhook.admission.server import AdmissionServer
@@ -25,6 +25,7 @@ from webhook.metrics import Metrics
 def evaluation_pool_ctx(server: AdmissionServer, metrics: Metrics, *, workers: int, memory_limit_bytes: int,
                         limits: OutputLimits | None = None,
                         recycle_rss_bytes: int = DEFAULT_RECYCLE_RSS, isolate_above_bytes: int = 0,
+                        inline_work_budget: int | None = None,
                         ) -> Callable[[web.Application], AsyncIterator[None]]:
     """A ``cleanup_ctx`` generator running ``server``'s reviews in worker processes.
 
@@ -39,6 +40,8 @@ def evaluation_pool_ctx(server: AdmissionServer, metrics: Metrics, *, workers: i
         recycle_rss_bytes: replace a worker resident above this after a review.
         isolate_above_bytes: only bodies larger than this go to the workers; smaller
             ones stay inline (0: every review is isolated). See :class:`SizeRoutedEvaluator`.
+        inline_work_budget: a review kept inline goes to the workers anyway when its estimated
+            evaluation work exceeds this (:mod:`webhook.policy.budget`); None: no estimate.
 
     Returns:
         ``async def ctx(app)`` for ``app.cleanup_ctx.append(...)``.
@@ -55,7 +58,12 @@ def evaluation_pool_ctx(server: AdmissionServer, metrics: Metrics, *, workers: i
         previous = server.evaluator
         isolated = IsolatedEvaluator(
             server.handler, pool, on_abort=lambda endpoint, reason: metrics.eval_aborted.labels(endpoint, reason).inc())
-        server.evaluator = (SizeRoutedEvaluator(previous, isolated, isolate_above_bytes) if isolate_above_bytes > 0
+        inline: Evaluator = previous
+        if inline_work_budget is not None and isinstance(previous, InlineEvaluator):
+            inline = InlineEvaluator(previous.handler, previous.limits, work_budget=inline_work_budget,
+                                     overflow=isolated,
+                                     on_overflow=lambda endpoint: metrics.eval_over_budget.labels(endpoint).inc())
+        server.evaluator = (SizeRoutedEvaluator(inline, isolated, isolate_above_bytes) if isolate_above_bytes > 0
                             else isolated)
         try:
             yield

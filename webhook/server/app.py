@@ -16,6 +16,7 @@ The caller owns the ApiClient (``cli`` opens and closes it).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -44,6 +45,8 @@ from webhook.server.tasks import compile_plans, freeze_heap_when_synced
 from webhook.tls.reload import CertReloader
 
 __all__ = ["CERTS", "COMPONENTS", "Components", "bootstrap_certificates", "build_components", "create_app"]
+
+log = logging.getLogger("tollgate")
 
 
 class PoliciesSynced:
@@ -171,17 +174,43 @@ def create_app(settings: Settings, *, api_client: Any = None,
     app[COMPONENTS] = c
     if c.certs is not None:
         app[CERTS] = c.certs
+    if api_client is not None:
+        app.cleanup_ctx.append(api_server_version_ctx(c, api_client))
     app.cleanup_ctx.append(_informers_ctx(c))
     app.cleanup_ctx.append(_certs_ctx(c))
     app.cleanup_ctx.append(_tasks_ctx(c))
     if settings.eval_workers > 0:
         app.cleanup_ctx.append(evaluation_pool_ctx(c.server, c.metrics, workers=settings.eval_workers,
                                                    memory_limit_bytes=settings.eval_memory_limit_bytes,
-                                                   isolate_above_bytes=settings.isolate_above_bytes))
+                                                   isolate_above_bytes=settings.isolate_above_bytes,
+                                                   inline_work_budget=settings.inline_work_budget or None))
     app.on_response_prepare.append(c.server.on_response_prepare)  # Connection: close once shutting down
     app.add_routes(c.server.routes())
     app.add_routes(health.routes())
     return app
+
+
+def api_server_version_ctx(c: Components, api_client: Any) -> Callable[[web.Application], AsyncIterator[None]]:
+    """Read the API server's version once at start; say so (error level) when it is older than supported."""
+    async def ctx(app: web.Application) -> AsyncIterator[None]:
+        from webhook.kube.api import describe
+        from webhook.kube.version import server_version, unsupported
+
+        try:
+            version = await server_version(api_client)
+        except Exception as exc:  # noqa: BLE001 - the version is advice; serving goes on without it
+            log.warning("could not read the API server version: %s", describe(exc))
+        else:
+            c.api_server["version"] = version.git_version
+            problem = unsupported(version)
+            if problem is not None:
+                c.api_server["unsupported"] = problem
+                log.error(problem)
+            else:
+                log.info("API server version %s", version.git_version)
+        yield
+
+    return ctx
 
 
 def _informers_ctx(c: Components) -> Callable[[web.Application], AsyncIterator[None]]:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -56,6 +56,8 @@ class Components:
             (``settings.manage_webhooks``), or None.
         cert_manager: rotates self-managed certificates (``settings.self_managed_certs``), or None.
         background: the background audit into PolicyReports (``settings.background_audit``), or None.
+        api_server: in a cluster, the API server's ``version`` and, when it is older than Tollgate supports,
+            ``unsupported`` (one line: what is lost); filled at start (see :mod:`webhook.kube.version`).
         references: the informers of the policies' ``spec.references``, or None when
             there is nowhere to list them from (tests that give only ``lister_watcher_for``).
     """
@@ -78,6 +80,7 @@ class Components:
     cert_manager: SelfManagedCerts | None = None
     background: BackgroundAudit | None = None
     references: ReferenceInformers | None = None
+    api_server: dict[str, Any] = field(default_factory=dict)
 
     def local_file_errors(self) -> dict[str, str]:
         """``--local`` files that stopped parsing or violate their schema: path → one-line error."""

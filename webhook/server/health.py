@@ -36,7 +36,8 @@ async def readyz(request: web.Request) -> web.Response:
     ``unmatchablePolicies`` lists policies whose match rules are unreadable (they select nothing);
     ``references`` maps each cache of a policy's ``spec.references`` to ``synced``, ``syncing``,
     ``refused: <reason>`` or ``not running`` (reported, not required: ``onUnsynced`` answers for it);
-    with ``--local``, ``localFileErrors`` maps each file that stopped parsing to its error.
+    with ``--local``, ``localFileErrors`` maps each file that stopped parsing to its error; in a cluster,
+    ``apiServer`` has the API server's ``version`` and, when it is older than supported, ``unsupported``.
     """
     c = request.app[COMPONENTS]
     caches = {}
@@ -57,6 +58,9 @@ async def readyz(request: web.Request) -> web.Response:
     if c.references is not None and c.references.wanted():
         # Not part of readiness: a policy whose reference cache has not synced answers per its onUnsynced.
         body["references"] = c.references.status()
+    if c.api_server:
+        # Reported, not part of readiness: an older API server still sends reviews (see webhook.kube.version).
+        body["apiServer"] = dict(c.api_server)
     if c.local_sources:
         # A file that stopped parsing keeps its last good objects (as an API server refuses a bad write).
         body["localFileErrors"] = c.local_file_errors()

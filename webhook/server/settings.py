@@ -11,6 +11,7 @@ from pathlib import Path
 
 from webhook.admission.server import DEFAULT_TIMEOUT
 from webhook.policy import memo
+from webhook.policy.budget import INLINE_WORK_BUDGET
 
 #: controller-runtime's maxRequestSize (pkg/webhook/admission/http.go), derived
 #: the same way: etcd's recommended maximum client request is 1.5 MB, and the API
@@ -60,6 +61,8 @@ class Settings:
             event loop).
         isolate_above_bytes: request bodies larger than this are evaluated in a worker, where
             the deadline is enforced; smaller ones inline (0: every review goes to a worker).
+        inline_work_budget: a smaller review still goes to a worker when its estimated evaluation work
+            (~10 ns units, :mod:`webhook.policy.budget`) exceeds this; 0 evaluates it inline whatever it costs.
         eval_memory_limit_bytes: address-space limit of each worker.
         shutdown_delay: seconds of service after SIGTERM with ``Connection: close``, so
             kept-alive clients move to another replica before the listener closes.
@@ -106,6 +109,7 @@ class Settings:
     service_account: str = "tollgate"
     eval_workers: int = 2
     isolate_above_bytes: int = 32 * 1024
+    inline_work_budget: int = INLINE_WORK_BUDGET
     eval_memory_limit_bytes: int = 1024**3
     shutdown_delay: float = 5.0
     background_audit: bool = False

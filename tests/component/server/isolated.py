@@ -13,7 +13,7 @@ import yaml
 from aiohttp import web
 
 from webhook.admission.handler import AdmissionHandler
-from webhook.admission.isolation.evaluators import IsolatedEvaluator
+from webhook.admission.isolation.evaluators import IsolatedEvaluator, SizeRoutedEvaluator
 from webhook.admission.isolation.pool import EvaluationPool
 from webhook.admission.lifecycle import evaluation_pool_ctx
 from webhook.admission.limits import OutputLimits
@@ -61,8 +61,9 @@ class IsolatedServer:
 
 @asynccontextmanager
 async def isolated_server(tmp_path: Path, *, documents: list[dict[str, Any]] | None = None, workers: int = 2,
-                          limits: OutputLimits | None = None,
-                          memory_limit_bytes: int = 2 * 1024**3) -> AsyncIterator[IsolatedServer]:
+                          limits: OutputLimits | None = None, memory_limit_bytes: int = 2 * 1024**3,
+                          isolate_above_bytes: int = 0,
+                          inline_work_budget: int | None = None) -> AsyncIterator[IsolatedServer]:
     docs = shipped_documents() if documents is None else documents
     index = PolicyIndex()
     for d in docs:
@@ -82,7 +83,8 @@ async def isolated_server(tmp_path: Path, *, documents: list[dict[str, Any]] | N
     app.add_routes([*server.routes(), web.get("/healthz", healthz)])
     app.on_response_prepare.append(server.on_response_prepare)
     app.cleanup_ctx.append(evaluation_pool_ctx(server, metrics, workers=workers, memory_limit_bytes=memory_limit_bytes,
-                                               limits=limits))
+                                               limits=limits, isolate_above_bytes=isolate_above_bytes,
+                                               inline_work_budget=inline_work_budget))
     paths = certs.write_certs(tmp_path, dns_names=["localhost"], ip_addresses=["127.0.0.1"], days=1)
     reloader = CertReloader(paths.cert, paths.key)
     runner = web.AppRunner(app, access_log=None)
@@ -90,9 +92,10 @@ async def isolated_server(tmp_path: Path, *, documents: list[dict[str, Any]] | N
     site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=reloader.context)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    assert isinstance(server.evaluator, IsolatedEvaluator)
+    isolated = server.evaluator.isolated if isinstance(server.evaluator, SizeRoutedEvaluator) else server.evaluator
+    assert isinstance(isolated, IsolatedEvaluator)
     try:
         yield IsolatedServer(f"https://localhost:{port}", ssl.create_default_context(cafile=str(paths.ca)),
-                             server, server.evaluator.pool, metrics)
+                             server, isolated.pool, metrics)
     finally:
         await runner.cleanup()

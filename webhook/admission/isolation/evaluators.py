@@ -28,6 +28,7 @@ from webhook.admission.handler import AdmissionDecision, AdmissionHandler
 from webhook.admission.isolation.pool import EvaluationAborted, EvaluationPool
 from webhook.admission.limits import OutputLimits, bound_decision
 from webhook.admission.review import AdmissionRequest, ReviewError
+from webhook.policy.budget import OverBudget
 from webhook.policy.compiler import CompiledPolicy
 from webhook.policy.request import RequestCoordinates
 
@@ -77,19 +78,45 @@ def failed_decision(handler: AdmissionHandler, request: AdmissionRequest,
 
 
 class InlineEvaluator:
-    """Run the handler on the calling thread (the event loop); ``timeout`` is not enforced."""
+    """Run the handler on the calling thread (the event loop); ``timeout`` is not enforced.
 
-    def __init__(self, handler: AdmissionHandler, limits: OutputLimits | None = None) -> None:
+    With a ``work_budget`` and an ``overflow`` evaluator, a review whose estimated evaluation work
+    (:mod:`webhook.policy.budget`) exceeds the budget is handed to ``overflow`` (the worker pool, where
+    the deadline is enforced) before anything is evaluated here: cel-cpp cannot be interrupted, so
+    only a review estimated cheap may run on the event loop.
+
+    Args:
+        handler: decides reviews.
+        limits: output caps.
+        work_budget: the most estimated work evaluated inline; None: no estimate, everything inline.
+        overflow: where a review over the budget goes (required for the budget to apply).
+        on_overflow: called with the endpoint of each review handed over (metrics).
+    """
+
+    def __init__(self, handler: AdmissionHandler, limits: OutputLimits | None = None, *,
+                 work_budget: int | None = None, overflow: Evaluator | None = None,
+                 on_overflow: Callable[[str], None] | None = None) -> None:
         self.handler = handler
         self.limits = limits or OutputLimits()
+        self.work_budget = work_budget if overflow is not None else None
+        self.overflow = overflow
+        self._on_overflow = on_overflow
 
     async def __call__(self, endpoint: str, request: AdmissionRequest, timeout: float, *,
                        size: int = 0) -> AdmissionDecision:
-        """Evaluate ``request`` now (blocking the loop for as long as the engine takes)."""
+        """Evaluate ``request`` now (blocking the loop for as long as the engine takes), or hand it over."""
         try:
-            decision = self.handler.decide(endpoint, request, time.monotonic() + timeout)
+            decision = self.handler.decide(endpoint, request, time.monotonic() + timeout,
+                                           work_budget=self.work_budget, body_bytes=size)
         except ReviewError:
             raise  # e.g. 503 before the policy caches synced: answered by the server, not per failurePolicy
+        except OverBudget as over:
+            assert self.overflow is not None  # a budget is set only with an overflow evaluator
+            log.info("review over the inline budget, evaluated in a worker",
+                     extra={"uid": request["uid"], "endpoint": endpoint, "estimate": over.work})
+            if self._on_overflow is not None:
+                self._on_overflow(endpoint)
+            return await self.overflow(endpoint, request, timeout, size=size)
         except Exception as e:
             log.exception("evaluation failed", extra={"uid": request["uid"], "endpoint": endpoint})
             return failed_decision(self.handler, request)(e)
