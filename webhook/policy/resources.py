@@ -76,7 +76,8 @@ CLUSTER_SCOPED_KINDS = frozenset({
     "Namespace", "Node", "PersistentVolume", "ClusterRole", "ClusterRoleBinding", "StorageClass",
     "CustomResourceDefinition", "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration",
     "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "PriorityClass", "IngressClass",
-    "RuntimeClass", "APIService", "CertificateSigningRequest", "ClusterAdmissionPolicy",
+    "RuntimeClass", "APIService", "CertificateSigningRequest", "ClusterAdmissionPolicy", "CSIDriver", "CSINode",
+    "ClusterPolicyReport", "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding", "VolumeAttachment",
 })
 _IRREGULAR_PLURALS = {"Endpoints": "endpoints"}
 

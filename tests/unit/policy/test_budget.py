@@ -180,3 +180,18 @@ def test_without_a_budget_nothing_is_refused() -> None:
     index.upsert(QUADRATIC)
     req = _annotated(200)
     assert evaluate_validating(req, _plan(index, req), InMemoryLookups()).allowed
+
+
+def test_a_conditional_list_keeps_the_count_of_its_branches() -> None:
+    # `has(...) ? [] : <the input's list>` is one of the input's lists: iterating it is bounded by C, not by B.
+    guarded = _work("(has(object.spec.x) ? [] : object.spec.containers).all(c, c.name != 'x')")
+    plain = _work("object.spec.containers.all(c, c.name != 'x')")
+    assert guarded.get((1, 0, 0), 0) <= plain.get((1, 0, 0), 0) + 1, (guarded, plain)
+    assert guarded.get((0, 1, 0), 0) > 0
+
+
+def test_concatenating_each_elements_strings_sums_to_the_input_not_more() -> None:
+    # Per container, its name and the Pod's name, each at most S characters: C·S, or B summed over the containers,
+    # never B per container (B·C) or B².
+    work = _work("object.spec.containers.all(c, (c.name + '-' + object.metadata.name).size() < 100)")
+    assert all(b <= 1 and not (b and k) for b, k, _s in work), work

@@ -168,7 +168,7 @@ _INPUTS = frozenset({"object", "oldObject", "request", "params", "namespaceObjec
 _STRUCTURAL_INPUTS = frozenset({"object", "oldObject", "request", "params", "namespaceObject"})
 #: List functions whose result is the receiver's elements, reordered or selected.
 _KEEPS_STRUCTURE = frozenset({"sort", "sortBy", "distinct", "slice", "reverse", "orValue", "value", "dyn",
-                              "optional.of", "optional.ofNonZeroValue", "_?_:_", "filter"})
+                              "optional.of", "optional.ofNonZeroValue", "filter"})
 #: Checked types whose values have a constant size.
 _SCALAR_TYPES = frozenset({"int", "uint", "double", "bool", "null_type", "google.protobuf.Timestamp",
                            "google.protobuf.Duration", "timestamp", "duration"})
@@ -303,6 +303,11 @@ def _structural(count: _MPoly | None) -> bool:
     return any(m for m in count or {}) and all(not m or (len(m) == 2 and m[0] == 0) for m in count or {})
 
 
+def _copied(bound: Bound) -> _MPoly:
+    """What concatenating ``bound`` copies: S characters or C entries of the input's own data, else its size."""
+    return _m_add(_M_STRING, _M_COUNT) if _structural(bound.count) else bound.size
+
+
 def _scanned(bound: Bound) -> _MPoly:
     """The bytes a string function scans in ``bound``: S for one of the input's own strings, else its size."""
     return _M_STRING if _structural(bound.count) else bound.size
@@ -435,9 +440,10 @@ def estimate(ast: CheckedAst, python_functions: frozenset[str] = frozenset(),
             constant = [s for s in sizes if _m_constant(s)]
             extra = _m_max(*constant) if constant else _m_add(*sizes)
         elif name == "_+_" and not all(_m_constant(s) for s in sizes):
-            # Concatenation copies every element, except onto a comprehension's accumulator, which cel-cpp (and
-            # the chunked rewrite, webhook.policy.cel.optimize) extends in place: counted per element already.
-            extra = _m_add(*(s for o, s in zip(operands, sizes, strict=True)
+            # Concatenation copies every element (of the input's own data: a string of at most S characters or
+            # a list of at most C entries), except onto a comprehension's accumulator, which cel-cpp (and the
+            # chunked rewrite, webhook.policy.cel.optimize) extends in place: counted per element already.
+            extra = _m_add(*(_copied(b) for o, b in zip(operands, bounds, strict=True)
                              if not (o.kind == "ident" and o.name in accumulators)))
         else:
             extra = {}
@@ -452,6 +458,12 @@ def estimate(ast: CheckedAst, python_functions: frozenset[str] = frozenset(),
             return Bound(_m_add(sizes[0], _m_mul(sizes[0], sizes[2])), None), work
         if name == "join":
             return Bound(_m_add(sizes[0], _m_mul(sizes[0], sizes[1])) if len(sizes) > 1 else sizes[0], None), work
+        if name == "_?_:_" and len(bounds) == 3:
+            # One branch or the other: as large as the larger, as many entries as the larger count.
+            branches = bounds[1:]
+            known = [b.count for b in branches if b.count is not None]
+            return Bound(_m_max(*(b.size for b in branches)),
+                         _m_max(*known) if len(known) == len(branches) else None), work
         # Reordering or selecting a list keeps its count; a field or index of the input is input data.
         count = bounds[0].count if name in _KEEPS_STRUCTURE else None
         if name == "orValue" and len(bounds) > 1 and count is not None:
