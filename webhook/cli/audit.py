@@ -1,6 +1,7 @@
 """``tollgate audit``: print the PolicyReports the background audit would write, for files or a live cluster.
 
     tollgate audit -p POLICIES -r RESOURCES [-c CONFIGMAPS] [-n NAMESPACES] [--all] [-o yaml|json]
+    tollgate audit -p POLICIES --kubeconfig [PATH] [--context NAME] [--all] [-o yaml|json]
 
 The server's background audit, run once: every policy CR is decided by
 ``webhook.audit.evaluate.audit_policy`` (Ready, ``spec.background: true`` —
@@ -12,11 +13,14 @@ one ``PolicyReport`` per namespace plus one ``ClusterPolicyReport`` by
 The objects come from files (``-r``; read by ``webhook.files``; a namespaced
 object without ``metadata.namespace`` is in ``default``, as ``kubectl apply``
 puts it; the resources are the cluster, so they are also what
-``spec.references`` and the Namespace cache read).
+``spec.references`` and the Namespace cache read) or from the cluster
+(``--kubeconfig``: discovery resolves the policies' rules to resources, each
+listed once, page by page, with the Namespaces, the params ConfigMaps and the
+``spec.references`` resources the policies read; ``webhook.kube.live``).
 
 Everything not audited is said on stderr, one line each: policies without
-``spec.background: true``, policies that are not Ready or not auditable.
-Output: multi-document YAML, or
+``spec.background: true``, policies that are not Ready or not auditable,
+resources that could not be listed (RBAC). Output: multi-document YAML, or
 with ``-o json`` a ``v1`` ``List``. Exit status (Kyverno's ``apply`` and
 ``tollgate test`` use the same first two):
 
@@ -24,30 +28,35 @@ with ``-o json`` a ``v1`` ``List``. Exit status (Kyverno's ``apply`` and
 - 1: a report holds a ``fail`` or ``error`` result;
 - 2: usage error, unusable input, or input left unaudited: nothing could be
   audited (no policy with ``spec.background: true``, none auditable, or no
-  ``-r`` resource selected by any), or a policy is not Ready. The reports of
-  what could be audited are still printed.
+  ``-r`` resource selected by any), a policy is not Ready, or a resource could
+  not be listed. The reports of what could be audited are still printed.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import os
 import sys
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from webhook.audit.auditable import reads_namespace_object
 from webhook.audit.evaluate import (
     AuditedPolicy,
     AuditResult,
     Skipped,
     StoredObject,
     audit_policy,
+    audit_rules,
     evaluate_policy,
+    policy_note,
 )
 from webhook.audit.reports import SUMMARY_RESULTS, build_reports
 from webhook.cli.command import ExitStatus, Subparsers, UsageError, add_command
@@ -61,13 +70,16 @@ from webhook.files.testsuite import (
 )
 from webhook.files.yamlio import Document, InputError, load_paths
 from webhook.informer.dynamic import DEFAULT_EXCLUDE
-from webhook.informer.gvr import GVR
+from webhook.informer.gvr import GVR, DiscoverySnapshot, resolve_rules
 from webhook.policy import InMemoryLookups
 from webhook.policy.labelquery import parse_label_selector_text
 from webhook.policy.lookups import Lookups
 from webhook.policy.model import Reference
-from webhook.policy.resources import NAMESPACES
+from webhook.policy.resources import CONFIGMAPS, NAMESPACES, Resource
 from webhook.policy.vocabulary import Result
+
+if TYPE_CHECKING:  # webhook.kube is imported only when a cluster is audited (it loads kubernetes_asyncio)
+    from webhook.kube.live import ListRequest
 
 #: Policy names listed in one stderr line before "and N more".
 NAMES_SHOWN = 5
@@ -178,26 +190,126 @@ def audit_files(run: Run, resources: list[Path], configmaps: list[Path], namespa
                             f"policies ({_names([a.key for a in run.audited])})")
 
 
+# -- objects from the cluster -------------------------------------------------------------------------------
+
+
+def wanted_gvrs(audited: Sequence[AuditedPolicy], snapshot: DiscoverySnapshot) -> dict[str, frozenset[GVR]]:
+    """Policy key → the GVRs its audit rules resolve to, less what background audit never informs.
+
+    The same resolution as the server's dynamic informers (``resolve_rules`` minus ``DEFAULT_EXCLUDE``).
+    """
+    return {a.key: frozenset(g for g in resolve_rules(audit_rules(a.policy.spec), snapshot)
+                             if (g.group, g.resource) not in DEFAULT_EXCLUDE) for a in audited}
+
+
+def _gvr(resource: Resource) -> GVR:
+    return GVR(resource.group, resource.version, resource.plural)
+
+
+def _cache_readers(audited: Sequence[AuditedPolicy], params_selector: str) -> dict[ListRequest, list[str]]:
+    """The caches the policies read, each as the LIST that fills it → the keys of the policies reading it.
+
+    Namespaces for a ``namespaceSelector`` or ``namespaceObject``, the params ConfigMaps (those the params
+    selector selects, as the server caches them) for a ``paramRef``, and every ``spec.references`` resource.
+    """
+    from webhook.kube.live import ListRequest
+
+    out: dict[ListRequest, list[str]] = {}
+    for a in audited:
+        spec = a.policy.spec
+        if not spec.namespace_selector.empty or reads_namespace_object(a.policy):
+            out.setdefault(ListRequest(_gvr(NAMESPACES)), []).append(a.key)
+        if spec.param_ref is not None:
+            out.setdefault(ListRequest(_gvr(CONFIGMAPS), params_selector), []).append(a.key)
+        for r in spec.references:
+            out.setdefault(ListRequest(GVR(r.group, r.version, r.resource)), []).append(a.key)
+    return out
+
+
+async def _audit_cluster(run: Run, kubeconfig: str | None, context: str | None, *, params_selector: str,
+                         now: int) -> None:
+    from webhook.kube.client import new_api_client
+    from webhook.kube.live import ListRequest, discover, list_each
+
+    api = await new_api_client(kubeconfig=kubeconfig, context=context)
+    try:
+        snapshot, failed = await discover(api)
+        run.notes += [f"discovery: {gv} is unavailable: {why}" for gv, why in sorted(failed.items())]
+        wanted = wanted_gvrs(run.audited, snapshot)
+        for key, gvrs in wanted.items():
+            if not gvrs:
+                run.notes.append(f"policy {key} selects no resource this cluster serves")
+        references = {r for a in run.audited for r in a.policy.spec.references}
+        readers = _cache_readers(run.audited, params_selector)
+        requests = {ListRequest(g) for gvrs in wanted.values() for g in gvrs} | set(readers)
+        listed, refused = await list_each(api, requests)
+    finally:
+        await api.close()
+    for request, why in sorted(refused.items()):
+        users = sorted(k for k, gvrs in wanted.items() if request.gvr in gvrs)
+        effect = [f"not audited for {_names(users)}"] if users else []
+        if readers.get(request):
+            effect.append(f"read as empty by {_names(readers[request])}")
+        run.problems.append(f"cannot list {request}: {why} ({'; '.join(effect)})")
+        for a in run.audited:
+            if a.key in users:
+                run.results.append(policy_note(a.policy_object, f"cannot list {request}: {why}", now=now))
+    lookups = InMemoryLookups(
+        namespaces=listed.get(ListRequest(_gvr(NAMESPACES)), []),
+        configmaps=listed.get(ListRequest(_gvr(CONFIGMAPS), params_selector), []),
+        objects={r: listed.get(ListRequest(GVR(r.group, r.version, r.resource)), []) for r in references})
+    objects = [StoredObject(request.gvr, snapshot.kind(request.gvr) or "", obj)
+               for request, objs in sorted(listed.items()) if not request.label_selector
+               and any(request.gvr in gvrs for gvrs in wanted.values()) for obj in objs]
+    _evaluate(run, objects, wanted, lookups, now)
+    if run.audited and not run.objects:
+        run.notes.append("no object in the cluster is selected by the audited policies")
+
+
+def audit_cluster(run: Run, kubeconfig: str | None, context: str | None, *, params_selector: str, now: int) -> None:
+    """Audit the live objects of the cluster ``kubeconfig``/``context`` names (None: the default kubeconfig).
+
+    Raises:
+        UsageError: no usable configuration, or the API server cannot be reached or refuses discovery.
+    """
+    from webhook.informer.errors import ListWatchError
+
+    try:
+        asyncio.run(_audit_cluster(run, kubeconfig, context, params_selector=params_selector, now=now))
+    except ListWatchError as e:
+        raise UsageError(f"cannot read the cluster's discovery documents: {e}") from None
+    except Exception as e:
+        # kubernetes_asyncio.config.ConfigException, matched by name: only webhook.kube imports kubernetes_asyncio.
+        if any(t.__name__ == "ConfigException" for t in type(e).__mro__):
+            raise UsageError(f"no Kubernetes configuration: {e}") from None
+        raise
+
+
 # -- the command --------------------------------------------------------------------------------------------
 
 
 def add_parser(sub: Subparsers) -> None:
     """Register ``tollgate audit``."""
     p = add_command(
-        sub, "audit", run, help="print the PolicyReports the background audit would write (offline)",
+        sub, "audit", run, help="print the PolicyReports the background audit would write (files or a cluster)",
         description="Print the PolicyReports / ClusterPolicyReports the background audit would write, with the "
-                    "server's engine, for resource files (-r). Policies with spec.background: true are audited "
-                    "(--all: every policy).",
+                    "server's engine, for resource files (-r) or the live objects of a cluster (--kubeconfig). "
+                    "Policies with spec.background: true are audited (--all: every policy).",
         epilog="Exit status: 0 every audited object passed, 1 a fail or error result, 2 usage error, unusable "
                "input, or input left unaudited (said on stderr). See docs/audit.md.")
     p.add_argument("-p", "--policy", action="append", type=Path, required=True,
                    help="policy file (multi-document YAML) or directory; repeatable")
-    p.add_argument("-r", "--resource", action="append", type=Path, required=True,
-                   help="resource file (multi-document YAML) or directory; repeatable")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("-r", "--resource", action="append", type=Path,
+                        help="resource file (multi-document YAML) or directory; repeatable")
+    source.add_argument("--kubeconfig", nargs="?", const="", metavar="PATH",
+                        help="audit the cluster's live objects (PATH, or $KUBECONFIG / ~/.kube/config when omitted)")
+    p.add_argument("--context", help="kubeconfig context (with --kubeconfig)")
     p.add_argument("-c", "--configmap", action="append", type=Path, default=[],
-                   help="ConfigMaps standing in for the params cache")
+                   help="ConfigMaps standing in for the params cache (with -r)")
     p.add_argument("-n", "--namespace-file", action="append", type=Path, default=[],
-                   help="Namespaces standing in for the Namespace cache (Namespaces among the resources count too)")
+                   help="Namespaces standing in for the Namespace cache (with -r; Namespaces among the resources "
+                        "count too)")
     p.add_argument("--params-selector", default=DEFAULT_PARAMS_SELECTOR,
                    help=f"label selector a ConfigMap needs to be a param, as on the server "
                         f"(default {DEFAULT_PARAMS_SELECTOR})")
@@ -206,6 +318,20 @@ def add_parser(sub: Subparsers) -> None:
 
 
 def _check_arguments(args: argparse.Namespace) -> None:
+    if args.kubeconfig is None and args.context:
+        raise UsageError("--context needs --kubeconfig")
+    if args.kubeconfig is not None and (args.configmap or args.namespace_file):
+        raise UsageError("--configmap and --namespace-file stand in for a cluster's caches: with --kubeconfig "
+                         "they are read from the cluster")
+    if args.kubeconfig and not Path(args.kubeconfig).expanduser().is_file():
+        raise UsageError(f"--kubeconfig {args.kubeconfig}: no such file")
+    if args.kubeconfig == "" and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        # Fail in one line before kubernetes_asyncio's loader, which prints its own complaint first.
+        candidates = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+        candidates = candidates or [str(Path("~/.kube/config").expanduser())]
+        if not any(Path(c).expanduser().is_file() for c in candidates):
+            raise UsageError(f"no Kubernetes configuration: not in a cluster and no kubeconfig "
+                             f"({', '.join(candidates)} not found); give --kubeconfig PATH")
     try:
         parse_label_selector_text(args.params_selector)
     except ValueError as e:
@@ -238,8 +364,12 @@ def run(args: argparse.Namespace) -> int:
         decide_policies((d for d in load_paths(args.policy) if d.kind in POLICY_KINDS), result,
                         every_policy=args.all, now=now)
         if result.audited:
-            audit_files(result, args.resource, args.configmap, args.namespace_file,
-                        params_selector=args.params_selector, now=now)
+            if args.resource is not None:
+                audit_files(result, args.resource, args.configmap, args.namespace_file,
+                            params_selector=args.params_selector, now=now)
+            else:
+                audit_cluster(result, args.kubeconfig or None, args.context, params_selector=args.params_selector,
+                              now=now)
     except InputError as e:
         raise UsageError(str(e)) from None
     _write(build_reports(result.results), args.output)

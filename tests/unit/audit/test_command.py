@@ -168,7 +168,11 @@ def test_offline_audit_reads_references_from_the_audited_resources(tmp_path: Pat
 
 
 @pytest.mark.parametrize(("argv", "message"), [
-    (["-p", "P"], "the following arguments are required: -r/--resource"),
+    (["-p", "P", "-r", "R", "--kubeconfig", "K"], "not allowed with argument"),
+    (["-p", "P"], "one of the arguments -r/--resource --kubeconfig is required"),
+    (["-p", "P", "-r", "R", "--context", "c"], "--context needs --kubeconfig"),
+    (["-p", "P", "--kubeconfig", "K", "-c", "C"], "with --kubeconfig they are read from the cluster"),
+    (["-p", "P", "--kubeconfig", "/nonexistent/kubeconfig"], "--kubeconfig /nonexistent/kubeconfig: no such file"),
     (["-p", "P", "-r", "R", "--params-selector", "a in (b"], "--params-selector"),
 ])
 def test_usage_errors_are_one_line_and_exit_2(argv: list[str], message: str, capsys: Any) -> None:
@@ -184,3 +188,13 @@ def test_unusable_input_exits_2(tmp_path: Path, capsys: Any) -> None:
     twice = write(tmp_path / "twice.yaml", [policy("p", background=True), policy("p", background=True)])
     assert main(["audit", "-p", twice, "-r", twice]) == 2
     assert "defined twice" in capsys.readouterr().err
+
+
+def test_kubeconfig_without_a_path_and_none_found_is_one_line(tmp_path: Path, monkeypatch: Any, capsys: Any) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
+    policies = write(tmp_path / "p.yaml", [policy("no-priv", validations=[NO_PRIV], background=True)])
+    assert main(["audit", "-p", policies, "--kubeconfig"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"tollgate audit: no Kubernetes configuration: not in a cluster and no kubeconfig ({tmp_path / 'none'} not "
+        "found); give --kubeconfig PATH"]
