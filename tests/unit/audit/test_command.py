@@ -188,6 +188,9 @@ def test_unusable_input_exits_2(tmp_path: Path, capsys: Any) -> None:
     twice = write(tmp_path / "twice.yaml", [policy("p", background=True), policy("p", background=True)])
     assert main(["audit", "-p", twice, "-r", twice]) == 2
     assert "defined twice" in capsys.readouterr().err
+    only_policies = write(tmp_path / "only.yaml", [policy("p", background=True)])
+    assert main(["audit", "-p", only_policies, "-r", only_policies]) == 2
+    assert f"no resources found in {only_policies}" in capsys.readouterr().err
 
 
 def test_kubeconfig_without_a_path_and_none_found_is_one_line(tmp_path: Path, monkeypatch: Any, capsys: Any) -> None:
