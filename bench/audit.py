@@ -13,7 +13,10 @@ Measures:
     /proc/self/statm), JSON bytes per object for comparison, and with --tracemalloc the live Python
     heap per object once reports are complete;
   * object evaluations per second after a policy edit (full re-evaluation of every Pod), and the
-    seconds until the rewritten reports are on the server.
+    seconds until the rewritten reports are on the server;
+  * the one-shot path on the same server: ``tollgate audit --kubeconfig`` as a user runs it (a subprocess:
+    discovery, the Pods listed once in pages of 500, the same evaluation, the reports printed), its seconds
+    and their ratio to the server's start-to-complete-reports (``--no-once`` skips it).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import tracemalloc
 from pathlib import Path
@@ -92,7 +96,29 @@ async def wait(cond: Any, timeout: float = 300.0) -> float:
     return time.perf_counter() - start
 
 
-async def main(pods: int, namespaces: int, trace: bool = False) -> int:
+def once(url: str, pods: int, expected: int) -> dict[str, Any]:
+    """``tollgate audit --kubeconfig`` against the benchmark's server, timed from process start to exit."""
+    import yaml
+
+    with tempfile.TemporaryDirectory(prefix="tollgate-bench-") as tmp:
+        kubeconfig, policies = Path(tmp) / "kubeconfig", Path(tmp) / "policy.yaml"
+        kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "bench",
+            "clusters": [{"name": "bench", "cluster": {"server": url}}], "users": [{"name": "u", "user": {}}],
+            "contexts": [{"name": "bench", "context": {"cluster": "bench", "user": "u"}}]}))
+        policies.write_text(yaml.safe_dump(policy("privileged containers are not allowed")))
+        started = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "webhook", "audit", "-p", str(policies), "--kubeconfig",
+                               str(kubeconfig), "-o", "json"], capture_output=True, text=True,
+                              cwd=Path(__file__).resolve().parents[1])
+        seconds = time.perf_counter() - started
+    reports = json.loads(proc.stdout)["items"]
+    rows = sum(len(r["results"]) for r in reports)
+    assert proc.returncode == 1 and rows == expected, (proc.returncode, rows, proc.stderr)
+    return {"once_process_s": round(seconds, 2), "once_evaluations_per_s": round(pods / seconds)}
+
+
+async def main(pods: int, namespaces: int, trace: bool = False, one_shot: bool = True) -> int:
     child = subprocess.Popen([sys.executable, __file__, "--serve", "--pods", str(pods), "--namespaces",
                               str(namespaces)], stdout=subprocess.PIPE, text=True)
     try:
@@ -160,6 +186,13 @@ async def main(pods: int, namespaces: int, trace: bool = False) -> int:
         await wait(lambda: writer.idle() and writer.writes - writes >= changed)
         rewritten = time.perf_counter() - edit_start
 
+        await auditor.stop()
+        await writer.stop()
+        await dynamic.stop()
+        await api.close()
+        one = await asyncio.to_thread(once, url, pods, expected) if one_shot else {}
+        if one:
+            one["once_to_server_complete_reports_ratio"] = round(one["once_process_s"] / to_reports, 2)
         print(json.dumps({
             "pods": pods, "namespaces": namespaces, "results": expected,
             "start_to_informer_synced_s": round(synced, 2),
@@ -171,12 +204,9 @@ async def main(pods: int, namespaces: int, trace: bool = False) -> int:
             "policy_edit_evaluations_per_s": round(pods / reeval),
             "policy_edit_to_rewritten_reports_s": round(rewritten, 2),
             "report_writes": writer.writes,
+            **one,
             "python": sys.version.split()[0],
         }, indent=2))
-        await auditor.stop()
-        await writer.stop()
-        await dynamic.stop()
-        await api.close()
     finally:
         child.terminate()
         child.wait()
@@ -189,9 +219,10 @@ if __name__ == "__main__":
     parser.add_argument("--namespaces", type=int, default=100)
     parser.add_argument("--tracemalloc", action="store_true",
                         help="also report the live Python heap per object (slower; timings not comparable)")
+    parser.add_argument("--no-once", action="store_true", help="skip the one-shot tollgate audit --kubeconfig run")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     a = parser.parse_args()
     if a.serve:
         asyncio.run(serve(a.pods, a.namespaces))
     else:
-        sys.exit(asyncio.run(main(a.pods, a.namespaces, a.tracemalloc)))
+        sys.exit(asyncio.run(main(a.pods, a.namespaces, a.tracemalloc, not a.no_once)))

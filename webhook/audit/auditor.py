@@ -1,13 +1,15 @@
 """The background auditor: policies with ``spec.background`` × dynamic informer caches → PolicyReports.
 
-Glue between three pure rooms and one writer (so it sits beside app.py, not
-inside any of them): policy CR events come in through
-:meth:`Auditor.policy_handler`; each background policy's resource rules go to
-:class:`~webhook.informer.dynamic.DynamicInformers`, which runs one informer
-per resolved GVR; every cached object those informers hold is evaluated with
-``webhook.audit.evaluate.evaluate_object`` (the admission engine on a
-synthesized CREATE); results are grouped per namespace and handed to a sink
-(``PolicyReportWriter.submit`` in a cluster, a dict offline).
+The incremental, informer-driven side of background audit (``tollgate audit``
+is the one-shot side; both decide and evaluate through
+``webhook.audit.evaluate``): policy CR events come in through
+:meth:`Auditor.policy_handler` and are decided by ``audit_policy``; each
+audited policy's rules go to :class:`~webhook.informer.dynamic.DynamicInformers`,
+which runs one informer per resolved GVR; every cached object those informers
+hold is evaluated with ``evaluate_policy`` (the admission engine on a
+synthesized CREATE); rows are grouped per namespace, built into reports by
+``webhook.audit.reports`` and handed to a sink (``PolicyReportWriter.submit``
+in a cluster, a dict in tests).
 
 Re-evaluation, as Kyverno's background controller does it:
 * an object's add/update/delete (including relist tombstones after a watch
@@ -35,20 +37,21 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from webhook.aio import cancel_and_wait, yield_to_loop
+from webhook.audit.auditable import reads_namespace_object
 from webhook.audit.evaluate import (
+    AuditedPolicy,
     AuditResult,
-    ReportMeta,
-    build_report,
-    evaluate_object,
-    not_auditable,
-    not_auditable_result,
-    report_meta,
-    split_validations,
+    NotAudited,
+    StoredObject,
+    audit_policy,
+    audit_rules,
+    evaluate_policy,
+    policy_note,
 )
+from webhook.audit.reports import build_report
 from webhook.informer import (
     NAMESPACE_INDEX,
     DeletedFinalStateUnknown,
@@ -58,10 +61,8 @@ from webhook.informer import (
 )
 from webhook.informer.dynamic import DynamicInformers
 from webhook.informer.gvr import GVR
-from webhook.policy import CompiledPolicy, compile_policy, policy_key
+from webhook.policy import policy_key
 from webhook.policy.lookups import CONFIGMAPS, NAMESPACES, POLICIES, Lookups
-from webhook.policy.matching import routed_rules
-from webhook.policy.model import PolicySpec, ResourceRule
 
 log = logging.getLogger("tollgate.audit")
 
@@ -78,32 +79,6 @@ def _same_version(old: dict[str, Any], new: dict[str, Any]) -> bool:
     """A resync (``old is new``) or an update that did not change the resourceVersion."""
     rv = _resource_version(new)
     return old is new or (rv is not None and rv == _resource_version(old))
-
-
-def reads_namespace_object(spec: PolicySpec) -> bool:
-    """Whether any of the policy's CEL mentions ``namespaceObject`` (conservative, on the text)."""
-    exprs = [c.expression for c in spec.match_conditions] + [v.expression for v in spec.variables]
-    for v in spec.validations:
-        exprs += [v.expression, v.message_expression or ""]
-    return any("namespaceObject" in e for e in exprs)
-
-
-def audit_rules(spec: PolicySpec) -> list[ResourceRule]:
-    """The rules whose objects a background policy is evaluated on.
-
-    Rules that cannot select a CREATE are left out (the synthesized request is
-    a CREATE); with ``autogen.podControllers`` and a rule selecting core
-    ``pods``, the pod controllers are added (their pod templates are audited).
-    """
-    return [r for r in routed_rules(spec) if {"CREATE", "*"} & r.operations]
-
-
-@dataclass(frozen=True, slots=True)
-class _Audited:
-    policy: CompiledPolicy
-    meta: ReportMeta
-    parts: list[CompiledPolicy] | None
-    obj: dict[str, Any]
 
 
 class Auditor:
@@ -130,7 +105,7 @@ class Auditor:
         self._clock = clock
         self._yield_every = yield_every
         self._policy_events: dict[str, dict[str, Any] | None] = {}
-        self._audited: dict[str, _Audited] = {}
+        self._audited: dict[str, AuditedPolicy] = {}
         self._notes: dict[str, tuple[str | None, AuditResult]] = {}
         self._dirty_policies: set[str] = set()
         #: objects to re-evaluate whatever their resourceVersion (a Namespace they live in changed).
@@ -374,7 +349,7 @@ class Auditor:
                 self._dirty_policies.add(key)
             if referenced and any(GVR(r.group, r.version, r.resource) in referenced for r in spec.references):
                 self._dirty_policies.add(key)
-            if namespaces and (not spec.namespace_selector.empty or reads_namespace_object(spec)):
+            if namespaces and (not spec.namespace_selector.empty or reads_namespace_object(audited.policy)):
                 for gvr in self._dynamic.gvrs(key):
                     inf = self._informers.get(gvr)
                     if inf is None:
@@ -384,20 +359,27 @@ class Auditor:
                     if gvr.resource == "namespaces" and gvr.group == "":
                         self._dirty_objects.setdefault(gvr, set()).update(namespaces)
 
+    def _kind(self, gvr: GVR, obj: dict[str, Any]) -> str:
+        snapshot = self._dynamic.snapshot
+        return (snapshot.kind(gvr) if snapshot is not None else None) or str(obj.get("kind") or "")
+
     async def _evaluate(self, key: str, gvr: GVR, obj_key: str, obj: dict[str, Any] | None, count: int) -> int:
         audited = self._audited.get(key)
         if obj is None or audited is None:
             self._evaluated_rv.get(key, {}).pop((gvr, obj_key), None)
             self._set((key, gvr, obj_key), ())
             return count
-        rv = _resource_version(obj)
+        for stored, results in evaluate_policy(audited, [StoredObject(gvr, self._kind(gvr, obj), obj)],
+                                               self._lookups, now=int(self._clock())):
+            count = await self._record(key, gvr, obj_key, stored, results, count)
+        return count
+
+    async def _record(self, key: str, gvr: GVR, obj_key: str, stored: StoredObject,
+                      results: tuple[AuditResult, ...], count: int) -> int:
+        """Keep one object's rows (and the resourceVersion they were computed at); yield to the loop now and then."""
+        rv = _resource_version(stored.obj)
         if rv:
             self._evaluated_rv.setdefault(key, {})[(gvr, obj_key)] = rv
-        snapshot = self._dynamic.snapshot
-        kind = (snapshot.kind(gvr) if snapshot is not None else None) or str(obj.get("kind") or "")
-        results = evaluate_object(audited.policy, obj, group=gvr.group, version=gvr.version, resource=gvr.resource,
-                                  kind=kind, lookups=self._lookups, meta=audited.meta, now=int(self._clock()),
-                                  parts=audited.parts)
         self.evaluations += 1
         self._set((key, gvr, obj_key), results)
         count += 1
@@ -412,49 +394,39 @@ class Auditor:
         if audited is not None:
             refused = self._dynamic.refused(key)
             reason = "; ".join(f"informer {g} refused: {why}" for g, why in sorted(refused.items()))
-            self._note(key, (audited.policy.spec.namespace, not_auditable_result(
-                audited.obj, reason, now=int(self._clock()))) if refused else None)
+            self._note(key, (audited.policy.spec.namespace, policy_note(
+                audited.policy_object, reason, now=int(self._clock()))) if refused else None)
             for gvr in sorted(self._dynamic.gvrs(key)):
                 inf = self._informers.get(gvr)
                 if inf is None:
                     continue
-                for obj_key in inf.indexer.list_keys():
+                cached = (inf.indexer.get_by_key(k) for k in inf.indexer.list_keys())
+                stored = (StoredObject(gvr, self._kind(gvr, o), o) for o in cached if o is not None)
+                for one, results in evaluate_policy(audited, stored, self._lookups, now=int(self._clock())):
+                    obj_key = meta_namespace_key(one.obj)
                     seen.add((gvr, obj_key))
-                    count = await self._evaluate(key, gvr, obj_key, inf.indexer.get_by_key(obj_key), count)
+                    count = await self._record(key, gvr, obj_key, one, results, count)
         for gvr, obj_key in sorted(self._by_policy.get(key, set()) - seen):
             self._set((key, gvr, obj_key), ())
         return count
 
     async def _apply_policy(self, key: str, obj: dict[str, Any] | None) -> None:
-        spec: PolicySpec | None = None
-        reason: str | None = None
-        compiled: CompiledPolicy | None = None
-        if obj is not None:
-            result = compile_policy(obj)
-            compiled = result.policy
-            if compiled is not None:
-                spec = compiled.spec
-                reason = not_auditable(spec) if spec.background else None
-            else:
-                background = (obj.get("spec") or {}).get("background") is True
-                reason = f"not Ready: {result.condition.get('message', '')}" if background else None
-        if compiled is None or spec is None or not spec.background or reason is not None:
+        decision = audit_policy(obj) if obj is not None else None
+        if not isinstance(decision, AuditedPolicy):
             if key in self._audited:
                 del self._audited[key]
                 await self._dynamic.forget(key)
             self._dirty_policies.add(key)  # drops its results
-            if reason is not None and obj is not None:
-                meta = obj.get("metadata") or {}
-                self._note(key, (meta.get("namespace") or None,
-                                 not_auditable_result(obj, reason, now=int(self._clock()))))
-                log.info("policy %s is not audited: %s", key, reason)
+            if isinstance(decision, NotAudited) and decision.reported:
+                self._note(key, (decision.namespace, decision.note(now=int(self._clock()))))
+                log.info("policy %s is not audited: %s: %s", key, decision.why, decision.reason)
             else:
                 self._note(key, None)
             return
         self._note(key, None)
-        self._audited[key] = _Audited(compiled, report_meta(obj or {}), split_validations(compiled), obj or {})
+        self._audited[key] = decision
         self._dirty_policies.add(key)
-        await self._dynamic.want(key, audit_rules(spec))
+        await self._dynamic.want(key, audit_rules(decision.policy.spec))
 
     def _publish(self) -> None:
         dirty, self._dirty_ns = self._dirty_ns, set()

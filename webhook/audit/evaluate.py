@@ -1,90 +1,80 @@
-"""Background audit: evaluate existing objects with the admission engine and build PolicyReports (pure).
+"""Background audit's one evaluation: a policy over stored objects → :class:`AuditResult` rows (pure; no I/O).
 
 A policy with ``spec.background: true`` is also applied to the objects that
-already exist (Kyverno's background scan). Each cached object is evaluated
-exactly as admission would evaluate its creation: :func:`audit_request`
-synthesizes an AdmissionRequest (operation ``CREATE``, empty ``userInfo``,
-no ``oldObject``, ``kind``/``resource`` from the object's GVR,
-``namespace``/``name`` from the object) and :func:`evaluate_object` calls
-:func:`webhook.policy.engine.evaluate_validating` with one policy per
-validation, so every validation gets its own result (``rule`` is
-``validations[i]``, its spec path).
+already exist (Kyverno's background scan). Both the server's auditor
+(``webhook.audit.auditor``, over informer caches) and ``tollgate audit`` (over
+files, or objects listed once from a cluster) go through the same two steps:
 
-A policy whose CEL reads what a stored object cannot supply —
-``request.userInfo`` or ``oldObject`` — is not auditable
-(:func:`not_auditable`, a conservative check of the expression text); it is
-reported once, as a ``skip`` result about the policy itself.
+1. :func:`audit_policy` decides whether a policy CR is audited: it must be
+   Ready, have ``spec.background: true`` (unless the caller audits every
+   policy) and be auditable (:func:`webhook.audit.auditable.not_auditable`,
+   from its parse trees). It returns an :class:`AuditedPolicy`, or a
+   :class:`NotAudited` saying why, with the ``skip`` row the reports carry
+   about the policy itself when it asked to be audited but cannot be.
+2. :func:`evaluate_policy` evaluates an audited policy over
+   :class:`StoredObject` s. Each object is evaluated exactly as admission would
+   evaluate its creation: :func:`audit_request` synthesizes an
+   AdmissionRequest (operation ``CREATE``, empty ``userInfo``, no
+   ``oldObject``, ``kind``/``resource`` from the object's GVR,
+   ``namespace``/``name`` from the object) and the admission engine
+   (:func:`webhook.policy.engine.evaluate_validating`) evaluates one copy of
+   the policy per validation, so every validation gets its own row (``rule``
+   is ``validations[i]``, its spec path).
 
-:func:`build_report` turns results into a ``wgpolicyk8s.io/v1alpha2``
-``PolicyReport`` (one per namespace) or ``ClusterPolicyReport`` (one for
-cluster-scoped objects), with summary counts, ``severity`` and ``category``
-from the policy's ``policies.tollgate.dev/severity`` and
-``policies.tollgate.dev/category`` annotations (Kyverno's
-``policies.kyverno.io/*`` convention). One report per namespace is the
-layout Kyverno used up to 1.9 (``polr-ns-<namespace>``, plus one
-ClusterPolicyReport); Kyverno 1.10+ writes one report per resource instead.
-No I/O.
+Which objects a policy is evaluated on is :func:`audit_rules` (its rules that
+can select a CREATE, plus the pod controllers under ``autogen.podControllers``),
+resolved to GVRs through discovery by the caller. Rows become PolicyReports in
+``webhook.audit.reports``.
 """
 
 from __future__ import annotations
 
-import json
-import re
-from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
+from enum import StrEnum
 from typing import Any
 
-from webhook.policy.compiler import CompiledPolicy
+from webhook.audit.auditable import not_auditable
+from webhook.informer.gvr import GVR
+from webhook.policy.compiler import CompiledPolicy, compile_policy
 from webhook.policy.engine import evaluate_validating
 from webhook.policy.lookups import Lookups
-from webhook.policy.model import PolicySpec
+from webhook.policy.matching import routed_rules
+from webhook.policy.model import PolicySpec, ResourceRule
+from webhook.policy.vocabulary import Result
 
-REPORT_GROUP = "wgpolicyk8s.io"
-REPORT_VERSION = "v1alpha2"
-REPORT_API_VERSION = f"{REPORT_GROUP}/{REPORT_VERSION}"
+__all__ = [
+    "CATEGORY_ANNOTATION",
+    "SEVERITIES",
+    "SEVERITY_ANNOTATION",
+    "SOURCE",
+    "AuditResult",
+    "AuditedPolicy",
+    "NotAudited",
+    "ReportMeta",
+    "ResourceRef",
+    "Skipped",
+    "StoredObject",
+    "audit_policy",
+    "audit_request",
+    "audit_rules",
+    "evaluate_object",
+    "evaluate_policy",
+    "policy_note",
+    "report_meta",
+    "resource_ref",
+    "split_validations",
+]
+
+#: ``source`` of every row Tollgate writes.
 SOURCE = "tollgate"
-#: Label on every report Tollgate writes (so stale ones can be found and deleted).
-MANAGED_BY = ("app.kubernetes.io/managed-by", "tollgate")
 SEVERITY_ANNOTATION = "policies.tollgate.dev/severity"
 CATEGORY_ANNOTATION = "policies.tollgate.dev/category"
 #: ``PolicyResultSeverity`` values of the v1alpha2 API.
 SEVERITIES = frozenset({"critical", "high", "medium", "low", "info"})
-RESULTS = ("pass", "fail", "warn", "error", "skip")
-
-_USER_INFO = re.compile(r"\buserInfo\b")
-_OLD_OBJECT = re.compile(r"\boldObject\b")
 
 
-def _expressions(spec: PolicySpec) -> list[str]:
-    out = [c.expression for c in spec.match_conditions]
-    out += [v.expression for v in spec.variables]
-    for v in spec.validations:
-        out.append(v.expression)
-        if v.message_expression:
-            out.append(v.message_expression)
-    out += [a.value_expression for a in spec.audit_annotations]
-    return out
-
-
-def not_auditable(spec: PolicySpec) -> str | None:
-    """Why the policy cannot be evaluated on stored objects, or None.
-
-    Conservative: any mention of ``userInfo`` or ``oldObject`` in any
-    expression (matchConditions, variables, validations, messageExpressions,
-    auditAnnotations) counts, even inside a string literal.
-    """
-    if not spec.validations:
-        return "the policy has no validations"
-    reads = set()
-    for expr in _expressions(spec):
-        if _USER_INFO.search(expr):
-            reads.add("request.userInfo")
-        if _OLD_OBJECT.search(expr):
-            reads.add("oldObject")
-    if reads:
-        return f"not auditable: its CEL reads {' and '.join(sorted(reads))}, which a stored object does not have"
-    return None
+# -- rows -------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +120,7 @@ class AuditResult:
     Attributes:
         policy: the policy key (``name``, or ``namespace/name`` for an AdmissionPolicy).
         rule: ``validations[i]`` (or ``""`` when the policy was evaluated as a whole).
-        result: ``pass`` | ``fail`` | ``error`` | ``skip``.
+        result: ``pass`` | ``fail`` | ``error`` | ``skip`` (a :class:`~webhook.policy.vocabulary.Result`).
         message: the failure, error or skip message (``""`` on pass).
         resource: the evaluated object.
         meta: severity and category.
@@ -139,7 +129,7 @@ class AuditResult:
 
     policy: str
     rule: str
-    result: str
+    result: Result
     message: str
     resource: ResourceRef
     meta: ReportMeta = ReportMeta()
@@ -155,7 +145,7 @@ class AuditResult:
         out: dict[str, Any] = {"source": SOURCE, "policy": self.policy}
         if self.rule:
             out["rule"] = self.rule
-        out["result"] = self.result
+        out["result"] = str(self.result)
         if self.message:
             out["message"] = self.message
         if self.meta.severity:
@@ -169,17 +159,164 @@ class AuditResult:
 
 
 def resource_ref(obj: dict[str, Any], api_version: str, kind: str) -> ResourceRef:
-    """The reference of a cached object (built-in lists omit ``apiVersion``/``kind`` on items)."""
+    """The reference of a stored object (built-in lists omit ``apiVersion``/``kind`` on items)."""
     meta = obj.get("metadata") or {}
     return ResourceRef(api_version=str(obj.get("apiVersion") or api_version), kind=str(obj.get("kind") or kind),
                        name=str(meta.get("name", "")), namespace=meta.get("namespace") or None,
                        uid=meta.get("uid") or None)
 
 
+# -- which policies, which objects ----------------------------------------------------------------------
+
+
+class Skipped(StrEnum):
+    """Why a policy CR is not audited."""
+
+    #: ``spec.background`` is not true (and the caller audits only background policies).
+    NOT_BACKGROUND = "not background"
+    #: The policy does not compile (its Ready condition is False).
+    NOT_READY = "not Ready"
+    #: Its CEL reads what a stored object does not have, or it has no validations.
+    NOT_AUDITABLE = "not auditable"
+
+
+@dataclass(frozen=True, slots=True)
+class NotAudited:
+    """A policy CR that is not audited, and why.
+
+    Attributes:
+        key: the policy key.
+        why: the kind of reason.
+        reason: one line, e.g. ``it reads request.userInfo (spec.validations[0].expression), which ...``.
+        reported: whether the reports carry it as a ``skip`` row about the policy (:meth:`note`): it asked
+            to be audited (``spec.background: true``, or every policy was asked for) but cannot be.
+        policy_object: the CR.
+    """
+
+    key: str
+    why: Skipped
+    reason: str
+    reported: bool
+    policy_object: dict[str, Any]
+
+    @property
+    def namespace(self) -> str | None:
+        """The report the note belongs in: the AdmissionPolicy's namespace, None for a cluster policy."""
+        return (self.policy_object.get("metadata") or {}).get("namespace") or None
+
+    def note(self, now: int = 0) -> AuditResult:
+        """The ``skip`` row about the policy itself (message ``"<why>: <reason>"``)."""
+        return policy_note(self.policy_object, f"{self.why}: {self.reason}", now=now)
+
+
+def policy_note(policy_object: dict[str, Any], message: str, *, now: int = 0) -> AuditResult:
+    """A ``skip`` row whose subject is the policy CR (the policy could not be audited, or not everywhere)."""
+    meta = policy_object.get("metadata") or {}
+    name = str(meta.get("name", ""))
+    ns = meta.get("namespace") or None
+    ref = ResourceRef(str(policy_object.get("apiVersion", "")), str(policy_object.get("kind", "")), name, ns,
+                      meta.get("uid") or None)
+    return AuditResult(policy=f"{ns}/{name}" if ns else name, rule="", result=Result.SKIP, message=message,
+                       resource=ref, meta=report_meta(policy_object), timestamp=now)
+
+
+def split_validations(policy: CompiledPolicy) -> tuple[CompiledPolicy, ...]:
+    """One single-validation copy of ``policy`` per validation, without auditAnnotations (audit writes none)."""
+    return tuple(
+        replace(policy, spec=replace(policy.spec, validations=(policy.spec.validations[i],)),
+                validations=(v,), audit_annotations=())
+        for i, v in enumerate(policy.validations)
+    )
+
+
+def audit_rules(spec: PolicySpec) -> list[ResourceRule]:
+    """The rules whose objects a background policy is evaluated on.
+
+    The rules that route requests to it (``matching.routed_rules``: its own, plus the pod controllers under
+    ``autogen.podControllers``, whose pod templates are audited) that can select a CREATE, the one operation
+    the audit's request has.
+    """
+    return [r for r in routed_rules(spec) if {"CREATE", "*"} & r.operations]
+
+
+@dataclass(frozen=True, slots=True)
+class AuditedPolicy:
+    """A policy CR that is audited: compiled, split per validation, with its report annotations.
+
+    Attributes:
+        policy: the compiled policy.
+        meta: severity and category for its rows.
+        parts: :func:`split_validations` of ``policy``.
+        policy_object: the CR.
+    """
+
+    policy: CompiledPolicy
+    meta: ReportMeta
+    parts: tuple[CompiledPolicy, ...]
+    policy_object: dict[str, Any]
+
+    @property
+    def key(self) -> str:
+        """The policy key."""
+        return self.policy.key
+
+
+def audit_policy(policy_object: dict[str, Any], *, every_policy: bool = False) -> AuditedPolicy | NotAudited:
+    """Whether and how a policy CR is audited (the one decision the server and ``tollgate audit`` share).
+
+    Args:
+        policy_object: a ClusterAdmissionPolicy / AdmissionPolicy as a raw dict.
+        every_policy: audit it even without ``spec.background: true`` (``tollgate audit --all``).
+
+    Returns:
+        The :class:`AuditedPolicy`; or a :class:`NotAudited`: ``NOT_READY`` (it does not compile; checked
+        first), ``NOT_BACKGROUND``, or ``NOT_AUDITABLE``.
+    """
+    compiled = compile_policy(policy_object)
+    policy = compiled.policy
+    raw_spec = policy_object.get("spec")
+    background = isinstance(raw_spec, dict) and raw_spec.get("background") is True
+    key = policy.key if policy is not None else _raw_key(policy_object)
+    if policy is None:
+        return NotAudited(key, Skipped.NOT_READY, str(compiled.condition.get("message", "")),
+                          background or every_policy, policy_object)
+    if not (policy.spec.background or every_policy):
+        return NotAudited(key, Skipped.NOT_BACKGROUND, "spec.background is not true", False, policy_object)
+    reason = not_auditable(policy)
+    if reason is not None:
+        return NotAudited(key, Skipped.NOT_AUDITABLE, reason, True, policy_object)
+    return AuditedPolicy(policy, report_meta(policy_object), split_validations(policy), policy_object)
+
+
+def _raw_key(policy_object: dict[str, Any]) -> str:
+    meta = policy_object.get("metadata") or {}
+    ns, name = meta.get("namespace"), str(meta.get("name", ""))
+    return f"{ns}/{name}" if ns else name
+
+
+# -- evaluation ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StoredObject:
+    """An object as stored, and where it is served.
+
+    Attributes:
+        gvr: the group/version/resource it was read from.
+        kind: its kind (lists of built-in resources leave ``kind`` out of items).
+        obj: the object (raw dict; never mutated).
+    """
+
+    gvr: GVR
+    kind: str
+    obj: dict[str, Any]
+
+
 def audit_request(obj: dict[str, Any], *, group: str, version: str, resource: str, kind: str) -> dict[str, Any]:
     """The AdmissionRequest admission would have sent to create ``obj`` (as on the wire, camelCase).
 
-    ``uid`` is ``audit-<object uid>``; ``userInfo`` is empty; ``oldObject`` is null.
+    ``uid`` is ``audit-<object uid>``; ``userInfo`` is empty; ``oldObject`` is null; ``dryRun`` false.
+    ``webhook.audit.auditable`` relies on these facts (``REQUEST_KEYS``, the operation).
     """
     meta = obj.get("metadata") or {}
     gvk = {"group": group, "version": version, "kind": kind}
@@ -194,120 +331,47 @@ def audit_request(obj: dict[str, Any], *, group: str, version: str, resource: st
     return request
 
 
-def split_validations(policy: CompiledPolicy) -> list[CompiledPolicy] | None:
-    """One single-validation copy of ``policy`` per validation (None if the shape does not allow it)."""
-    try:
-        return [
-            replace(policy, spec=replace(policy.spec, validations=(policy.spec.validations[i],)),
-                    validations=(v,), audit_annotations=())
-            for i, v in enumerate(policy.validations)
-        ]
-    except (TypeError, AttributeError, IndexError, ValueError):
-        return None
-
-
-def evaluate_object(policy: CompiledPolicy, obj: dict[str, Any], *, group: str, version: str, resource: str,
-                    kind: str, lookups: Lookups, meta: ReportMeta = ReportMeta(), now: int = 0,
-                    parts: Sequence[CompiledPolicy] | None = None) -> tuple[AuditResult, ...]:
-    """Evaluate one cached object against one policy, per validation.
+def evaluate_object(audited: AuditedPolicy, stored: StoredObject, lookups: Lookups, *,
+                    now: int = 0) -> tuple[AuditResult, ...]:
+    """Evaluate one stored object against one audited policy, one row per validation.
 
     Args:
-        policy: a compiled policy.
-        obj: the object as cached (raw dict; not mutated).
-        group: API group the object is served from (``""`` for core).
-        version: API version, e.g. ``v1``.
-        resource: plural resource name, e.g. ``pods``.
-        kind: the object's kind, e.g. ``Pod``.
-        lookups: the caches the policy may read (Namespaces, ConfigMaps).
-        meta: severity/category for the results.
-        now: Unix seconds stamped on the results.
-        parts: :func:`split_validations` of ``policy`` (computed here when None).
+        audited: the policy (:func:`audit_policy`).
+        stored: the object and its GVR and kind.
+        lookups: the caches the policy may read (Namespaces, ConfigMaps, ``spec.references``).
+        now: Unix seconds stamped on the rows.
 
     Returns:
-        One result per validation, or ``()`` when the policy does not match the object.
+        One row per validation (``pass``, ``fail``, ``error``, or ``skip`` when a matchCondition is
+        false), or ``()`` when the policy's rules or selectors do not select the object.
     """
-    if parts is None:
-        parts = split_validations(policy)
-    rules: list[str]
-    if parts is None:
-        parts, rules = [policy], [""]
-    else:
-        rules = [f"validations[{i}]" for i in range(len(parts))]
-    request = audit_request(obj, group=group, version=version, resource=resource, kind=kind)
-    outcome = evaluate_validating(request, parts, lookups)
+    gvr = stored.gvr
+    request = audit_request(stored.obj, group=gvr.group, version=gvr.version, resource=gvr.resource,
+                            kind=stored.kind)
+    outcome = evaluate_validating(request, audited.parts, lookups)
     if not outcome.results:
         return ()
-    ref = resource_ref(obj, f"{group}/{version}" if group else version, kind)
+    ref = resource_ref(stored.obj, gvr.api_version, stored.kind)
     return tuple(
-        AuditResult(policy=policy.key, rule=rule, result=str(getattr(r.result, "value", r.result)),
-                    message=r.message, resource=ref, meta=meta, timestamp=now)
-        for rule, r in zip(rules, outcome.results, strict=False)
+        AuditResult(policy=audited.key, rule=f"validations[{i}]", result=Result(r.result), message=r.message,
+                    resource=ref, meta=audited.meta, timestamp=now)
+        for i, r in enumerate(outcome.results)
     )
 
 
-def not_auditable_result(policy_object: dict[str, Any], reason: str, *, now: int = 0) -> AuditResult:
-    """The ``skip`` result that reports a policy as not auditable (its subject is the policy)."""
-    meta = policy_object.get("metadata") or {}
-    name = str(meta.get("name", ""))
-    ns = meta.get("namespace") or None
-    ref = ResourceRef(str(policy_object.get("apiVersion", "")), str(policy_object.get("kind", "")), name, ns,
-                      meta.get("uid") or None)
-    return AuditResult(policy=f"{ns}/{name}" if ns else name, rule="", result="skip", message=reason,
-                       resource=ref, meta=report_meta(policy_object), timestamp=now)
+def evaluate_policy(audited: AuditedPolicy, objects: Iterable[StoredObject], lookups: Lookups, *,
+                    now: int = 0) -> Iterator[tuple[StoredObject, tuple[AuditResult, ...]]]:
+    """Evaluate ``objects`` against one audited policy, lazily, in order.
 
+    Args:
+        audited: the policy (:func:`audit_policy`).
+        objects: the stored objects (its audit GVRs' objects; others simply give no rows).
+        lookups: the caches the policy may read.
+        now: Unix seconds stamped on the rows.
 
-def report_name(namespace: str | None) -> str:
-    """``tollgate-polr-ns-<namespace>`` or ``tollgate-clusterpolicyreport`` (Kyverno's pre-1.10 names, prefixed)."""
-    return f"tollgate-polr-ns-{namespace}" if namespace else "tollgate-clusterpolicyreport"
-
-
-def _sort_key(r: AuditResult) -> tuple[str, ...]:
-    return (r.policy, r.rule, r.resource.namespace or "", r.resource.kind, r.resource.name, r.resource.api_version)
-
-
-#: Default cap on one report's JSON size: under etcd's 1.5 MiB request limit with room for metadata.
-MAX_REPORT_BYTES = 1024 * 1024
-TRUNCATED_ANNOTATION = "tollgate.dev/omitted-results"
-_KEEP_ORDER = {"fail": 0, "error": 1, "warn": 2, "skip": 3, "pass": 4}
-
-
-def build_report(namespace: str | None, results: Iterable[AuditResult], *,
-                 max_bytes: int | None = MAX_REPORT_BYTES) -> dict[str, Any]:
-    """A ``PolicyReport`` for ``namespace`` (``ClusterPolicyReport`` when None) holding ``results``.
-
-    Results are sorted by policy, rule and resource, so equal inputs build
-    equal reports; ``summary`` counts ``pass``/``fail``/``warn``/``error``/``skip``
-    over *all* results. When the results' JSON would exceed ``max_bytes``,
-    results are kept fail first, then error, warn, skip, pass, until the cap,
-    and ``metadata.annotations["tollgate.dev/omitted-results"]`` says how many
-    were left out (an object that large could not be stored: etcd takes 1.5 MiB).
+    Yields:
+        ``(object, rows)`` for every object, rows ``()`` when the policy does not select it (so a caller
+        keeping rows per object can drop stale ones).
     """
-    rows = sorted(results, key=_sort_key)
-    counts = Counter(r.result for r in rows)
-    metadata: dict[str, Any] = {"name": report_name(namespace), "labels": {MANAGED_BY[0]: MANAGED_BY[1]}}
-    if namespace:
-        metadata["namespace"] = namespace
-    items = [r.as_dict() for r in rows]
-    if max_bytes is not None and len(json.dumps(items, separators=(",", ":"))) > max_bytes:
-        sizes = [len(json.dumps(i, separators=(",", ":"))) + 1 for i in items]
-        keep: set[int] = set()
-        total = 0
-        for idx in sorted(range(len(rows)), key=lambda i: (_KEEP_ORDER.get(rows[i].result, 5), i)):
-            if total + sizes[idx] > max_bytes:
-                break
-            keep.add(idx)
-            total += sizes[idx]
-        metadata["annotations"] = {TRUNCATED_ANNOTATION: str(len(items) - len(keep))}
-        items = [item for i, item in enumerate(items) if i in keep]
-    return {
-        "apiVersion": REPORT_API_VERSION,
-        "kind": "PolicyReport" if namespace else "ClusterPolicyReport",
-        "metadata": metadata,
-        "summary": {k: counts.get(k, 0) for k in RESULTS},
-        "results": items,
-    }
-
-
-def content(report: dict[str, Any]) -> dict[str, Any]:
-    """The part of a report Tollgate owns (``summary`` and ``results``), for change detection."""
-    return {"summary": report.get("summary") or {}, "results": report.get("results") or []}
+    for stored in objects:
+        yield stored, evaluate_object(audited, stored, lookups, now=now)

@@ -28,7 +28,8 @@ class ExitStatus(IntEnum):
     """The exit statuses every ``tollgate`` command documents (README, ``tollgate --help``)."""
 
     OK = 0
-    #: ``tollgate test``: an expectation does not hold; ``tollgate lint``: a problem was found.
+    #: ``tollgate test``: an expectation does not hold; ``tollgate lint``: a problem was found;
+    #: ``tollgate audit``: a report holds a ``fail`` or ``error`` result.
     FINDINGS = 1
     #: A usage error or unusable input (bad arguments or files, no cluster configuration, a bad certificate).
     USAGE = 2

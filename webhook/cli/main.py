@@ -6,10 +6,12 @@ failure is one line on stderr, never a traceback; :class:`~webhook.cli.command.E
 
 - 0: success.
 - 1: ``tollgate test``: an expectation does not hold (ad-hoc: a ``fail`` or
-  ``error`` row); ``tollgate lint``: a problem was found.
+  ``error`` row); ``tollgate lint``: a problem was found; ``tollgate audit``:
+  a report holds a ``fail`` or ``error`` result.
 - 2: usage error or unusable input: bad arguments, unreadable or invalid
   files, no Kubernetes configuration for ``serve``, a missing or invalid
-  certificate, the port already in use.
+  certificate, the port already in use; ``tollgate audit``: input left
+  unaudited (nothing auditable, a policy not Ready, a resource not listable).
 - 70: an unexpected internal error (one line; ``TOLLGATE_DEBUG=1`` shows the traceback).
 - 141: standard output was closed early (``tollgate test ... | head``), as a
   program killed by SIGPIPE; nothing is printed.
@@ -43,8 +45,8 @@ def package_version() -> str:
 def build_parser() -> argparse.ArgumentParser:
     """The ``tollgate`` argument parser, with every subcommand of :data:`COMMANDS`."""
     parser = OneLineParser(prog="tollgate", description="Kubernetes admission webhook with CEL policies",
-                           epilog="Exit status: 0 ok, 1 test expectations or lint problems, 2 usage or unusable "
-                                  "input, 70 internal error, 141 output closed early.")
+                           epilog="Exit status: 0 ok, 1 test expectations, lint problems or audit failures, 2 usage "
+                                  "or unusable input, 70 internal error, 141 output closed early.")
     parser.add_argument("--version", action="version", version=f"tollgate {package_version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     for command in COMMANDS:

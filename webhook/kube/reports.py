@@ -1,7 +1,7 @@
 """Write PolicyReports / ClusterPolicyReports: leader only, only on change, batched and rate-limited.
 
 The auditor hands over the desired report of each namespace (``None`` for the
-cluster-scoped ClusterPolicyReport key, see ``webhook.audit.evaluate``) with
+cluster-scoped ClusterPolicyReport key, see ``webhook.audit.reports``) with
 :meth:`PolicyReportWriter.submit`; a single task writes them:
 
 * only while ``is_leader()`` is true (checked before every write); on
@@ -32,7 +32,7 @@ import orjson
 from kubernetes_asyncio import client
 
 from webhook.aio import cancel_and_wait
-from webhook.audit.evaluate import MANAGED_BY, REPORT_API_VERSION, content, report_name
+from webhook.audit.reports import MANAGED_BY, REPORT_API_VERSION, content, report_name
 from webhook.informer.backoff import Backoff
 from webhook.informer.errors import ApiStatusError
 from webhook.kube.api import request_json

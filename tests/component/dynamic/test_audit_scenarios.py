@@ -268,3 +268,24 @@ async def test_d9_namespace_label_change_reevaluates_that_namespace(rig: Rig) ->
     await rig.converge(expected)
     assert set(rig.reports()) == {"ns0", "ns1", "ns2"}
     assert rig.auditor.evaluations - evaluations == 3  # only ns1's three pods were re-evaluated
+
+
+async def test_d10_a_policy_reading_namespace_object_is_reevaluated_on_a_namespace_change(rig: Rig) -> None:
+    # No namespaceSelector: only the parse tree says the policy reads Namespaces (namespaceObject in its CEL).
+    seed(rig, n=6, namespaces=2)
+    for ns in ("ns0", "ns1"):
+        rig.fake.apply("namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                      "metadata": {"name": ns, "labels": {"tier": "dev"}}})
+    owned = {"expression": "namespaceObject.metadata.labels.tier == 'dev'", "message": "not a dev namespace"}
+    rig.fake.apply(POLICIES, cap("dev-only", [owned]))
+    await start(rig)
+
+    def dev(o: dict[str, Any]) -> bool:
+        return bool(rig.fake.state("namespaces")[o["metadata"]["namespace"]]["metadata"]["labels"]["tier"] == "dev")
+
+    await rig.converge(oracle(rig, {"dev-only": [dev]}))
+    evaluations = rig.auditor.evaluations
+    rig.fake.apply("namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                  "metadata": {"name": "ns1", "labels": {"tier": "prod"}}})
+    await rig.converge(oracle(rig, {"dev-only": [dev]}))
+    assert rig.auditor.evaluations - evaluations == 3  # only ns1's three pods were re-evaluated

@@ -8,7 +8,8 @@ from typing import Any
 
 from tests.component.dynamic.test_dynamic_factory import PODS, factory, obj, snap
 from tests.fakeapi.server import Cluster
-from webhook.audit.auditor import Auditor, audit_rules
+from webhook.audit.auditor import Auditor
+from webhook.audit.evaluate import audit_rules
 from webhook.informer.dynamic import DynamicInformers
 from webhook.informer.gvr import GVR, DiscoverySnapshot
 from webhook.informer.informer import AddNotification

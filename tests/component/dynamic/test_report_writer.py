@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from tests.fakeapi.server import FakeApiServer
-from webhook.audit.evaluate import AuditResult, ResourceRef, build_report
+from webhook.audit.evaluate import AuditResult, ResourceRef
+from webhook.audit.reports import build_report
 from webhook.informer import Backoff
 from webhook.kube.client import api_client_for_url
 from webhook.kube.reports import PolicyReportWriter, TokenBucket

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from webhook.audit.evaluate import not_auditable
+from webhook.audit.auditable import not_auditable
 from webhook.cli.main import main
-from webhook.policy.model import parse_policy
+from webhook.policy import compile_policy
 
 ROOT = Path(__file__).resolve().parents[3]
 POD_SECURITY = ROOT / "policies" / "pod-security"
@@ -26,16 +26,16 @@ FILES = sorted(p for p in POD_SECURITY.glob("*/*.yaml") if p.name != "kustomizat
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
 def test_policy_is_background_and_auditable(path: Path) -> None:
     doc = yaml.safe_load(path.read_text())
-    spec = parse_policy(doc)
-    assert spec.background is True
-    assert not_auditable(spec) is None
+    policy = compile_policy(doc).policy
+    assert policy is not None and policy.spec.background is True
+    assert not_auditable(policy) is None
     category = doc["metadata"]["annotations"]["policies.tollgate.dev/category"]
     assert category == f"Pod Security Standards ({path.parent.name.title()})"
 
 
 def test_audit_of_the_shipped_policies_reports_the_violations(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["audit", "-p", str(ROOT / "policies"), "-r", str(POD_SECURITY / "resources.yaml"),
-                 "-o", "json"]) == 0
+                 "-o", "json"]) == 1  # fail results: exit status 1
     [report] = json.loads(capsys.readouterr().out)["items"]
     assert report["kind"] == "PolicyReport" and report["metadata"]["namespace"] == "default"
     failed = {(r["policy"], r["resources"][0]["name"]) for r in report["results"] if r["result"] == "fail"}

@@ -206,7 +206,7 @@ def test_policy_reports_component_adds_exactly_the_report_crds() -> None:
         ("CustomResourceDefinition", "policyreports.wgpolicyk8s.io"),
         ("CustomResourceDefinition", "clusterpolicyreports.wgpolicyk8s.io")}
     # The group and version the background audit writes.
-    from webhook.audit.evaluate import REPORT_GROUP, REPORT_VERSION
+    from webhook.audit.reports import REPORT_GROUP, REPORT_VERSION
 
     for crd in added:
         assert crd["spec"]["group"] == REPORT_GROUP
