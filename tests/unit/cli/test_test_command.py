@@ -203,7 +203,6 @@ def test_table_marks_the_mismatch(examples_with_one_mismatch: Path, capsys: pyte
 def test_suite_from_stdin(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(EXAMPLES / "allowed-registries")
     monkeypatch.setattr("sys.stdin", io.StringIO((EXAMPLES / "allowed-registries" / "test.yaml").read_text()))
-    monkeypatch.setattr("webhook.files.yamlio._stdin_cache", [])
     code, rows, _ = run_json(capsys, "-")
     assert code == 0
     assert [r["suite"] for r in rows] == ["-"] * 3
@@ -212,12 +211,10 @@ def test_suite_from_stdin(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Captur
 def test_resources_from_stdin_adhoc_exit_1_on_fail(monkeypatch: pytest.MonkeyPatch,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr("sys.stdin", io.StringIO((EXAMPLES / "disallow-latest-tag" / "resources.yaml").read_text()))
-    monkeypatch.setattr("webhook.files.yamlio._stdin_cache", [])
     code, rows, _ = run_json(capsys, "-p", str(EXAMPLES / "disallow-latest-tag" / "policy.yaml"), "-r", "-")
     assert code == 0  # warn rows do not fail an ad-hoc run
     assert [r["result"] for r in rows] == ["pass", "warn", "warn"]
     monkeypatch.setattr("sys.stdin", io.StringIO((EXAMPLES / "team-a-require-limits" / "resources.yaml").read_text()))
-    monkeypatch.setattr("webhook.files.yamlio._stdin_cache", [])
     code, rows, err = run_json(capsys, "-p", str(EXAMPLES / "team-a-require-limits" / "policy.yaml"), "-r", "-",
                                "--fail-only")
     assert code == 1
