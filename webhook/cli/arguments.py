@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import math
 import re
 from collections.abc import Callable
 
-__all__ = ["dns_label", "dns_subdomain", "int_in_range", "ip_address", "port", "san_dns_name"]
+__all__ = ["dns_label", "dns_subdomain", "int_in_range", "ip_address", "port", "san_dns_name", "seconds"]
 
 #: RFC 1123 label, as Kubernetes validates a Service or Namespace name (``IsDNS1123Label``).
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -90,3 +91,19 @@ def san_dns_name(text: str) -> str:
             f"invalid DNS name {text!r}: must be dot-separated labels of letters, digits and '-' (a leading '*.' "
             "is allowed), as a TLS client matches them")
     return text
+
+
+def seconds(*, allow_zero: bool) -> Callable[[str], float]:
+    """A duration in seconds: a finite number above 0 (or at least 0 when ``allow_zero``)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid value {text!r}: not a number of seconds") from None
+        if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+            bound = "at least 0" if allow_zero else "above 0"
+            raise argparse.ArgumentTypeError(f"invalid value {text!r}: must be {bound}")
+        return value
+
+    return parse

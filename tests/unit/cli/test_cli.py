@@ -98,7 +98,7 @@ def test_serve_with_an_unusable_kubeconfig(tmp_path: Path, cert_dir: Path) -> No
     (tmp_path / "config").write_text("apiVersion: v1\nkind: Config\nclusters: []\n")
     result = run("serve", "--cert-dir", str(cert_dir), "--kubeconfig", str(tmp_path / "config"), "--port",
                  str(free_port()), env={"KUBERNETES_SERVICE_HOST": ""})
-    one_line_failure(result, "tollgate serve: no Kubernetes configuration: ")
+    one_line_failure(result, "tollgate serve: no usable Kubernetes configuration: ")
 
 
 def test_serve_on_a_port_in_use() -> None:
