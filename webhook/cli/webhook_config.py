@@ -167,7 +167,8 @@ def run(args: argparse.Namespace) -> int:
     except InvalidPolicies as e:
         for line in e.problems:
             print(f"tollgate webhook-config: {line}", file=sys.stderr)
-        print(f"tollgate webhook-config: {len(e.problems)} problem(s): no configuration printed", file=sys.stderr)
+        if len(e.problems) > 1:
+            print(f"tollgate webhook-config: {len(e.problems)} problem(s): no configuration printed", file=sys.stderr)
         return ExitStatus.USAGE
     except InputError as e:
         raise UsageError(str(e)) from None
