@@ -20,6 +20,7 @@ from webhook.files import schema
 from webhook.files.yamlio import Document, InputError, load_file, parse_path, yaml_files
 from webhook.policy import CompiledPolicy, compile_policy
 from webhook.policy.cel.env import compile_expression
+from webhook.policy.vocabulary import POLICY_KINDS
 
 __all__ = ["compile_document", "compile_for_evaluation", "compile_problems", "document_problems", "lint_paths",
            "schema_problems"]
@@ -140,7 +141,7 @@ def _set(obj: Any, path: Sequence[str | int], value: str) -> None:
 def document_problems(doc: Document) -> list[str]:
     """Every schema problem, and (for a policy) every compile error; ``[]`` when the document is sound."""
     problems = schema_problems(doc)
-    if doc.kind not in schema.POLICY_KINDS:
+    if doc.kind not in POLICY_KINDS:
         return problems
     return problems + compile_problems(doc, spec_checked=not problems)
 

@@ -29,12 +29,13 @@ from webhook.informer.types import KubeObject, ListOptions, ListResult, WatchEve
 from webhook.policy.labelquery import parse_label_selector_text
 from webhook.policy.resources import resource_for_kind
 from webhook.policy.selectors import LabelSelector
+from webhook.policy.vocabulary import POLICY_KINDS
 
 log = logging.getLogger("tollgate.local")
 
 
 #: The kinds ``serve --local`` reads (TestSuites and resources under the directory are not checked).
-_SERVED_KINDS = frozenset({*schema.POLICY_KINDS, "ConfigMap", "Namespace"})
+_SERVED_KINDS = frozenset({*POLICY_KINDS, "ConfigMap", "Namespace"})
 
 #: A directory listing: every YAML mapping document with its file, and the files in error (path → message).
 Listing = tuple[list[tuple[Path, dict[str, Any]]], dict[str, str]]

@@ -34,15 +34,15 @@ from typing import Any
 
 import jsonpatch
 
-from webhook.files import schema
 from webhook.files.checks import compile_for_evaluation, schema_problems
 from webhook.files.yamlio import STDIN, Document, InputError, load_file, load_paths, yaml_files
 from webhook.policy import CompiledPolicy, InMemoryLookups, Result, evaluate_mutating, evaluate_validating
 from webhook.policy.labelquery import parse_label_selector_text
 from webhook.policy.model import Reference
 from webhook.policy.resources import resource_for_kind
+from webhook.policy.vocabulary import POLICY_KINDS, REQUEST_OPERATIONS, PolicyKind
 
-OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+OPERATIONS = tuple(REQUEST_OPERATIONS)
 RESULTS = ("pass", "fail", "warn", "skip", "error")
 #: ``request.userInfo`` of a test that names none.
 DEFAULT_USER: dict[str, Any] = {"username": "tollgate-test", "groups": ["system:authenticated"]}
@@ -104,7 +104,7 @@ class LoadedPolicy:
     @property
     def namespaced(self) -> bool:
         """True for an ``AdmissionPolicy``."""
-        return self.doc.kind == "AdmissionPolicy"
+        return self.doc.kind == PolicyKind.NAMESPACED
 
     @property
     def actions(self) -> frozenset[str]:
@@ -280,7 +280,7 @@ def load_policies(paths: Iterable[Path]) -> list[LoadedPolicy]:
     out: list[LoadedPolicy] = []
     seen: dict[tuple[str, str], Document] = {}
     for doc in load_paths(paths):
-        if doc.kind not in schema.POLICY_KINDS:
+        if doc.kind not in POLICY_KINDS:
             continue
         problems = schema_problems(doc)
         if problems:
@@ -344,7 +344,7 @@ def load_resources(paths: Iterable[Path]) -> list[Document]:
     """
     out = []
     for doc in load_paths(paths):
-        if doc.kind in schema.POLICY_KINDS or doc.kind == "TestSuite":
+        if doc.kind in POLICY_KINDS or doc.kind == "TestSuite":
             continue
         if not doc.kind:
             raise InputError(doc.problem(("kind",), "required field is missing"))
