@@ -115,7 +115,8 @@ def _expression_errors(message: str, source: str) -> list[str]:
         compile_expression(source)
     except RuntimeError as e:
         found = [m.group(0).removesuffix(" [INVALID_ARGUMENT]").replace(" (in container '')", "")
-                 for m in _CEL_ERROR.finditer(str(e))]
+                 for m in _CEL_ERROR.finditer(str(e))
+                 if "'*error*'" not in m.group(0)]  # follow-on errors of an earlier one (cel-go drops them)
         if found:
             return [f"{head}: {line}" for line in found]
     return [message]

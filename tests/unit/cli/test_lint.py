@@ -75,7 +75,7 @@ spec:
   validationAction: [Deny]
   variables:
   - name: c
-    expression: objekt.spec.containers
+    expression: "objekt.spec.?containers.orValue([])"
   validations:
   - expression: "size(variables.c) > 0 && foo.bar"
     messageExpression: "'x' + 1"
@@ -90,8 +90,8 @@ def test_every_error_of_every_expression_in_one_run_with_the_schema_errors(
     where = f"{tmp_path}/p.yaml"
     assert capsys.readouterr().out.splitlines() == [
         f"{where}:6: document 1: spec.validationAction: unknown field (did you mean validationActions?)",
-        f"{where}:9: document 1: ClusterAdmissionPolicy three: spec.variables[0].expression: ERROR: <input>:1:12: "
-        "undeclared reference to 'objekt.spec.containers'",
+        f"{where}:9: document 1: ClusterAdmissionPolicy three: spec.variables[0].expression: ERROR: <input>:1:7: "
+        "undeclared reference to 'objekt.spec'",  # not the follow-on errors of the selects on it
         f"{where}:11: document 1: ClusterAdmissionPolicy three: spec.validations[0].expression: ERROR: <input>:1:29: "
         "undeclared reference to 'foo.bar'",
         f"{where}:12: document 1: ClusterAdmissionPolicy three: spec.validations[0].messageExpression: ERROR: "
