@@ -27,7 +27,9 @@ _PARAMS_SELECTOR = Settings().params_selector
 _EPILOG = """\
 Results: pass | fail | warn | skip | error. warn: a validation failed in a policy whose
 validationActions has Warn and not Deny (admitted with a warning). skip: the policy does not
-match, or a matchCondition is false. error: a CEL runtime or mutation error.
+match, or a matchCondition is false. error: the policy could not be evaluated (a CEL runtime or
+mutation error, missing params under parameterNotFoundAction: Deny, a policy that does not compile),
+which the server answers per its failurePolicy.
 Mutating policies run first, in admission-chain order; validations see the mutated object.
 
 TestSuite file (paths relative to the suite file; see docs/writing-policies.md):

@@ -7,11 +7,13 @@ then ClusterAdmissionPolicies, each group in name order, each on the result of
 the previous), then every validating policy on the mutated object. The engine
 is the server's (:mod:`webhook.policy`); only the caches are replaced by files.
 
-Results per (policy, resource): ``pass``, ``fail`` (a violated validation, or
-a denying param/sync failure), ``warn`` (a violated validation of a policy
-whose ``validationActions`` has ``Warn`` and not ``Deny``: the request would be
-admitted with a warning), ``skip`` (no match, or a false matchCondition) and
-``error`` (a CEL runtime or mutation error).
+Results per (policy, resource): ``pass``, ``fail`` (a violated validation),
+``warn`` (a violated validation of a policy whose ``validationActions`` has
+``Warn`` and not ``Deny``: the request would be admitted with a warning),
+``skip`` (no match, or a false matchCondition) and ``error`` (the policy could
+not be evaluated: a CEL runtime or mutation error, missing params under
+``parameterNotFoundAction: Deny``, a policy that does not compile; the server
+answers it per its failurePolicy).
 
 Caches, as on a cluster: a ConfigMap is a param only when the params selector
 (``--params-selector``, the server's) selects it; others are ignored with a
@@ -273,7 +275,7 @@ def load_policies(paths: Iterable[Path]) -> list[LoadedPolicy]:
     """Every ClusterAdmissionPolicy / AdmissionPolicy in the files, schema-checked and compiled.
 
     Raises:
-        InputError: none found, a duplicate name, a schema violation or a compile error
+        InputError: none found, a duplicate name, a schema violation or match rules that cannot be read
             (one line: file, line, document, policy, spec path, CEL position).
     """
     paths = list(paths)
