@@ -24,10 +24,10 @@ import yaml
 from webhook import logs
 from webhook.cli.arguments import int_in_range, port, seconds
 from webhook.cli.command import Subparsers, UsageError, add_command
-from webhook.server.settings import Settings
+from webhook.server.settings import DEFAULTS, Settings
 from webhook.tls import generate as certs
 
-__all__ = ["DEFAULT_LOG_LEVEL", "SAMPLE_REVIEW", "SERVE_EVAL_WORKERS", "add_parser", "run"]
+__all__ = ["DEFAULT_LOG_LEVEL", "SAMPLE_REVIEW", "add_parser", "run"]
 
 log = logging.getLogger("tollgate")
 
@@ -57,18 +57,13 @@ SAMPLE_REVIEW = {
     },
 }
 
-
-_DEFAULTS = Settings()
-#: ``--eval-workers`` when not given. A served webhook isolates large reviews by default; ``Settings``
-#: defaults to none (every review inline) for an app built in-process, as tests and benchmarks build it.
-SERVE_EVAL_WORKERS = 2
 #: ``--log-level`` when not given.
 DEFAULT_LOG_LEVEL = "INFO"
 
 
 def add_parser(sub: Subparsers) -> None:
-    """Register ``tollgate serve`` (every default is :class:`Settings`', except where said)."""
-    d = _DEFAULTS
+    """Register ``tollgate serve`` (every default is :data:`webhook.server.settings.DEFAULTS`')."""
+    d = DEFAULTS
     p = add_command(sub, "serve", run, help="run the admission webhook over TLS",
                     description="Serve /validate and /mutate from informer caches. With --local DIR, read "
                                 "policies, ConfigMaps and Namespaces from YAML files under DIR (no cluster).")
@@ -96,9 +91,9 @@ def add_parser(sub: Subparsers) -> None:
     p.add_argument("--webhook-url", metavar="BASE",
                    help="with --manage-webhooks: the configurations call BASE/validate and BASE/mutate "
                         "(clientConfig.url, e.g. https://127.0.0.1:8443 out of the cluster) instead of the Service")
-    p.add_argument("--eval-workers", type=int_in_range(0, None), default=SERVE_EVAL_WORKERS, metavar="N",
+    p.add_argument("--eval-workers", type=int_in_range(0, None), default=d.eval_workers, metavar="N",
                    help="evaluation worker processes for large reviews, killed at the review's deadline "
-                        f"(default {SERVE_EVAL_WORKERS}; 0 evaluates every review on the event loop)")
+                        f"(default {d.eval_workers}; 0 evaluates every review on the event loop)")
     p.add_argument("--isolate-above-bytes", type=int_in_range(0, None), default=d.isolate_above_bytes,
                    metavar="BYTES", help="reviews with a larger body go to a worker; smaller ones are evaluated "
                                          f"inline (default {d.isolate_above_bytes}; 0 sends every review to a worker)")
@@ -307,18 +302,18 @@ def _run_serve(args: argparse.Namespace) -> int:
     _check_kube_config(args)
     settings = Settings(
         local_dir=args.local, kubeconfig=args.kubeconfig, context=args.context, cert_file=cert, key_file=key,
-        client_ca=args.client_ca, host=args.host or ("127.0.0.1" if args.local else _DEFAULTS.host), port=args.port,
+        client_ca=args.client_ca, host=args.host or ("127.0.0.1" if args.local else DEFAULTS.host), port=args.port,
         params_selector=args.params_selector, max_request_bytes=args.max_request_bytes,
         cert_poll_interval=args.cert_poll_interval, write_status=args.write_status and args.local is None,
-        pod_name=os.environ.get("POD_NAME", _DEFAULTS.pod_name),
-        namespace=os.environ.get("POD_NAMESPACE", _DEFAULTS.namespace),
+        pod_name=os.environ.get("POD_NAME", DEFAULTS.pod_name),
+        namespace=os.environ.get("POD_NAMESPACE", DEFAULTS.namespace),
         manage_webhooks=args.manage_webhooks and args.local is None, create_webhooks=args.create_webhooks,
         self_managed_certs=args.self_managed_certs, cert_dir=args.cert_dir, ca_file=ca, webhook_url=webhook_url,
-        service_account=os.environ.get("POD_SERVICE_ACCOUNT", _DEFAULTS.service_account),
+        service_account=os.environ.get("POD_SERVICE_ACCOUNT", DEFAULTS.service_account),
         eval_workers=args.eval_workers, isolate_above_bytes=args.isolate_above_bytes,
         eval_memory_limit_bytes=args.eval_memory_limit,
         shutdown_delay=(args.shutdown_delay if args.shutdown_delay is not None
-                        else 0.0 if args.local else _DEFAULTS.shutdown_delay),
+                        else 0.0 if args.local else DEFAULTS.shutdown_delay),
         background_audit=args.background_audit and args.local is None, audit_max_objects=args.audit_max_objects,
         decision_memo_bytes=args.decision_memo_bytes,
     )

@@ -20,9 +20,9 @@ from webhook.cli import report
 from webhook.cli.command import ExitStatus, Subparsers, add_command
 from webhook.files.testsuite import DEFAULT_USER, OPERATIONS, Row, find_suites, run_adhoc, run_suite
 from webhook.files.yamlio import InputError
-from webhook.server.settings import Settings
+from webhook.server.settings import DEFAULTS
 
-_PARAMS_SELECTOR = Settings().params_selector
+_PARAMS_SELECTOR = DEFAULTS.params_selector
 
 _EPILOG = """\
 Results: pass | fail | warn | skip | error. warn: a validation failed in a policy whose
