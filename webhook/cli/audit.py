@@ -60,9 +60,7 @@ from webhook.audit.evaluate import (
 )
 from webhook.audit.reports import SUMMARY_RESULTS, build_reports
 from webhook.cli.command import ExitStatus, Subparsers, UsageError, add_command
-from webhook.files.schema import POLICY_KINDS
 from webhook.files.testsuite import (
-    DEFAULT_PARAMS_SELECTOR,
     load_kind,
     load_resources,
     reference_objects,
@@ -76,7 +74,8 @@ from webhook.policy.labelquery import parse_label_selector_text
 from webhook.policy.lookups import Lookups
 from webhook.policy.model import Reference
 from webhook.policy.resources import CONFIGMAPS, NAMESPACES, Resource
-from webhook.policy.vocabulary import Result
+from webhook.policy.vocabulary import POLICY_KINDS, Result
+from webhook.server.settings import DEFAULTS
 
 if TYPE_CHECKING:  # webhook.kube is imported only when a cluster is audited (it loads kubernetes_asyncio)
     from webhook.kube.live import ListRequest
@@ -310,9 +309,9 @@ def add_parser(sub: Subparsers) -> None:
     p.add_argument("-n", "--namespace-file", action="append", type=Path, default=[],
                    help="Namespaces standing in for the Namespace cache (with -r; Namespaces among the resources "
                         "count too)")
-    p.add_argument("--params-selector", default=DEFAULT_PARAMS_SELECTOR,
+    p.add_argument("--params-selector", default=DEFAULTS.params_selector,
                    help=f"label selector a ConfigMap needs to be a param, as on the server "
-                        f"(default {DEFAULT_PARAMS_SELECTOR})")
+                        f"(default {DEFAULTS.params_selector})")
     p.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml", help="output format (default yaml)")
     p.add_argument("--all", action="store_true", help="audit every policy, not only spec.background: true ones")
 

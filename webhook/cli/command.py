@@ -14,11 +14,18 @@ standard output into 141, and anything unexpected into one line and 70.
 from __future__ import annotations
 
 import argparse
+import fcntl
+import os
+import select
+import stat
+import struct
 import sys
+import termios
+import time
 from enum import IntEnum
 from typing import NoReturn, TypeAlias
 
-__all__ = ["ExitStatus", "OneLineParser", "Subparsers", "UsageError", "add_command"]
+__all__ = ["ExitStatus", "OneLineParser", "Subparsers", "UsageError", "add_command", "output_cut_short"]
 
 #: ``argparse``'s sub-command registry, as ``add_parser`` functions receive it.
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -37,7 +44,8 @@ class ExitStatus(IntEnum):
     INTERNAL = 70
     #: Interrupted (SIGINT during a command other than ``serve``).
     INTERRUPTED = 130
-    #: Standard output closed early (``tollgate test ... | head``), as a program killed by SIGPIPE.
+    #: Standard output closed early (``tollgate test ... | head``), as a program killed by SIGPIPE:
+    #: a write failed, or the reader went away leaving output unread (:func:`output_cut_short`).
     BROKEN_PIPE = 141
 
 
@@ -69,3 +77,36 @@ def add_command(sub: Subparsers, name: str, run: object, **kwargs: object) -> ar
     parser = sub.add_parser(name, **kwargs)  # type: ignore[arg-type]
     parser.set_defaults(run=run)
     return parser
+
+
+def output_cut_short(fd: int, *, wait: float = 0.1) -> bool:
+    """Whether ``fd`` is a pipe whose reader went away before reading everything written to it.
+
+    A reader that stops early (``| head -c 10``) may do so after the whole output
+    already fit in the pipe's buffer: no write fails, yet the output was cut. On
+    Linux the pipe then reports ``POLLERR`` (no reader left) and ``FIONREAD``
+    counts the bytes nobody read. While output is unread and the reader still
+    there, this waits up to ``wait`` seconds for it to read on or leave (``head``
+    leaves within milliseconds); a reader that read everything is not a cut.
+
+    Args:
+        fd: a file descriptor, normally standard output's.
+        wait: the longest wait, in seconds, for a reader with unread output.
+    """
+    try:
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return False
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        deadline = time.monotonic() + wait
+        while True:
+            unread = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+            if unread <= 0:
+                return False
+            if any(mask & select.POLLERR for _fd, mask in poller.poll(0)):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
+    except (OSError, ValueError):
+        return False

@@ -14,7 +14,8 @@ failure is one line on stderr, never a traceback; :class:`~webhook.cli.command.E
   unaudited (nothing auditable, a policy not Ready, a resource not listable).
 - 70: an unexpected internal error (one line; ``TOLLGATE_DEBUG=1`` shows the traceback).
 - 141: standard output was closed early (``tollgate test ... | head``), as a
-  program killed by SIGPIPE; nothing is printed.
+  program killed by SIGPIPE; nothing is printed. Also when every write
+  succeeded but the reader went away leaving output unread.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import sys
 from importlib.metadata import PackageNotFoundError, version
 
 from webhook.cli import audit, certs, lint, serve, test, webhook_config
-from webhook.cli.command import ExitStatus, OneLineParser, UsageError
+from webhook.cli.command import ExitStatus, OneLineParser, UsageError, output_cut_short
 
 __all__ = ["COMMANDS", "build_parser", "main", "package_version"]
 
@@ -60,15 +61,17 @@ def main(argv: list[str] | None = None) -> int:
     command = argv[0] if argv and not argv[0].startswith("-") else ""
     try:
         args = build_parser().parse_args(argv)
-        return int(args.run(args))
+        status = int(args.run(args))
+        sys.stdout.flush()
+        if output_cut_short(_stdout_fd()):
+            _silence_stdout()
+            return ExitStatus.BROKEN_PIPE
+        return status
     except UsageError as e:
         print(f"tollgate {command}: {e}" if command else f"tollgate: {e}", file=sys.stderr)
         return ExitStatus.USAGE
     except BrokenPipeError:
-        # The reader went away (| head): silence the final flush, as a SIGPIPE'd program would.
-        with contextlib.suppress(OSError, ValueError):
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
+        _silence_stdout()
         return ExitStatus.BROKEN_PIPE
     except SystemExit as e:  # argparse: --help/--version (0) and usage errors (2, already printed)
         return e.code if isinstance(e.code, int) else ExitStatus.USAGE
@@ -80,6 +83,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tollgate {command}: internal error: {type(e).__name__}: {e} (TOLLGATE_DEBUG=1 shows the "
               "traceback)", file=sys.stderr)
         return ExitStatus.INTERNAL
+
+
+def _stdout_fd() -> int:
+    """Standard output's file descriptor (-1 when it has none, e.g. replaced by a buffer)."""
+    try:
+        return sys.stdout.fileno()
+    except (OSError, ValueError):
+        return -1
+
+
+def _silence_stdout() -> None:
+    """The reader went away (``| head``): silence the final flush, as a SIGPIPE'd program would."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
 
 
 if __name__ == "__main__":  # pragma: no cover

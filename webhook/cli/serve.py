@@ -14,16 +14,20 @@ import signal
 import ssl
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from webhook import logs
+from webhook.cli.arguments import int_in_range, port, seconds
 from webhook.cli.command import Subparsers, UsageError, add_command
-from webhook.server.settings import DEFAULT_MEMO_BYTES, MAX_REQUEST_BYTES, Settings
+from webhook.server.settings import DEFAULTS, Settings
 from webhook.tls import generate as certs
 
-__all__ = ["SAMPLE_REVIEW", "add_parser", "run"]
+__all__ = ["DEFAULT_LOG_LEVEL", "SAMPLE_REVIEW", "add_parser", "run"]
 
 log = logging.getLogger("tollgate")
 
@@ -53,23 +57,16 @@ SAMPLE_REVIEW = {
     },
 }
 
-
-def _port(text: str) -> int:
-    """An argparse type: a TCP port, 1-65535."""
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid port {text!r}: not a number") from None
-    if not 0 < port < 65536:
-        raise argparse.ArgumentTypeError(f"invalid port {port}: must be 1-65535")
-    return port
+#: ``--log-level`` when not given.
+DEFAULT_LOG_LEVEL = "INFO"
 
 
 def add_parser(sub: Subparsers) -> None:
-    """Register ``tollgate serve``."""
+    """Register ``tollgate serve`` (every default is :data:`webhook.server.settings.DEFAULTS`')."""
+    d = DEFAULTS
     p = add_command(sub, "serve", run, help="run the admission webhook over TLS",
-                       description="Serve /validate and /mutate from informer caches. With --local DIR, read "
-                                   "policies, ConfigMaps and Namespaces from YAML files under DIR (no cluster).")
+                    description="Serve /validate and /mutate from informer caches. With --local DIR, read "
+                                "policies, ConfigMaps and Namespaces from YAML files under DIR (no cluster).")
     p.add_argument("--local", type=Path, metavar="DIR", help="serve from YAML files under DIR instead of a cluster")
     p.add_argument("--kubeconfig", help="kubeconfig path (default: in-cluster, else ~/.kube/config)")
     p.add_argument("--context", help="kubeconfig context")
@@ -78,12 +75,14 @@ def add_parser(sub: Subparsers) -> None:
     p.add_argument("--tls-cert-file", type=Path, help="serving certificate (overrides --cert-dir)")
     p.add_argument("--tls-key-file", type=Path, help="serving key (overrides --cert-dir)")
     p.add_argument("--client-ca", type=Path, help="require API server client certificates signed by this CA")
-    p.add_argument("--host", help="listen address (default 127.0.0.1 with --local, else 0.0.0.0)")
-    p.add_argument("--port", type=_port, default=8443, help="listen port (default 8443)")
-    p.add_argument("--params-selector", default="tollgate.dev/params=true",
-                   help="label selector of the ConfigMaps cached for paramRef (default tollgate.dev/params=true)")
-    p.add_argument("--max-request-bytes", type=int, default=MAX_REQUEST_BYTES, help="request body cap in bytes")
-    p.add_argument("--cert-poll-interval", type=float, default=10.0, help="seconds between certificate checks")
+    p.add_argument("--host", help=f"listen address (default 127.0.0.1 with --local, else {d.host})")
+    p.add_argument("--port", type=port, default=d.port, help=f"listen port (default {d.port})")
+    p.add_argument("--params-selector", default=d.params_selector,
+                   help=f"label selector of the ConfigMaps cached for paramRef (default {d.params_selector})")
+    p.add_argument("--max-request-bytes", type=int_in_range(1, None), default=d.max_request_bytes,
+                   help=f"request body cap in bytes (default {d.max_request_bytes})")
+    p.add_argument("--cert-poll-interval", type=seconds(allow_zero=False), default=d.cert_poll_interval,
+                   help=f"seconds between certificate checks (default {d.cert_poll_interval:g})")
     p.add_argument("--no-status", dest="write_status", action="store_false",
                    help="never write policy status (extra replicas without leader election)")
     p.add_argument("--manage-webhooks", action=argparse.BooleanOptionalAction, default=True,
@@ -92,32 +91,34 @@ def add_parser(sub: Subparsers) -> None:
     p.add_argument("--webhook-url", metavar="BASE",
                    help="with --manage-webhooks: the configurations call BASE/validate and BASE/mutate "
                         "(clientConfig.url, e.g. https://127.0.0.1:8443 out of the cluster) instead of the Service")
-    p.add_argument("--eval-workers", type=int, default=2, metavar="N",
+    p.add_argument("--eval-workers", type=int_in_range(0, None), default=d.eval_workers, metavar="N",
                    help="evaluation worker processes for large reviews, killed at the review's deadline "
-                        "(default 2; 0 evaluates every review on the event loop)")
-    p.add_argument("--isolate-above-bytes", type=int, default=32 * 1024, metavar="BYTES",
-                   help="reviews with a larger body go to a worker; smaller ones are evaluated inline "
-                        "(default 32768; 0 sends every review to a worker)")
-    p.add_argument("--eval-memory-limit", type=int, default=1024**3, metavar="BYTES",
-                   help="address-space limit of each evaluation worker (default 1 GiB)")
-    p.add_argument("--shutdown-delay", type=float, metavar="SECONDS",
+                        f"(default {d.eval_workers}; 0 evaluates every review on the event loop)")
+    p.add_argument("--isolate-above-bytes", type=int_in_range(0, None), default=d.isolate_above_bytes,
+                   metavar="BYTES", help="reviews with a larger body go to a worker; smaller ones are evaluated "
+                                         f"inline (default {d.isolate_above_bytes}; 0 sends every review to a worker)")
+    p.add_argument("--eval-memory-limit", type=int_in_range(0, None), default=d.eval_memory_limit_bytes,
+                   metavar="BYTES", help="address-space limit of each evaluation worker "
+                                         f"(default {d.eval_memory_limit_bytes}; 0: none)")
+    p.add_argument("--shutdown-delay", type=seconds(allow_zero=True), metavar="SECONDS",
                    help="after SIGTERM, keep serving this long with Connection: close before closing the "
-                        "listener (default 5, 0 with --local)")
+                        f"listener (default {d.shutdown_delay:g}, 0 with --local)")
     p.add_argument("--background-audit", action="store_true",
                    help="evaluate existing objects for policies with spec.background: true and write "
                         "PolicyReports (leader only; needs the background-audit RBAC overlay)")
-    p.add_argument("--audit-max-objects", type=int, default=200_000, metavar="N",
+    p.add_argument("--audit-max-objects", type=int_in_range(1, None), default=d.audit_max_objects, metavar="N",
                    help="refuse to cache more objects than this over every dynamic informer: background audit and "
-                        "spec.references (default 200000)")
-    p.add_argument("--decision-memo-bytes", type=int, default=DEFAULT_MEMO_BYTES, metavar="BYTES",
+                        f"spec.references (default {d.audit_max_objects})")
+    p.add_argument("--decision-memo-bytes", type=int_in_range(0, None), default=d.decision_memo_bytes,
+                   metavar="BYTES",
                    help="remember fused policy programs that passed, keyed by exactly the fields they read, in up to "
-                        f"this many bytes (default {DEFAULT_MEMO_BYTES}; 0 turns the memo off)")
+                        f"this many bytes (default {d.decision_memo_bytes}; 0 turns the memo off)")
     p.add_argument("--create-webhooks", action="store_true",
                    help="create a missing webhook configuration (needs RBAC create)")
     p.add_argument("--self-managed-certs", action="store_true",
                    help="keep the CA and serving certificate in the Secret tollgate-tls, written into --cert-dir; "
                         "the leader rotates them and patches the caBundle")
-    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--log-level", default=DEFAULT_LOG_LEVEL, help=f"(default {DEFAULT_LOG_LEVEL})")
 
 
 def _resolve_certs(args: argparse.Namespace) -> tuple[Path, Path, Path | None]:
@@ -137,14 +138,21 @@ def _resolve_certs(args: argparse.Namespace) -> tuple[Path, Path, Path | None]:
 
 
 def _check_certs(cert: Path, key: Path, client_ca: Path | None) -> None:
-    """Load the pair (and client CA) once before starting, so a bad one is a one-line error."""
+    """Load the pair (and client CA) once before starting, so a bad one is a one-line error, not a crash.
+
+    The pair must be what the server would serve (:func:`webhook.tls.generate.check_pair`: PEM, a key that
+    matches, inside notBefore..notAfter), since the API server refuses any other at the handshake.
+    """
     for label, path in (("certificate", cert), ("key", key), ("client CA", client_ca)):
         if path is not None and not path.is_file():
             raise UsageError(f"{label} {path}: no such file")
     from webhook.tls.reload import build_context
 
     try:
+        certs.check_pair(cert.read_bytes(), key.read_bytes(), now=time.time())
         build_context(cert, key, client_ca=client_ca)
+    except certs.CertificateRejected as e:
+        raise UsageError(f"cannot use certificate {cert} and key {key}: {e}") from None
     except (ssl.SSLError, OSError, ValueError) as e:
         raise UsageError(f"cannot use certificate {cert} and key {key}: {getattr(e, 'reason', None) or e}") from None
 
@@ -165,25 +173,48 @@ def _private_tempdir(enabled: bool) -> Iterator[None]:
 
 
 def _check_kube_config(args: argparse.Namespace) -> None:
-    """Fail early, in one line, when no cluster configuration can exist (the loader would log and raise)."""
+    """Fail early, in one line, when no usable cluster configuration can exist (the loader would log and raise)."""
     if args.local is not None:
         return
     if args.kubeconfig:
-        if not Path(args.kubeconfig).expanduser().is_file():
+        path = Path(args.kubeconfig).expanduser()
+        if not path.is_file():
             raise UsageError(f"--kubeconfig {args.kubeconfig}: no such file")
+        _check_kubeconfig_file(path, f"--kubeconfig {args.kubeconfig}")
         return
     if os.environ.get("KUBERNETES_SERVICE_HOST"):
         return  # in-cluster configuration
     candidates = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
     candidates = candidates or [str(Path("~/.kube/config").expanduser())]
-    if not any(Path(p).expanduser().is_file() for p in candidates):
+    found = [Path(p).expanduser() for p in candidates if Path(p).expanduser().is_file()]
+    if not found:
         raise UsageError(f"no Kubernetes configuration: not in a cluster (KUBERNETES_SERVICE_HOST unset) and no "
                          f"kubeconfig ({', '.join(candidates)} not found); give --kubeconfig, or use --local DIR")
+    for path in found:
+        _check_kubeconfig_file(path, f"kubeconfig {path}")
+
+
+def _check_kubeconfig_file(path: Path, label: str) -> None:
+    """A kubeconfig must be a YAML mapping (``kind: Config``); anything else is refused in one line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        loaded = yaml.safe_load(text)
+    except UnicodeDecodeError:
+        raise UsageError(f"{label}: not a kubeconfig (not UTF-8 text)") from None
+    except (OSError, yaml.YAMLError) as e:
+        problem = getattr(e, "problem", None) or getattr(e, "strerror", None) or type(e).__name__
+        raise UsageError(f"{label}: not a kubeconfig ({problem})") from None
+    if not isinstance(loaded, dict):
+        raise UsageError(f"{label}: not a kubeconfig (a YAML mapping with clusters, users and contexts)")
+
+
+class _KubeConfigUnusable(Exception):
+    """The cluster configuration could not be loaded (its message is one line)."""
 
 
 def _is_kube_config_error(e: BaseException) -> bool:
     # kubernetes_asyncio.config.ConfigException, matched by name: only webhook.kube imports kubernetes_asyncio.
-    return any(t.__name__ == "ConfigException" for t in type(e).__mro__)
+    return isinstance(e, _KubeConfigUnusable) or any(t.__name__ == "ConfigException" for t in type(e).__mro__)
 
 
 async def _serve(settings: Settings, ca_file: Path | None) -> None:
@@ -193,7 +224,10 @@ async def _serve(settings: Settings, ca_file: Path | None) -> None:
     if settings.local_dir is None:
         from webhook.kube.client import new_api_client
 
-        api_client = await new_api_client(kubeconfig=settings.kubeconfig, context=settings.context)
+        try:
+            api_client = await new_api_client(kubeconfig=settings.kubeconfig, context=settings.context)
+        except Exception as e:  # loading only reads the files and environment it names: a failure is theirs
+            raise _KubeConfigUnusable(f"{type(e).__name__}: {e}" if not _is_kube_config_error(e) else str(e)) from e
     try:
         if settings.self_managed_certs:
             from webhook.server.app import bootstrap_certificates
@@ -268,18 +302,20 @@ def _run_serve(args: argparse.Namespace) -> int:
     _check_kube_config(args)
     settings = Settings(
         local_dir=args.local, kubeconfig=args.kubeconfig, context=args.context, cert_file=cert, key_file=key,
-        client_ca=args.client_ca, host=args.host or ("127.0.0.1" if args.local else "0.0.0.0"), port=args.port,
+        client_ca=args.client_ca, host=args.host or ("127.0.0.1" if args.local else DEFAULTS.host), port=args.port,
         params_selector=args.params_selector, max_request_bytes=args.max_request_bytes,
         cert_poll_interval=args.cert_poll_interval, write_status=args.write_status and args.local is None,
-        pod_name=os.environ.get("POD_NAME", ""), namespace=os.environ.get("POD_NAMESPACE", "tollgate-system"),
+        pod_name=os.environ.get("POD_NAME", DEFAULTS.pod_name),
+        namespace=os.environ.get("POD_NAMESPACE", DEFAULTS.namespace),
         manage_webhooks=args.manage_webhooks and args.local is None, create_webhooks=args.create_webhooks,
         self_managed_certs=args.self_managed_certs, cert_dir=args.cert_dir, ca_file=ca, webhook_url=webhook_url,
-        service_account=os.environ.get("POD_SERVICE_ACCOUNT", "tollgate"),
-        eval_workers=max(args.eval_workers, 0), isolate_above_bytes=max(args.isolate_above_bytes, 0),
+        service_account=os.environ.get("POD_SERVICE_ACCOUNT", DEFAULTS.service_account),
+        eval_workers=args.eval_workers, isolate_above_bytes=args.isolate_above_bytes,
         eval_memory_limit_bytes=args.eval_memory_limit,
-        shutdown_delay=args.shutdown_delay if args.shutdown_delay is not None else (0.0 if args.local else 5.0),
+        shutdown_delay=(args.shutdown_delay if args.shutdown_delay is not None
+                        else 0.0 if args.local else DEFAULTS.shutdown_delay),
         background_audit=args.background_audit and args.local is None, audit_max_objects=args.audit_max_objects,
-        decision_memo_bytes=max(args.decision_memo_bytes, 0),
+        decision_memo_bytes=args.decision_memo_bytes,
     )
     runner: Callable[[Coroutine[Any, Any, None]], None]
     try:
@@ -298,7 +334,8 @@ def _run_serve(args: argparse.Namespace) -> int:
         raise
     except Exception as e:
         if _is_kube_config_error(e):
-            raise UsageError(f"no Kubernetes configuration: {e} (give --kubeconfig, run in a cluster, "
+            detail = " ".join(str(e).split())
+            raise UsageError(f"no usable Kubernetes configuration: {detail} (give --kubeconfig, run in a cluster, "
                              "or use --local DIR)") from None
         raise
     return 0

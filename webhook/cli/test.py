@@ -18,20 +18,18 @@ from pathlib import Path
 
 from webhook.cli import report
 from webhook.cli.command import ExitStatus, Subparsers, add_command
-from webhook.files.testsuite import (
-    DEFAULT_PARAMS_SELECTOR,
-    OPERATIONS,
-    Row,
-    find_suites,
-    run_adhoc,
-    run_suite,
-)
+from webhook.files.testsuite import DEFAULT_USER, OPERATIONS, Row, find_suites, run_adhoc, run_suite
 from webhook.files.yamlio import InputError
+from webhook.server.settings import DEFAULTS
+
+_PARAMS_SELECTOR = DEFAULTS.params_selector
 
 _EPILOG = """\
 Results: pass | fail | warn | skip | error. warn: a validation failed in a policy whose
 validationActions has Warn and not Deny (admitted with a warning). skip: the policy does not
-match, or a matchCondition is false. error: a CEL runtime or mutation error.
+match, or a matchCondition is false. error: the policy could not be evaluated (a CEL runtime or
+mutation error, missing params under parameterNotFoundAction: Deny, a policy that does not compile),
+which the server answers per its failurePolicy.
 Mutating policies run first, in admission-chain order; validations see the mutated object.
 
 TestSuite file (paths relative to the suite file; see docs/writing-policies.md):
@@ -55,9 +53,13 @@ TestSuite file (paths relative to the suite file; see docs/writing-policies.md):
 Output: --output table|json|yaml|junit. json/yaml rows: {"policy", "kind", "namespace", "name",
 "result", "message"}, plus for suites {"suite", "operation", "expected", "ok", "mismatch"}.
 
+Input: YAML or JSON, multi-document; a List (kubectl get -o yaml|json) stands for its items;
+- is standard input, and <(kubectl get pods -o yaml) works too.
+
 Exit status: 0 when every expectation holds (ad-hoc: no fail or error row), 1 on any mismatch
 (ad-hoc: any fail or error row), 2 for usage errors and unusable input (one line on stderr naming
-the file, document, line and YAML path; never a traceback).
+the file, document, line and YAML path; never a traceback). An unusable suite among several is
+named and the others still run: their rows are printed, and the exit status is 2.
 Example: tollgate test policies/examples/allowed-registries/test.yaml
 """
 
@@ -86,11 +88,13 @@ def add_parser(sub: Subparsers) -> None:
     p.add_argument("--old-resource", action="append", type=Path, default=[],
                    help="old objects for --operation UPDATE (matched by kind, namespace and name)")
     p.add_argument("--operation", choices=OPERATIONS, default="CREATE", help="admission operation (default CREATE)")
-    p.add_argument("--username", default="tollgate-test", help="request.userInfo.username")
-    p.add_argument("--groups", default="system:authenticated", help="comma-separated request.userInfo.groups")
-    p.add_argument("--params-selector", default=DEFAULT_PARAMS_SELECTOR,
+    p.add_argument("--username", default=DEFAULT_USER["username"],
+                   help=f"request.userInfo.username (default {DEFAULT_USER['username']})")
+    p.add_argument("--groups", default=",".join(DEFAULT_USER["groups"]),
+                   help=f"comma-separated request.userInfo.groups (default {','.join(DEFAULT_USER['groups'])})")
+    p.add_argument("--params-selector", default=_PARAMS_SELECTOR,
                    help=f"label selector a ConfigMap needs to be a param, as on the server "
-                        f"(default {DEFAULT_PARAMS_SELECTOR})")
+                        f"(default {_PARAMS_SELECTOR})")
     p.add_argument("-o", "--output", choices=report.FORMATS, default="table", help="output format (default table)")
     p.add_argument("--fail-only", action="store_true",
                    help="show only unmet expectations (ad-hoc: only fail and error rows)")
@@ -111,28 +115,43 @@ def run(args: argparse.Namespace) -> int:
     if _stdin_uses(args) > 1:
         return _usage("standard input (-) can be read only once")
     warnings: list[str] = []
-    try:
-        if args.suites:
-            rows = []
-            for suite in find_suites(args.suites):
+    errors: list[str] = []
+    rows: list[Row] = []
+    if args.suites:
+        search = find_suites(args.suites)
+        errors += search.errors
+        for suite in search.suites:
+            try:
                 outcome = run_suite(suite, params_selector=args.params_selector)
-                rows += outcome.rows
-                warnings += outcome.warnings
-        else:
+            except (InputError, ValueError) as e:
+                errors.append(str(e))  # this suite is unusable; the others still run
+                continue
+            rows += outcome.rows
+            warnings += outcome.warnings
+    else:
+        try:
             rows, warnings = run_adhoc(
                 policies=args.policy, resources=args.resource, configmaps=args.configmap,
                 namespaces=args.namespace_file, old_resources=args.old_resource, operation=args.operation,
                 user_info={"username": args.username, "groups": [g for g in args.groups.split(",") if g]},
                 params_selector=args.params_selector, references=args.reference)
-    except (InputError, ValueError) as e:
-        print(f"tollgate test: {e}", file=sys.stderr)
-        return ExitStatus.USAGE
+        except (InputError, ValueError) as e:
+            print(f"tollgate test: {e}", file=sys.stderr)
+            return ExitStatus.USAGE
     for w in dict.fromkeys(warnings):
         print(f"tollgate test: warning: {w}", file=sys.stderr)
     bad = [r for r in rows if not r.ok]
-    sys.stdout.write(report.render(bad if args.fail_only else rows, args.output))
-    sys.stdout.flush()
-    _summary(rows, bad, suites=bool(args.suites))
+    if rows or not errors:
+        sys.stdout.write(report.render(bad if args.fail_only else rows, args.output))
+        sys.stdout.flush()
+        _summary(rows, bad, suites=bool(args.suites))
+    for line in errors:
+        print(f"tollgate test: {line}", file=sys.stderr)
+    if errors:
+        if len(errors) > 1 or rows:
+            print(f"tollgate test: {len(errors)} unusable suite(s) or path(s); the others' results are above",
+                  file=sys.stderr)
+        return ExitStatus.USAGE
     return ExitStatus.FINDINGS if bad else ExitStatus.OK
 
 

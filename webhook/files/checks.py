@@ -1,21 +1,35 @@
 """Checks of documents read from files: strict schema, then CEL compilation with the server's compiler.
 
 ``tollgate lint`` reports these; ``tollgate test`` refuses input that fails them
-and compiles policies the way the server files them. Every policy that passes
-its schema is compiled with :func:`webhook.policy.compile_policy`, so a CEL
-error is reported with its spec path and position, on the line of that path.
+and compiles policies the way the server files them. Every policy is compiled
+with :func:`webhook.policy.compile_policy`, so a CEL error is reported with its
+spec path and position, on the line of that path. Lint reports every problem in
+one run: every schema violation, and every error of every expression (also of a
+policy with schema violations, whenever its spec can still be read).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import copy
+import re
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from webhook.files import schema
 from webhook.files.yamlio import Document, InputError, load_file, parse_path, yaml_files
 from webhook.policy import CompiledPolicy, compile_policy
+from webhook.policy.cel.env import compile_expression
+from webhook.policy.vocabulary import POLICY_KINDS
 
-__all__ = ["compile_document", "compile_for_evaluation", "document_problems", "lint_paths", "schema_problems"]
+__all__ = ["compile_document", "compile_for_evaluation", "compile_problems", "document_problems", "lint_paths",
+           "schema_problems"]
+
+#: Stands in for an expression already reported, so compiling again finds the next one: its type is
+#: ``dyn``, which every expected result type accepts and every expression reading a variable can use.
+_NEUTRAL_EXPRESSION = "dyn(null)"
+#: One CEL diagnostic of a compile error's text (cel-cpp lists every error, each with its position).
+_CEL_ERROR = re.compile(r"ERROR: <input>:\d+:\d+: [^\n]*")
 
 
 def schema_problems(doc: Document) -> list[str]:
@@ -56,13 +70,81 @@ def compile_for_evaluation(doc: Document) -> tuple[CompiledPolicy | None, str | 
     return compile_policy(doc.obj).matchable, error
 
 
+def compile_problems(doc: Document, *, spec_checked: bool = True) -> list[str]:
+    """Every compile error of a policy document, one line each (``[]`` when it compiles).
+
+    The server's compiler stops at the first expression that does not compile;
+    this compiles the policy again with each reported expression replaced by a
+    neutral one until it compiles, so every failing expression is named, and
+    lists every CEL diagnostic of each (cel-cpp reports them all).
+
+    Args:
+        doc: a ClusterAdmissionPolicy or AdmissionPolicy document.
+        spec_checked: False when schema problems were already reported: a spec the
+            compiler cannot read (``InvalidSpec``) then adds nothing.
+
+    Returns:
+        ``file:line: document N: Kind name: spec.path: message`` lines, in the order the compiler meets them.
+    """
+    obj = copy.deepcopy(doc.obj)
+    problems: list[str] = []
+    replaced: set[tuple[str | int, ...]] = set()
+    while True:
+        result = compile_policy(obj)
+        if result.policy is not None:
+            return problems
+        text = str(result.condition.get("message", "")).strip()
+        path = parse_path(text) if text.startswith("spec") else ()
+        if result.condition.get("reason") != "CompileError" or path in replaced or not _is_expression(obj, path):
+            if spec_checked or result.condition.get("reason") == "CompileError":
+                problems.append(f"{doc.where(path)}: {doc.display_name}: "
+                                f"{text or result.condition.get('reason', 'not Ready')}")
+            return problems
+        source = _get(obj, path)
+        problems += [f"{doc.where(path)}: {doc.display_name}: {line}" for line in _expression_errors(text, source)]
+        replaced.add(path)
+        _set(obj, path, _NEUTRAL_EXPRESSION)
+
+
+def _expression_errors(message: str, source: str) -> list[str]:
+    """``spec.path: ERROR: ...`` for every CEL diagnostic of ``source``, or the compiler's one message."""
+    head, _, rest = message.partition(": ")
+    if not rest.startswith("ERROR: <input>:"):
+        return [message]  # a wrong result type, an undeclared variable, an undeclared reference, the length
+    try:
+        compile_expression(source)
+    except RuntimeError as e:
+        found = [m.group(0).removesuffix(" [INVALID_ARGUMENT]").replace(" (in container '')", "")
+                 for m in _CEL_ERROR.finditer(str(e))
+                 if "'*error*'" not in m.group(0)]  # follow-on errors of an earlier one (cel-go drops them)
+        if found:
+            return [f"{head}: {line}" for line in found]
+    return [message]
+
+
+def _is_expression(obj: Any, path: Sequence[str | int]) -> bool:
+    return bool(path) and isinstance(_get(obj, path), str)
+
+
+def _get(obj: Any, path: Sequence[str | int]) -> Any:
+    for part in path:
+        try:
+            obj = obj[part]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return obj
+
+
+def _set(obj: Any, path: Sequence[str | int], value: str) -> None:
+    _get(obj, path[:-1])[path[-1]] = value
+
+
 def document_problems(doc: Document) -> list[str]:
-    """Schema problems, else (for a policy) the compile error; ``[]`` when the document is sound."""
+    """Every schema problem, and (for a policy) every compile error; ``[]`` when the document is sound."""
     problems = schema_problems(doc)
-    if problems or doc.kind not in schema.POLICY_KINDS:
+    if doc.kind not in POLICY_KINDS:
         return problems
-    _policy, error = compile_document(doc)
-    return [error] if error else []
+    return problems + compile_problems(doc, spec_checked=not problems)
 
 
 def lint_paths(paths: Iterable[Path]) -> tuple[list[str], int]:

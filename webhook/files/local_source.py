@@ -2,7 +2,9 @@
 
 Serves one kind (e.g. ``ConfigMap``), or one ``apiVersion``/resource, from every ``*.yaml``/``*.yml`` file
 under DIR, recursively; documents of other kinds (Pods, TestSuites, ...) are
-skipped. LIST returns the current objects with a synthetic
+skipped. The files are read through one :class:`LocalDirectory` per
+directory, which serves a file's change only once it is confirmed (a
+half-written file never removes a policy). LIST returns the current objects with a synthetic
 ``resourceVersion``; WATCH polls the files and yields ADDED / MODIFIED /
 DELETED for what changed, then ends cleanly at ``timeoutSeconds`` as the API
 server does. So ``--local`` runs through the real Reflector, Indexer and
@@ -14,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,26 +29,16 @@ from webhook.informer.types import KubeObject, ListOptions, ListResult, WatchEve
 from webhook.policy.labelquery import parse_label_selector_text
 from webhook.policy.resources import resource_for_kind
 from webhook.policy.selectors import LabelSelector
+from webhook.policy.vocabulary import POLICY_KINDS
 
 log = logging.getLogger("tollgate.local")
 
 
-@dataclass(slots=True)
-class _FileState:
-    stamp: tuple[int, int]
-    documents: list[dict[str, Any]]  # the last good parse
-    error: str | None = None
-
-
-#: path → state: a file is parsed again only when it changed, so polling a directory costs a stat
-#: per file, not a YAML parse (which blocked the event loop for tens of ms). A file that stops
-#: parsing (or whose policy, ConfigMap or Namespace documents violate their schema, which
-#: ``kubectl apply`` would have refused) keeps its last good documents and records the error.
-_files: dict[Path, _FileState] = {}
-
-
 #: The kinds ``serve --local`` reads (TestSuites and resources under the directory are not checked).
-_SERVED_KINDS = frozenset({*schema.POLICY_KINDS, "ConfigMap", "Namespace"})
+_SERVED_KINDS = frozenset({*POLICY_KINDS, "ConfigMap", "Namespace"})
+
+#: A directory listing: every YAML mapping document with its file, and the files in error (path → message).
+Listing = tuple[list[tuple[Path, dict[str, Any]]], dict[str, str]]
 
 
 def _check(path: Path) -> list[dict[str, Any]]:
@@ -60,99 +52,174 @@ def _check(path: Path) -> list[dict[str, Any]]:
     return [d.obj for d in docs]
 
 
-def _state_of(path: Path) -> _FileState | None:
-    try:
-        st = path.stat()
-    except OSError:
-        _files.pop(path, None)
-        return None  # removed between listing and stat: its objects go with it
-    stamp = (st.st_mtime_ns, st.st_size)
-    state = _files.get(path)
-    if state is not None and state.stamp == stamp:
-        return state
-    try:
-        docs = _check(path)
-    except InputError as e:
-        previous = state.documents if state is not None else []
-        if state is None or state.error != str(e):
-            log.warning("%s (keeping its last good objects: %d document(s))", e, len(previous))
-        state = _FileState(stamp, previous, str(e))
-    else:
-        if state is not None and state.error is not None:
-            log.info("%s: parses again", path)
-        state = _FileState(stamp, docs)
-    _files[path] = state
-    return state
+@dataclass(slots=True)
+class _Content:
+    """What one version of a file holds: its documents, or why it is unusable."""
+
+    stamp: tuple[int, int]  # (st_mtime_ns, st_size)
+    documents: list[dict[str, Any]]
+    error: str | None = None
 
 
-#: root → (perf_counter time, documents, errors) of its last listing: every source of one directory (one
-#: per informer: Namespaces, ConfigMaps, two policy kinds, each reference) shares it instead of stat-ing every
-#: file itself (each such scan took ~1-1.5 ms of the event loop, once a second per source).
-_listings: dict[Path, tuple[float, list[tuple[Path, dict[str, Any]]], dict[str, str]]] = {}
+@dataclass(slots=True)
+class _Candidate:
+    """A change not yet confirmed: ``content`` (None: the file is gone), first seen at ``since``."""
+
+    content: _Content | None
+    since: float
 
 
-#: A directory listing: every YAML mapping document with its file, and the files in error (path → message).
-Listing = tuple[list[tuple[Path, dict[str, Any]]], dict[str, str]]
+@dataclass(slots=True)
+class _FileState:
+    served: _Content  # what the directory serves for the file: its last confirmed content
+    candidate: _Candidate | None = None
 
 
-def _fresh(root: Path, max_age: float) -> Listing | None:
-    cached = _listings.get(root)
-    if cached is not None and time.perf_counter() - cached[0] <= max_age:
-        return cached[1], cached[2]
-    return None
+class LocalDirectory:
+    """The YAML files under one directory, parsed once per change and shared by every source reading it.
 
-
-def _listing_steps(root: Path) -> Iterator[None]:
-    """List ``root`` into :data:`_listings`, one step per file (a changed file is parsed in its step)."""
-    started = time.perf_counter()
-    docs: list[tuple[Path, dict[str, Any]]] = []
-    errors: dict[str, str] = {}
-    try:
-        files = yaml_files(root)
-    except InputError as e:
-        errors[str(root)] = str(e)
-        files = []
-    for path in files:
-        state = _state_of(path)
-        if state is not None:
-            docs += [(path, d) for d in state.documents]
-            if state.error is not None:
-                errors[str(path)] = state.error
-        yield
-    _listings[root] = (started, docs, errors)
-
-
-def load_documents(root: Path, max_age: float = 0.0) -> Listing:
-    """Every YAML mapping document under ``root``, and the files in error (path → one-line message).
-
-    Documents are shared with a parse cache: callers must not mutate them.
+    A file is parsed again only when its ``(mtime, size)`` changed, so polling
+    costs a stat per file. A change is served only once it is **confirmed**:
+    the file has held the same content (or stayed absent) over two listings
+    at least ``settle_seconds`` apart. Until then the file's last confirmed
+    objects are served. A half-written file (an editor or ``cp`` caught
+    mid-write: empty, only comments, a policy cut after its ``variables``, or
+    not YAML at all) therefore never removes or weakens a policy for the moment
+    it is seen; a file that stays unusable (bad YAML, or a policy, ConfigMap or
+    Namespace document that ``kubectl apply`` would refuse) keeps its last good
+    objects and is reported in :attr:`Listing` errors. The first listing of the
+    directory is served as read (there is nothing older to keep).
 
     Args:
         root: the directory (or a single file).
-        max_age: seconds a listing of ``root`` made by any caller may be reused (0: list now).
+        settle_seconds: how long a change must hold before it is served.
+        clock: monotonic seconds (tests).
     """
-    fresh = _fresh(root, max_age)
-    if fresh is not None:
-        return fresh
-    for _ in _listing_steps(root):
-        pass
-    return _listings[root][1:]
+
+    def __init__(self, root: Path, *, settle_seconds: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.root = root
+        self.settle_seconds = settle_seconds
+        self._clock = clock
+        self._files: dict[Path, _FileState] = {}
+        self._listing: tuple[float, Listing] | None = None
+        self._listed = False
+
+    def _fresh(self, max_age: float) -> Listing | None:
+        if max_age > 0 and self._listing is not None and self._clock() - self._listing[0] <= max_age:
+            return self._listing[1]
+        return None
+
+    def listing(self, max_age: float = 0.0) -> Listing:
+        """Every served YAML mapping document under ``root``, and the files in error (path → one-line message).
+
+        Documents are shared with the parse cache: callers must not mutate them.
+
+        Args:
+            max_age: seconds a listing made by any caller may be reused (0: list now).
+        """
+        fresh = self._fresh(max_age)
+        if fresh is not None:
+            return fresh
+        for _ in self._listing_steps():
+            pass
+        assert self._listing is not None
+        return self._listing[1]
+
+    async def listing_yielding(self, max_age: float) -> Listing:
+        """:meth:`listing`, yielding the event loop every couple of milliseconds while it parses files."""
+        fresh = self._fresh(max_age)
+        if fresh is not None:
+            return fresh
+        slice_started = time.perf_counter()
+        for _ in self._listing_steps():
+            if time.perf_counter() - slice_started > 0.002:
+                await yield_to_loop()
+                slice_started = time.perf_counter()
+        assert self._listing is not None
+        return self._listing[1]
+
+    def _listing_steps(self) -> Iterator[None]:
+        """List ``root`` into ``_listing``, one step per file (a changed file is parsed in its step)."""
+        started = self._clock()
+        docs: list[tuple[Path, dict[str, Any]]] = []
+        errors: dict[str, str] = {}
+        try:
+            files = yaml_files(self.root)
+        except InputError as e:
+            errors[str(self.root)] = str(e)
+            files = []
+        present = set(files)
+        for path in [*files, *(p for p in self._files if p not in present)]:
+            served = self._observe(path, present=path in present, now=started)
+            if served is not None:
+                docs += [(path, d) for d in served.documents]
+                if served.error is not None:
+                    errors[str(path)] = served.error
+            yield
+        self._listing = (started, (docs, errors))
+        self._listed = True
+
+    def _observe(self, path: Path, *, present: bool, now: float) -> _Content | None:
+        """What to serve for ``path`` now; records a change and serves it once confirmed."""
+        state = self._files.get(path)
+        stamp = _file_stamp(path) if present else None
+        if state is None:
+            if stamp is None:
+                return None
+            content = _read(path, stamp)
+            if self._listed:
+                # A file new since the first listing is confirmed like any change.
+                self._files[path] = _FileState(_Content((0, 0), []), _Candidate(content, now))
+                return None
+            return self._adopt(path, None, content)
+        if stamp == state.served.stamp:
+            state.candidate = None  # back to what is served (e.g. a save undone)
+            return state.served
+        candidate = state.candidate
+        if candidate is None or (candidate.content.stamp if candidate.content else None) != stamp:
+            changed = _read(path, stamp) if stamp is not None else None
+            if changed is not None and changed.error is None and changed.documents == state.served.documents \
+                    and state.served.error is None:
+                state.served = changed  # touched, or rewritten identically: nothing to confirm
+                state.candidate = None
+                return changed
+            state.candidate = _Candidate(changed, now)
+            return state.served
+        if now - candidate.since < self.settle_seconds:
+            return state.served
+        return self._adopt(path, state, candidate.content)
+
+    def _adopt(self, path: Path, state: _FileState | None, content: _Content | None) -> _Content | None:
+        """Serve ``content`` for ``path`` (None: the file is gone); a bad one keeps the last good documents."""
+        if content is None:
+            self._files.pop(path, None)
+            return None
+        previous = state.served if state is not None else None
+        if content.error is not None:
+            kept = previous.documents if previous is not None else []
+            if previous is None or previous.error != content.error:
+                log.warning("%s (keeping its last good objects: %d document(s))", content.error, len(kept))
+            content = _Content(content.stamp, kept, content.error)
+        elif previous is not None and previous.error is not None:
+            log.info("%s: parses again", path)
+        self._files[path] = _FileState(content)
+        return content
 
 
-async def load_documents_yielding(root: Path, max_age: float) -> Listing:
-    """:func:`load_documents`, yielding the event loop every couple of milliseconds while it lists.
+def _file_stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None  # removed between listing and stat
+    return st.st_mtime_ns, st.st_size
 
-    50 policy files rewritten at once took ~60 ms to parse in one loop turn.
-    """
-    fresh = _fresh(root, max_age)
-    if fresh is not None:
-        return fresh
-    slice_started = time.perf_counter()
-    for _ in _listing_steps(root):
-        if time.perf_counter() - slice_started > 0.002:
-            await yield_to_loop()
-            slice_started = time.perf_counter()
-    return _listings[root][1:]
+
+def _read(path: Path, stamp: tuple[int, int]) -> _Content:
+    try:
+        return _Content(stamp, _check(path))
+    except InputError as e:
+        return _Content(stamp, [], str(e))
 
 
 class LocalDirectoryListerWatcher:
@@ -183,8 +250,10 @@ class LocalDirectoryListerWatcher:
     """
 
     def __init__(self, root: Path, *, kinds: set[str] | None = None, default_namespace: str | None = None,
-                 poll_interval: float = 1.0, api_resource: tuple[str, str] | None = None) -> None:
+                 poll_interval: float = 1.0, api_resource: tuple[str, str] | None = None,
+                 directory: LocalDirectory | None = None) -> None:
         self.root = root
+        self.directory = directory if directory is not None else LocalDirectory(root, settle_seconds=poll_interval)
         self.kinds = kinds or set()
         self.api_resource = api_resource
         self.default_namespace = default_namespace
@@ -236,7 +305,7 @@ class LocalDirectoryListerWatcher:
 
     async def list(self, options: ListOptions) -> ListResult:
         """All current objects of the kind (selector applied), with the directory's current RV."""
-        self._scan(load_documents(self.root))
+        self._scan(self.directory.listing())
         selector = parse_label_selector_text(options.label_selector)
         items = [o for o in self._objects.values() if selector.matches_object(o)]
         return ListResult(items=items, resource_version=str(self._rv))
@@ -248,7 +317,7 @@ class LocalDirectoryListerWatcher:
         deadline = time.monotonic() + (options.timeout_seconds or 300)
         while time.monotonic() < deadline:
             # Sources polling the same directory share one listing per half poll interval (a LIST is always fresh).
-            self._scan(await load_documents_yielding(self.root, self.poll_interval / 2))
+            self._scan(await self.directory.listing_yielding(self.poll_interval / 2))
             for rv, etype, obj, old in self._history:
                 if rv <= since:
                     continue

@@ -26,18 +26,19 @@ from typing import Any
 import jsonschema
 import yaml
 
-POLICY_API_VERSION = "tollgate.dev/v1alpha1"
+from webhook.policy.vocabulary import API_VERSION, POLICY_KINDS, PolicyKind
+
+#: The apiVersion of policies and TestSuites.
+POLICY_API_VERSION = API_VERSION
 #: kind → the one apiVersion it is served at.
-API_VERSIONS = {
-    "ClusterAdmissionPolicy": POLICY_API_VERSION,
-    "AdmissionPolicy": POLICY_API_VERSION,
+API_VERSIONS: dict[str, str] = {
+    **dict.fromkeys(POLICY_KINDS, POLICY_API_VERSION),
     "TestSuite": POLICY_API_VERSION,
     "ConfigMap": "v1",
     "Namespace": "v1",
 }
-POLICY_KINDS = frozenset({"ClusterAdmissionPolicy", "AdmissionPolicy"})
-_SCHEMA_FILE = {"ClusterAdmissionPolicy": "policy-v1alpha1.yaml", "AdmissionPolicy": "policy-v1alpha1.yaml",
-                "TestSuite": "testsuite-v1alpha1.yaml"}
+_SCHEMA_FILE: dict[str, str] = {**dict.fromkeys(POLICY_KINDS, "policy-v1alpha1.yaml"),
+                                "TestSuite": "testsuite-v1alpha1.yaml"}
 
 Path_ = tuple[str | int, ...]
 
@@ -56,7 +57,7 @@ def _package_yaml(name: str) -> Any:
 
 def policy_openapi_schema() -> dict[str, Any]:
     """The policy CRDs' ``openAPIV3Schema`` exactly as shipped in the package (a fresh copy)."""
-    schema: dict[str, Any] = _package_yaml(_SCHEMA_FILE["ClusterAdmissionPolicy"])
+    schema: dict[str, Any] = _package_yaml(_SCHEMA_FILE[PolicyKind.CLUSTER])
     return schema
 
 
@@ -232,7 +233,8 @@ def _main(argv: Sequence[str]) -> int:
         print("usage: python -m webhook.files.schema --sync manifests/crds/clusteradmissionpolicies.yaml",
               file=sys.stderr)
         return 2
-    target = Path(str(importlib.resources.files("webhook.files").joinpath("schemas", _SCHEMA_FILE["AdmissionPolicy"])))
+    schemas = importlib.resources.files("webhook.files").joinpath("schemas")
+    target = Path(str(schemas.joinpath(_SCHEMA_FILE[PolicyKind.NAMESPACED])))
     sync_from_crd(Path(argv[1]), target)
     print(f"wrote {target}", file=sys.stderr)
     return 0

@@ -7,15 +7,17 @@ then ClusterAdmissionPolicies, each group in name order, each on the result of
 the previous), then every validating policy on the mutated object. The engine
 is the server's (:mod:`webhook.policy`); only the caches are replaced by files.
 
-Results per (policy, resource): ``pass``, ``fail`` (a violated validation, or
-a denying param/sync failure), ``warn`` (a violated validation of a policy
-whose ``validationActions`` has ``Warn`` and not ``Deny``: the request would be
-admitted with a warning), ``skip`` (no match, or a false matchCondition) and
-``error`` (a CEL runtime or mutation error).
+Results per (policy, resource): ``pass``, ``fail`` (a violated validation),
+``warn`` (a violated validation of a policy whose ``validationActions`` has
+``Warn`` and not ``Deny``: the request would be admitted with a warning),
+``skip`` (no match, or a false matchCondition) and ``error`` (the policy could
+not be evaluated: a CEL runtime or mutation error, missing params under
+``parameterNotFoundAction: Deny``, a policy that does not compile; the server
+answers it per its failurePolicy).
 
 Caches, as on a cluster: a ConfigMap is a param only when the params selector
-(``--params-selector``, default ``tollgate.dev/params=true``) selects it;
-others are ignored with a warning. ``namespaceObject`` of a request whose
+(``--params-selector``, the server's) selects it; others are ignored with a
+warning. ``namespaceObject`` of a request whose
 namespace no Namespace file names is synthesized with the name only, no
 labels (as Kyverno's CLI does).
 """
@@ -34,17 +36,17 @@ from typing import Any
 
 import jsonpatch
 
-from webhook.files import schema
 from webhook.files.checks import compile_for_evaluation, schema_problems
 from webhook.files.yamlio import STDIN, Document, InputError, load_file, load_paths, yaml_files
 from webhook.policy import CompiledPolicy, InMemoryLookups, Result, evaluate_mutating, evaluate_validating
 from webhook.policy.labelquery import parse_label_selector_text
 from webhook.policy.model import Reference
 from webhook.policy.resources import resource_for_kind
+from webhook.policy.vocabulary import POLICY_KINDS, REQUEST_OPERATIONS, PolicyKind
 
-OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+OPERATIONS = tuple(REQUEST_OPERATIONS)
 RESULTS = ("pass", "fail", "warn", "skip", "error")
-DEFAULT_PARAMS_SELECTOR = "tollgate.dev/params=true"
+#: ``request.userInfo`` of a test that names none.
 DEFAULT_USER: dict[str, Any] = {"username": "tollgate-test", "groups": ["system:authenticated"]}
 
 
@@ -104,7 +106,7 @@ class LoadedPolicy:
     @property
     def namespaced(self) -> bool:
         """True for an ``AdmissionPolicy``."""
-        return self.doc.kind == "AdmissionPolicy"
+        return self.doc.kind == PolicyKind.NAMESPACED
 
     @property
     def actions(self) -> frozenset[str]:
@@ -160,8 +162,8 @@ def build_request(obj: dict[str, Any], *, operation: str, user_info: dict[str, A
 
 
 @dataclass(slots=True)
-class Verdict:
-    """One policy's outcome on one request: ``result`` (see module doc) and ``message``."""
+class PolicyOutcome:
+    """One policy's outcome on one request through the chain: ``result`` (see module doc) and ``message``."""
 
     result: str
     message: str
@@ -169,14 +171,14 @@ class Verdict:
 
 @dataclass(slots=True)
 class Evaluation:
-    """A request through the chain: per-policy verdicts and the object as the mutating policies left it."""
+    """A request through the chain: each policy's outcome and the object as the mutating policies left it."""
 
-    verdicts: dict[str, Verdict]
+    outcomes: dict[str, PolicyOutcome]
     patched: dict[str, Any] | None
 
 
-class Evaluator:
-    """Runs requests through the admission chain over in-memory caches.
+class AdmissionChain:
+    """Runs requests through the admission chain (mutating, then validating policies) over in-memory caches.
 
     Args:
         policies: compiled policies (any order; the chain orders them).
@@ -203,9 +205,9 @@ class Evaluator:
         return InMemoryLookups(namespaces=namespaces, configmaps=self.configmaps, objects=self.objects)
 
     def evaluate(self, request: dict[str, Any]) -> Evaluation:
-        """Mutations in chain order, then validations on the mutated object; a verdict for every policy."""
+        """Mutations in chain order, then validations on the mutated object; an outcome for every policy."""
         lookups = self._lookups(request)
-        verdicts: dict[str, list[Verdict]] = {p.name: [] for p in self.policies}
+        found_by_policy: dict[str, list[PolicyOutcome]] = {p.name: [] for p in self.policies}
         current = request.get("object")
         # The API server's order: tenants' AdmissionPolicies, then ClusterAdmissionPolicies, each in name order.
         chain = sorted(self.policies, key=lambda p: (not p.namespaced, p.compiled.spec.name,
@@ -214,11 +216,12 @@ class Evaluator:
             if not policy.compiled.mutating or not isinstance(current, dict):
                 continue
             step = evaluate_mutating({**request, "object": current}, [policy.compiled], lookups)
+            found = found_by_policy[policy.name]
             for r in step.results:
                 if str(r.result) == "pass" and step.patch:
-                    verdicts[policy.name].append(Verdict("pass", "patch: " + json.dumps(step.patch, sort_keys=True)))
+                    found.append(PolicyOutcome("pass", "patch: " + json.dumps(step.patch, sort_keys=True)))
                 else:
-                    verdicts[policy.name].append(Verdict(str(r.result), r.message))
+                    found.append(PolicyOutcome(str(r.result), r.message))
             if step.patch:
                 current = jsonpatch.apply_patch(current, step.patch)
         validated = request if current is request.get("object") else {**request, "object": current}
@@ -232,14 +235,14 @@ class Evaluator:
                     actions = getattr(r, "actions", None) or policy.actions
                     if "Deny" not in actions and "Warn" in actions:
                         result = "warn"
-                verdicts[policy.name].append(Verdict(result, r.message))
+                found_by_policy[policy.name].append(PolicyOutcome(result, r.message))
         out = {}
-        for name, found in verdicts.items():
+        for name, found in found_by_policy.items():
             if not found:
-                out[name] = Verdict("skip", "policy does not match the resource")
+                out[name] = PolicyOutcome("skip", "policy does not match the resource")
                 continue
             worst = Result.worst(v.result for v in found)
-            out[name] = Verdict(str(worst), "; ".join(v.message for v in found if v.message))
+            out[name] = PolicyOutcome(str(worst), "; ".join(v.message for v in found if v.message))
         return Evaluation(out, current if isinstance(current, dict) else None)
 
 
@@ -272,14 +275,14 @@ def load_policies(paths: Iterable[Path]) -> list[LoadedPolicy]:
     """Every ClusterAdmissionPolicy / AdmissionPolicy in the files, schema-checked and compiled.
 
     Raises:
-        InputError: none found, a duplicate name, a schema violation or a compile error
+        InputError: none found, a duplicate name, a schema violation or match rules that cannot be read
             (one line: file, line, document, policy, spec path, CEL position).
     """
     paths = list(paths)
     out: list[LoadedPolicy] = []
     seen: dict[tuple[str, str], Document] = {}
     for doc in load_paths(paths):
-        if doc.kind not in schema.POLICY_KINDS:
+        if doc.kind not in POLICY_KINDS:
             continue
         problems = schema_problems(doc)
         if problems:
@@ -343,7 +346,7 @@ def load_resources(paths: Iterable[Path]) -> list[Document]:
     """
     out = []
     for doc in load_paths(paths):
-        if doc.kind in schema.POLICY_KINDS or doc.kind == "TestSuite":
+        if doc.kind in POLICY_KINDS or doc.kind == "TestSuite":
             continue
         if not doc.kind:
             raise InputError(doc.problem(("kind",), "required field is missing"))
@@ -400,8 +403,7 @@ def index_resources(docs: Iterable[Document]) -> dict[tuple[str, str, str], Docu
 
 
 def run_adhoc(*, policies: list[Path], resources: list[Path], configmaps: list[Path], namespaces: list[Path],
-              old_resources: list[Path], operation: str, user_info: dict[str, Any],
-              params_selector: str = DEFAULT_PARAMS_SELECTOR,
+              old_resources: list[Path], operation: str, user_info: dict[str, Any], params_selector: str,
               references: Sequence[Path] = ()) -> tuple[list[Row], list[str]]:
     """Every policy against every resource (``tollgate test -p ... -r ...``).
 
@@ -413,7 +415,7 @@ def run_adhoc(*, policies: list[Path], resources: list[Path], configmaps: list[P
     """
     loaded = load_policies(policies)
     params, warnings = select_params(load_kind(configmaps, "ConfigMap"), params_selector)
-    evaluator = Evaluator(loaded, namespaces=[d.obj for d in load_kind(namespaces, "Namespace")], configmaps=params,
+    chain = AdmissionChain(loaded, namespaces=[d.obj for d in load_kind(namespaces, "Namespace")], configmaps=params,
                           objects=reference_objects(load_resources(references)))
     olds = index_resources(load_resources(old_resources))
     rows = []
@@ -421,11 +423,11 @@ def run_adhoc(*, policies: list[Path], resources: list[Path], configmaps: list[P
     for doc in load_resources(resources):
         key = resource_key(doc.obj)
         old = _old_object(key, olds, operation, doc.where())
-        evaluation = evaluator.evaluate(build_request(doc.obj, operation=operation, user_info=user_info,
+        evaluation = chain.evaluate(build_request(doc.obj, operation=operation, user_info=user_info,
                                                       old_object=old))
         for name in names:
-            v = evaluation.verdicts[name]
-            rows.append(Row(name, key[0], key[1], key[2], v.result, v.message, operation=operation))
+            outcome = evaluation.outcomes[name]
+            rows.append(Row(name, key[0], key[1], key[2], outcome.result, outcome.message, operation=operation))
     return rows, warnings
 
 
@@ -443,30 +445,52 @@ def _old_object(key: tuple[str, str, str], olds: dict[tuple[str, str, str], Docu
 _SUITE_MARK = re.compile(r"^kind:\s*[\"']?TestSuite[\"']?\s*$", re.MULTILINE)
 
 
-def find_suites(paths: Iterable[Path]) -> list[Document]:
+@dataclass(slots=True)
+class SuiteSearch:
+    """What :func:`find_suites` found: the suites, and one line for each path or file that is unusable."""
+
+    suites: list[Document] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def find_suites(paths: Iterable[Path]) -> SuiteSearch:
     """The TestSuite documents of the given files; directories are searched recursively (like ``kyverno test DIR``).
 
     A file given by name must hold TestSuites only; in a directory, files without
-    a ``kind: TestSuite`` line are skipped unread (resources, policies).
+    a ``kind: TestSuite`` line are skipped unparsed (resources, policies). An
+    unusable path or file is reported and the search goes on, so one broken
+    suite never hides the others.
 
-    Raises:
-        InputError: a missing path, a directory without suites, or a named file that is not a TestSuite.
+    Returns:
+        The suites in path and file order, and an error line (file, line, document, YAML path) for
+        a missing path, a path without suites, a file that does not parse, or a named file that is
+        not a TestSuite.
     """
-    out: list[Document] = []
+    out = SuiteSearch()
     for root in paths:
         is_dir = str(root) != STDIN and root.is_dir()
-        found = []
-        for path in yaml_files(root):
-            if is_dir and not _SUITE_MARK.search(_read(path)):
+        found = 0
+        try:
+            files = yaml_files(root)
+        except InputError as e:
+            out.errors.append(str(e))
+            continue
+        for path in files:
+            try:
+                if is_dir and not _SUITE_MARK.search(_read(path)):
+                    continue
+                docs = load_file(path)
+                for doc in docs:
+                    if doc.kind != "TestSuite":
+                        raise InputError(doc.problem(("kind",), f"expected TestSuite, got {doc.kind or 'nothing'}"))
+            except InputError as e:
+                out.errors.append(str(e))
+                found += 1  # a suite, though a broken one
                 continue
-            docs = load_file(path)
-            for doc in docs:
-                if doc.kind != "TestSuite":
-                    raise InputError(doc.problem(("kind",), f"expected TestSuite, got {doc.kind or 'nothing'}"))
-            found += docs
+            out.suites += docs
+            found += len(docs)
         if not found:
-            raise InputError(f"{root}: no TestSuite found (kind: TestSuite)")
-        out += found
+            out.errors.append(f"{root}: no TestSuite found (kind: TestSuite)")
     return out
 
 
@@ -506,7 +530,7 @@ class SuiteRun:
         return [r for r in self.rows if not r.ok]
 
 
-def run_suite(suite: Document, *, params_selector: str = DEFAULT_PARAMS_SELECTOR) -> SuiteRun:
+def run_suite(suite: Document, *, params_selector: str) -> SuiteRun:
     """Run one TestSuite document: every ``results`` entry becomes a row with ``mismatch`` set when it fails.
 
     Raises:
@@ -519,7 +543,7 @@ def run_suite(suite: Document, *, params_selector: str = DEFAULT_PARAMS_SELECTOR
     out = SuiteRun(suite)
     loaded = load_policies(_files(suite, "policies"))
     params, out.warnings = select_params(load_kind(_files(suite, "configMaps"), "ConfigMap"), params_selector)
-    evaluator = Evaluator(loaded, namespaces=[d.obj for d in load_kind(_files(suite, "namespaces"), "Namespace")],
+    chain = AdmissionChain(loaded, namespaces=[d.obj for d in load_kind(_files(suite, "namespaces"), "Namespace")],
                           configmaps=params, objects=reference_objects(load_resources(_files(suite, "references"))))
     resources = index_resources(load_resources(_files(suite, "resources")))
     olds = index_resources(load_resources(_files(suite, "oldResources")))
@@ -541,11 +565,11 @@ def run_suite(suite: Document, *, params_selector: str = DEFAULT_PARAMS_SELECTOR
         memo = json.dumps([key, operation, user_info], sort_keys=True)
         if memo not in cache:
             old = _old_object(key, olds, operation, where)
-            cache[memo] = evaluator.evaluate(build_request(doc.obj, operation=operation, user_info=user_info,
+            cache[memo] = chain.evaluate(build_request(doc.obj, operation=operation, user_info=user_info,
                                                            old_object=old))
         evaluation = cache[memo]
-        verdict = evaluation.verdicts[exp["policy"]]
-        row = Row(exp["policy"], key[0], key[1], key[2], verdict.result, verdict.message, suite=suite.source,
+        outcome = evaluation.outcomes[exp["policy"]]
+        row = Row(exp["policy"], key[0], key[1], key[2], outcome.result, outcome.message, suite=suite.source,
                   operation=operation, expected=exp["result"])
         row.mismatch = _mismatch(suite, i, exp, row, evaluation)
         out.rows.append(row)

@@ -1,14 +1,29 @@
-"""The one YAML loader of ``tollgate test``, ``tollgate lint`` and ``serve --local``.
+"""The one YAML/JSON loader of ``tollgate test``, ``lint``, ``audit``, ``webhook-config`` and ``serve --local``.
 
-Every document keeps where it came from (file, 1-based document index, and
-the node tree for line numbers), so an error can name ``file:line``, the
-document and the YAML path, the way ``kubectl apply -f`` names the
-document it rejects. Safe loading only (``yaml.SafeLoader``: no Python
-object tags).
+Every document keeps where it came from (file, 1-based document index, the
+item of a List, and the node tree for line numbers), so an error can name
+``file:line``, the document and the YAML path, the way ``kubectl apply -f``
+names the document it rejects. It reads what kubectl reads and writes:
+
+- multi-document YAML, and JSON (one or more concatenated objects, as
+  ``kubectl get -o json`` prints them);
+- Lists: a document whose ``kind`` ends in ``List`` with an ``items`` array
+  (``kubectl get pods -o yaml`` prints ``kind: List``; the API ``PodList``)
+  stands for its items, as kubectl's resource builder flattens them;
+- strict decoding: a key given twice in one mapping is an error, as kubectl's
+  strict field validation reports a duplicate field (YAML merge keys ``<<``
+  may still be overridden);
+- standard input (``-``) and any other file that is not a directory: a pipe
+  from process substitution (``-r <(kubectl get pods -o yaml)``, a
+  ``/dev/fd/N`` path), a FIFO, ``/dev/stdin``. Each is read once, as given.
+
+Safe loading only (``yaml.SafeLoader``: no Python object tags). The module
+holds no state: every call reads its files again.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from collections.abc import Iterable, Iterator, Sequence
@@ -23,7 +38,24 @@ YAML_SUFFIXES = (".yaml", ".yml")
 #: The name standing for standard input (``-``, as kubectl's ``-f -``).
 STDIN = "-"
 
-_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _StrictLoader(_BaseLoader):  # type: ignore[valid-type,misc]
+    """The safe loader, refusing a mapping that gives one key twice (kubectl's strict decoding)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[tuple[str, str], yaml.Node] = {}
+        for key, _value in node.value:
+            if not isinstance(key, yaml.ScalarNode) or key.tag == "tag:yaml.org,2002:merge":
+                continue
+            first = seen.setdefault((key.tag, key.value), key)
+            if first is not key:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key.value!r} (first on line {first.start_mark.line + 1})",
+                    key.start_mark)
+        mapping: dict[Any, Any] = super().construct_mapping(node, deep=deep)
+        return mapping
 
 
 class InputError(Exception):
@@ -60,14 +92,18 @@ class Document:
     Attributes:
         source: the file as given (``-`` for standard input).
         index: 1-based position among the file's documents (empty documents count).
-        obj: the parsed document (a mapping for every document :func:`load_file` returns).
-        node: the YAML node tree, for line numbers.
+        obj: the parsed document (a mapping for every document :func:`load_file` returns);
+            for an item of a List, the item.
+        node: the YAML node tree of ``obj``, for line numbers (None for JSON the YAML
+            parser cannot read, e.g. with surrogate-pair escapes).
+        item: the 0-based position in the List's ``items`` (None: not from a List).
     """
 
     source: str
     index: int
     obj: Any
     node: yaml.Node | None = field(default=None, compare=False, repr=False)
+    item: int | None = None
 
     def line_of(self, path: Sequence[str | int]) -> int | None:
         """1-based line of the deepest node on ``path`` that exists (None without a node tree)."""
@@ -91,9 +127,10 @@ class Document:
         return line
 
     def where(self, path: Sequence[str | int] = ()) -> str:
-        """``file:line: document N`` for messages (line of ``path`` when known)."""
+        """``file:line: document N`` (``document N items[I]`` in a List) for messages (line of ``path`` when known)."""
         line = self.line_of(path)
-        return f"{self.source}{f':{line}' if line else ''}: document {self.index}"
+        item = f" items[{self.item}]" if self.item is not None else ""
+        return f"{self.source}{f':{line}' if line else ''}: document {self.index}{item}"
 
     def problem(self, path: Sequence[str | int], message: str) -> str:
         """One-line message: ``file:line: document N: yaml.path: message``."""
@@ -115,20 +152,31 @@ class Document:
 
 
 def parse_text(text: str, source: str) -> list[Document]:
-    """Every non-empty document of a (multi-document) YAML text.
+    """Every non-empty document of a (multi-document) YAML or JSON text, Lists flattened into their items.
 
     Args:
-        text: YAML text.
+        text: YAML text, or JSON (one or more concatenated values).
         source: the file name used in messages.
 
     Returns:
-        The documents that are mappings, in order, with 1-based ``index``.
+        The documents that are mappings, in order, with 1-based ``index``; each
+        item of a List is one document (same ``index``, its ``item``).
 
     Raises:
-        InputError: a YAML syntax error (``file:line:column``) or a document that is not a mapping.
+        InputError: a YAML or JSON syntax error (``file:line:column``), a key given
+            twice, a document that is not a mapping, or a List item that is not one.
     """
-    loader = _Loader(text)
-    out = []
+    try:
+        return _parse_yaml(text, source)
+    except InputError:
+        if not _looks_like_json(text):
+            raise
+        return _parse_json(text, source)  # JSON the YAML parser refuses: tabs, surrogate-pair escapes
+
+
+def _parse_yaml(text: str, source: str) -> list[Document]:
+    loader = _StrictLoader(text)
+    out: list[Document] = []
     index = 0
     try:
         while loader.check_node():
@@ -137,12 +185,8 @@ def parse_text(text: str, source: str) -> list[Document]:
             if node is None:
                 continue
             obj = loader.construct_document(node)
-            if obj is None:
-                continue
-            if not isinstance(obj, dict):
-                raise InputError(f"{source}:{node.start_mark.line + 1}: document {index}: must be a mapping, "
-                                 f"got {_yaml_type(obj)}")
-            out.append(Document(source, index, obj, node))
+            if obj is not None:
+                out += _documents(source, index, obj, node, node.start_mark.line + 1)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
         where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
@@ -151,6 +195,80 @@ def parse_text(text: str, source: str) -> list[Document]:
     finally:
         loader.dispose()
     return out
+
+
+def _looks_like_json(text: str) -> bool:
+    return text.lstrip("\ufeff \t\r\n")[:1] in ("{", "[")
+
+
+def _parse_json(text: str, source: str) -> list[Document]:
+    """Concatenated JSON values (a JSON stream, as kubectl decodes one), without line numbers inside them."""
+    decoder = json.JSONDecoder(object_pairs_hook=_unique_keys)
+    out: list[Document] = []
+    position, index = 0, 0
+    text = text.lstrip("\ufeff")
+    while True:
+        while position < len(text) and text[position] in " \t\r\n":
+            position += 1
+        if position == len(text):
+            return out
+        index += 1
+        line = text.count("\n", 0, position) + 1
+        try:
+            obj, position = decoder.raw_decode(text, position)
+        except json.JSONDecodeError as e:
+            raise InputError(f"{source}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
+        except _DuplicateKey as e:
+            raise InputError(f"{source}:{line}: document {index}: invalid JSON: {e}") from None
+        if obj is not None:
+            out += _documents(source, index, obj, None, line)
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
+def is_list(obj: Any) -> bool:
+    """Whether a decoded document is a List (``kind: List``, ``PodList``, ...) standing for its ``items``."""
+    return (isinstance(obj, dict) and isinstance(obj.get("kind"), str) and obj["kind"].endswith("List")
+            and isinstance(obj.get("items"), list))
+
+
+def _documents(source: str, index: int, obj: Any, node: yaml.Node | None, line: int) -> list[Document]:
+    """The document, or the items of a List, each checked to be a mapping."""
+    if not isinstance(obj, dict):
+        raise InputError(f"{source}:{line}: document {index}: must be a mapping, got {_yaml_type(obj)}")
+    if not is_list(obj):
+        return [Document(source, index, obj, node)]
+    item_nodes = _child(node, "items")
+    out = []
+    for i, item in enumerate(obj["items"]):
+        item_node = item_nodes.value[i] if isinstance(item_nodes, yaml.SequenceNode) else None
+        doc = Document(source, index, item, item_node, item=i)
+        if not isinstance(item, dict):
+            item_line = f":{item_node.start_mark.line + 1}" if item_node is not None else f":{line}"
+            raise InputError(f"{source}{item_line}: document {index} items[{i}]: must be a mapping, "
+                             f"got {_yaml_type(item)}")
+        out.append(doc)
+    return out
+
+
+def _child(node: yaml.Node | None, key: str) -> yaml.Node | None:
+    if isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            if isinstance(k, yaml.ScalarNode) and k.value == key:
+                child: yaml.Node = v
+                return child
+    return None
 
 
 def _yaml_type(obj: Any) -> str:
@@ -162,10 +280,14 @@ def _yaml_type(obj: Any) -> str:
 
 
 def load_file(path: Path | str) -> list[Document]:
-    """Every mapping document of a YAML file (``-`` reads standard input once).
+    """Every mapping document of a YAML or JSON file, Lists flattened (``-`` reads standard input).
+
+    Any path that is not a directory is read as a stream: a regular file, a pipe
+    (``/dev/fd/63`` from ``<(...)``), a FIFO, ``/dev/stdin``.
 
     Raises:
-        InputError: unreadable file, directory, YAML syntax error (with line) or a non-mapping document.
+        InputError: unreadable file, directory, syntax error (with line), a duplicate key
+            or a non-mapping document.
     """
     source = str(path)
     if source == STDIN:
@@ -181,28 +303,29 @@ def load_file(path: Path | str) -> list[Document]:
     return parse_text(text, source)
 
 
-_stdin_cache: list[str] = []
-
-
 def read_stdin() -> str:
-    """Standard input, read once per process (a second ``-`` sees the same text)."""
-    if not _stdin_cache:
-        try:
-            _stdin_cache.append(sys.stdin.read())
-        except (OSError, UnicodeDecodeError) as e:
-            raise InputError(f"-: cannot read standard input: {e}") from None
-    return _stdin_cache[0]
+    """All of standard input (a second call in the same process reads what is left: nothing).
+
+    Raises:
+        InputError: standard input cannot be read or is not UTF-8.
+    """
+    try:
+        return sys.stdin.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"-: cannot read standard input: {e}") from None
 
 
 def yaml_files(root: Path) -> list[Path]:
-    """``root`` if it is a file, else every ``*.yaml``/``*.yml`` under it, recursively, sorted.
+    """``root`` if it is not a directory, else every ``*.yaml``/``*.yml`` under it, recursively, sorted.
 
-    Hidden files and directories (``.git``, ``.venv``) are skipped.
+    ``root`` itself may be any file a stream can be read from (``-``, a pipe, a
+    FIFO); under a directory only regular files are read. Hidden files and
+    directories (``.git``, ``.venv``) are skipped.
 
     Raises:
         InputError: ``root`` does not exist.
     """
-    if str(root) == STDIN or root.is_file():
+    if str(root) == STDIN or (root.exists() and not root.is_dir()):
         return [root]
     if not root.is_dir():
         raise InputError(f"{root}: no such file or directory")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from webhook.files.local_source import LocalDirectoryListerWatcher
+from webhook.files.local_source import LocalDirectory, LocalDirectoryListerWatcher
 from webhook.informer import InformerKey, ListerWatcher
 from webhook.informer.gvr import GVR
 from webhook.policy.resources import CLUSTER_POLICIES, CONFIGMAPS, NAMESPACED_POLICIES, NAMESPACES
@@ -20,6 +20,14 @@ _BY_INFORMER_RESOURCE = {r.informer_resource: r for r in (NAMESPACES, CONFIGMAPS
                                                             NAMESPACED_POLICIES)}
 
 
+def _directory(settings: Settings, local_sources: list[LocalDirectoryListerWatcher]) -> LocalDirectory:
+    """The one reader of ``--local``'s directory, shared by every source made for it (a change is parsed once)."""
+    if local_sources:
+        return local_sources[0].directory
+    assert settings.local_dir is not None
+    return LocalDirectory(settings.local_dir, settle_seconds=settings.local_poll_interval)
+
+
 def lister_watcher_factory(settings: Settings, api_client: Any,
                            local_sources: list[LocalDirectoryListerWatcher]) -> Callable[[InformerKey], ListerWatcher]:
     """Where the fixed informers list and watch.
@@ -27,7 +35,8 @@ def lister_watcher_factory(settings: Settings, api_client: Any,
     Args:
         settings: ``local_dir`` and ``local_poll_interval`` choose the files.
         api_client: a kubernetes_asyncio ApiClient, used when ``settings.local_dir`` is None.
-        local_sources: each file ListerWatcher made is appended here (their errors reach ``/readyz``).
+        local_sources: each file ListerWatcher made is appended here (their errors reach ``/readyz``); all
+            share the first one's :class:`LocalDirectory`.
 
     Raises:
         ValueError: neither a ``local_dir`` nor an ``api_client``.
@@ -38,7 +47,8 @@ def lister_watcher_factory(settings: Settings, api_client: Any,
         def local(key: InformerKey) -> ListerWatcher:
             r = _BY_INFORMER_RESOURCE[key.resource]
             source = LocalDirectoryListerWatcher(root, kinds={r.kind}, poll_interval=poll,
-                                                 default_namespace="default" if r.namespaced else None)
+                                                 default_namespace="default" if r.namespaced else None,
+                                                 directory=_directory(settings, local_sources))
             local_sources.append(source)
             return source
 
@@ -64,7 +74,7 @@ def gvr_lister_watcher_factory(settings: Settings, api_client: Any, local_source
         def local(gvr: GVR) -> ListerWatcher:
             # The directory is the cluster: every document of the resource is in its cache.
             source = LocalDirectoryListerWatcher(root, api_resource=(gvr.api_version, gvr.resource),
-                                                 poll_interval=poll)
+                                                 poll_interval=poll, directory=_directory(settings, local_sources))
             local_sources.append(source)
             return source
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from webhook.cli.command import ExitStatus
+from webhook.cli.command import ExitStatus, output_cut_short
 from webhook.cli.main import main
 from webhook.tls import generate as certs
 
@@ -98,7 +98,7 @@ def test_serve_with_an_unusable_kubeconfig(tmp_path: Path, cert_dir: Path) -> No
     (tmp_path / "config").write_text("apiVersion: v1\nkind: Config\nclusters: []\n")
     result = run("serve", "--cert-dir", str(cert_dir), "--kubeconfig", str(tmp_path / "config"), "--port",
                  str(free_port()), env={"KUBERNETES_SERVICE_HOST": ""})
-    one_line_failure(result, "tollgate serve: no Kubernetes configuration: ")
+    one_line_failure(result, "tollgate serve: no usable Kubernetes configuration: ")
 
 
 def test_serve_on_a_port_in_use() -> None:
@@ -180,3 +180,44 @@ def test_broken_pipe_in_process(monkeypatch: pytest.MonkeyPatch, capsys: pytest.
     monkeypatch.setattr("sys.stdout", ClosedPipe())
     assert main(["test", str(EXAMPLES / "disallow-latest-tag" / "test.yaml")]) == EXIT_BROKEN_PIPE
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_output_cut_short_is_a_reader_gone_with_output_unread() -> None:
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, b"x" * 100)
+        assert not output_cut_short(write_end, wait=0)  # the reader is still there
+        os.read(read_end, 10)
+        os.close(read_end)
+        assert output_cut_short(write_end, wait=0)  # | head -c 10: gone with 90 bytes unread
+    finally:
+        os.close(write_end)
+    read_end, write_end = os.pipe()
+    os.write(write_end, b"all of it")
+    os.read(read_end, 100)
+    os.close(read_end)
+    assert not output_cut_short(write_end, wait=0)  # everything was read: not a cut
+    os.close(write_end)
+    with open(os.devnull, "w") as devnull:
+        assert not output_cut_short(devnull.fileno())
+
+
+def test_a_reader_leaving_after_the_output_fit_in_the_pipe_is_141(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # `tollgate test -o json ... | head -c 10`: the whole output fits in the pipe, no write fails, then head leaves.
+    read_end, write_end = os.pipe()
+    stdout = os.fdopen(write_end, "w")
+    monkeypatch.setattr("sys.stdout", stdout)
+    saved = os.dup(1)  # main silences fd 1 of a cut output: keep pytest's
+    try:
+        def head_leaves(*_args: object, **_kwargs: object) -> None:
+            os.read(read_end, 10)
+            os.close(read_end)
+
+        monkeypatch.setattr("webhook.cli.test._summary", head_leaves)
+        os.dup2(write_end, 1)
+        assert main(["test", "-o", "json", str(EXAMPLES / "disallow-latest-tag" / "test.yaml")]) == EXIT_BROKEN_PIPE
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        stdout.close()

@@ -64,3 +64,46 @@ def test_clean_files_exit_0(capsys: pytest.CaptureFixture[str]) -> None:
 def test_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+THREE_ERRORS = """\
+apiVersion: tollgate.dev/v1alpha1
+kind: ClusterAdmissionPolicy
+metadata: {name: three}
+spec:
+  match: {resourceRules: [{resources: [pods]}]}
+  validationAction: [Deny]
+  variables:
+  - name: c
+    expression: "objekt.spec.?containers.orValue([])"
+  validations:
+  - expression: "size(variables.c) > 0 && foo.bar"
+    messageExpression: "'x' + 1"
+  - expression: "object.metadata.name.size()"
+"""
+
+
+def test_every_error_of_every_expression_in_one_run_with_the_schema_errors(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "p.yaml").write_text(THREE_ERRORS)
+    assert main(["lint", str(tmp_path / "p.yaml")]) == 1
+    where = f"{tmp_path}/p.yaml"
+    assert capsys.readouterr().out.splitlines() == [
+        f"{where}:6: document 1: spec.validationAction: unknown field (did you mean validationActions?)",
+        f"{where}:9: document 1: ClusterAdmissionPolicy three: spec.variables[0].expression: ERROR: <input>:1:7: "
+        "undeclared reference to 'objekt.spec'",  # not the follow-on errors of the selects on it
+        f"{where}:11: document 1: ClusterAdmissionPolicy three: spec.validations[0].expression: ERROR: <input>:1:29: "
+        "undeclared reference to 'foo.bar'",
+        f"{where}:12: document 1: ClusterAdmissionPolicy three: spec.validations[0].messageExpression: ERROR: "
+        "<input>:1:5: found no matching overload for '_+_' applied to '(string, int)'",
+        f"{where}:13: document 1: ClusterAdmissionPolicy three: spec.validations[1].expression: must evaluate to "
+        "bool, but evaluates to int",
+    ]
+
+
+def test_a_key_given_twice_is_a_problem(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "p.yaml").write_text(POLICY.replace("  validationAction: [Deny]\n",
+                                                    "  validationActions: [Deny]\n  validationActions: [Warn]\n"))
+    assert main(["lint", str(tmp_path / "p.yaml")]) == 1
+    assert capsys.readouterr().out.splitlines()[0] == (
+        f"{tmp_path}/p.yaml:8:3: invalid YAML: duplicate key 'validationActions' (first on line 7)")

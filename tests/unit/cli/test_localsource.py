@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from pathlib import Path
 
 import pytest
 
-from webhook.files.local_source import LocalDirectoryListerWatcher
+from webhook.files.local_source import LocalDirectory, LocalDirectoryListerWatcher
 from webhook.informer.types import ListOptions, WatchEvent
 from webhook.policy.labelquery import parse_label_selector_text
 
@@ -43,8 +44,10 @@ async def test_list_honours_the_label_selector(tmp_path: Path) -> None:
 async def test_watch_turns_crossing_the_selector_into_added_and_deleted(tmp_path: Path) -> None:
     path = tmp_path / "cm.yaml"
     write(path, configmap("c"))
-    lw = LocalDirectoryListerWatcher(tmp_path, kinds={"ConfigMap"}, default_namespace="default", poll_interval=0.01)
+    lw = LocalDirectoryListerWatcher(tmp_path, kinds={"ConfigMap"}, default_namespace="default", poll_interval=0.01,
+                                     directory=LocalDirectory(tmp_path, settle_seconds=0))
     rv = (await lw.list(ListOptions(label_selector=SELECTOR))).resource_version
+    bookmarks = 0
     seen: list[tuple[str, str]] = []
     edits = [configmap("c", data="{a: c}"), configmap("c", labels="{}"), configmap("c", labels="{}", data="{a: d}"),
              configmap("c")]
@@ -53,6 +56,9 @@ async def test_watch_turns_crossing_the_selector_into_added_and_deleted(tmp_path
     async for event in events:
         assert isinstance(event, WatchEvent)
         if event.type == "BOOKMARK":
+            bookmarks += 1
+            if bookmarks % 3:
+                continue  # a change is served on the poll after the one that first sees it
             if not edits:
                 break
             write(path, edits.pop(0))
@@ -67,10 +73,12 @@ async def test_a_broken_file_keeps_its_last_good_objects_and_is_reported(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = tmp_path / "cm.yaml"
     write(path, configmap("c"))
-    lw = LocalDirectoryListerWatcher(tmp_path, kinds={"ConfigMap"}, default_namespace="default")
+    lw = LocalDirectoryListerWatcher(tmp_path, kinds={"ConfigMap"}, default_namespace="default",
+                                     directory=LocalDirectory(tmp_path, settle_seconds=0))
     assert await names(lw) == ["c"] and lw.errors == {} and lw.error_count == 0
     write(path, configmap("c") + "  oops: [\n")
     with caplog.at_level(logging.WARNING, logger="tollgate.local"):
+        assert await names(lw) == ["c"] and lw.errors == {}  # not confirmed yet: it may be half-written
         assert await names(lw) == ["c"]
         assert await names(lw) == ["c"]
     assert list(lw.errors) == [str(path)]
@@ -79,9 +87,11 @@ async def test_a_broken_file_keeps_its_last_good_objects_and_is_reported(
     assert len([r for r in caplog.records if "keeping its last good objects" in r.getMessage()]) == 1  # once
     write(path, configmap("c", data="{n: 1}"))  # parses, but kubectl apply would refuse it
     assert await names(lw) == ["c"]
+    assert await names(lw) == ["c"]
     assert lw.errors == {str(path): f"{path}:4: document 1: data.n: must be a string, got an integer"}
     assert lw.error_count == 2
     write(path, configmap("d"))
+    assert await names(lw) == ["c"]
     assert await names(lw) == ["d"] and lw.errors == {}
 
 
@@ -98,3 +108,91 @@ def test_selector_text(text: str, labels: dict[str, str], selected: bool) -> Non
 def test_malformed_selectors_are_refused(text: str) -> None:
     with pytest.raises(ValueError, match="invalid label selector"):
         parse_label_selector_text(text)
+
+
+ROOT = Path(__file__).resolve().parents[3]
+PRIVILEGED = ROOT / "policies" / "pod-security" / "baseline" / "disallow-privileged-containers.yaml"
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def denies_a_privileged_pod(directory: LocalDirectory, cache: dict[str, bool]) -> bool:
+    """Whether what the directory serves now denies a privileged Pod (the engine the server runs)."""
+    from webhook.files.testsuite import build_request
+    from webhook.policy import InMemoryLookups, compile_policy, evaluate_validating
+
+    documents, _errors = directory.listing()
+    served = [d for _path, d in documents if d.get("kind") == "ClusterAdmissionPolicy"]
+    key = json.dumps(served, sort_keys=True)
+    if key not in cache:
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+               "spec": {"containers": [{"name": "c", "image": "i", "securityContext": {"privileged": True}}]}}
+        request = build_request(pod, operation="CREATE", user_info={"username": "mallory"})
+        compiled = [c for c in (compile_policy(d).matchable for d in served) if c is not None]
+        cache[key] = not evaluate_validating(request, compiled, InMemoryLookups()).allowed
+    return cache[key]
+
+
+def test_no_byte_prefix_of_a_policy_file_ever_removes_its_effect(tmp_path: Path) -> None:
+    # An editor or `cp` rewriting the file in place exposes every prefix in turn: empty, comments only, a policy
+    # cut after its variables (no validations), invalid YAML. None may be served in place of the whole file.
+    text = PRIVILEGED.read_bytes()
+    path = tmp_path / PRIVILEGED.name
+    clock = FakeClock()
+    directory = LocalDirectory(tmp_path, settle_seconds=1.0, clock=clock)
+    path.write_bytes(text)
+    cache: dict[str, bool] = {}
+    assert denies_a_privileged_pod(directory, cache)
+    admitted = []
+    for size in range(len(text)):
+        path.write_bytes(text[:size])
+        os.utime(path, ns=(0, 1_000_000 + size))  # every write is a change the poller sees
+        for _poll in range(3):  # seen by three polls within the settle time
+            if not denies_a_privileged_pod(directory, cache):
+                admitted.append(size)
+            clock.now += 0.3
+        clock.now += 0.5  # a new prefix
+    path.write_bytes(text)
+    assert admitted == []
+    assert denies_a_privileged_pod(directory, cache) and directory.listing()[1] == {}
+    assert len(cache) == 1  # the served policy never changed
+
+
+def test_a_change_is_served_once_it_holds_for_the_settle_time(tmp_path: Path) -> None:
+    clock = FakeClock()
+    directory = LocalDirectory(tmp_path, settle_seconds=1.0, clock=clock)
+    path = tmp_path / "cm.yaml"
+    write(path, configmap("a"))
+
+    def served() -> list[str]:
+        return [d["metadata"]["name"] for _path, d in directory.listing()[0]]
+
+    assert served() == ["a"]  # the first listing is served as read
+    write(path, "# nothing yet\n")
+    assert served() == ["a"]
+    clock.now += 0.9
+    assert served() == ["a"]
+    clock.now += 0.2
+    assert served() == []  # emptied for good: confirmed
+    write(path, configmap("b"))  # a file's new content, a new file and a removal are all confirmed alike
+    write(tmp_path / "new.yaml", configmap("n"))
+    assert served() == []
+    clock.now += 1.0
+    assert served() == ["b", "n"]
+    (tmp_path / "new.yaml").unlink()
+    assert served() == ["b", "n"]
+    clock.now += 1.0
+    assert served() == ["b"]
+    write(path, configmap("c"))
+    clock.now += 1.0
+    assert served() == ["b"]  # one observation is never enough, however late it comes
+    clock.now += 0.1
+    assert served() == ["b"]  # changed again before it was confirmed: the settle time starts over
+    clock.now += 1.0
+    assert served() == ["c"]

@@ -203,7 +203,6 @@ def test_table_marks_the_mismatch(examples_with_one_mismatch: Path, capsys: pyte
 def test_suite_from_stdin(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(EXAMPLES / "allowed-registries")
     monkeypatch.setattr("sys.stdin", io.StringIO((EXAMPLES / "allowed-registries" / "test.yaml").read_text()))
-    monkeypatch.setattr("webhook.files.yamlio._stdin_cache", [])
     code, rows, _ = run_json(capsys, "-")
     assert code == 0
     assert [r["suite"] for r in rows] == ["-"] * 3
@@ -212,12 +211,10 @@ def test_suite_from_stdin(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Captur
 def test_resources_from_stdin_adhoc_exit_1_on_fail(monkeypatch: pytest.MonkeyPatch,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr("sys.stdin", io.StringIO((EXAMPLES / "disallow-latest-tag" / "resources.yaml").read_text()))
-    monkeypatch.setattr("webhook.files.yamlio._stdin_cache", [])
     code, rows, _ = run_json(capsys, "-p", str(EXAMPLES / "disallow-latest-tag" / "policy.yaml"), "-r", "-")
     assert code == 0  # warn rows do not fail an ad-hoc run
     assert [r["result"] for r in rows] == ["pass", "warn", "warn"]
     monkeypatch.setattr("sys.stdin", io.StringIO((EXAMPLES / "team-a-require-limits" / "resources.yaml").read_text()))
-    monkeypatch.setattr("webhook.files.yamlio._stdin_cache", [])
     code, rows, err = run_json(capsys, "-p", str(EXAMPLES / "team-a-require-limits" / "policy.yaml"), "-r", "-",
                                "--fail-only")
     assert code == 1
@@ -290,3 +287,37 @@ def test_a_missing_file_names_the_suite_field(tmp_path: Path, capsys: pytest.Cap
     err = capsys.readouterr().err
     gone = tmp_path / "gone.yaml"
     assert err == f"tollgate test: {suite}:7: document 1: namespaces[0]: {gone}: no such file or directory\n"
+
+
+def test_one_broken_suite_hides_no_other_suites_results(
+        examples_with_one_mismatch: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    broken = examples_with_one_mismatch / "allowed-registries" / "broken-test.yaml"
+    broken.write_text("apiVersion: tollgate.dev/v1alpha1\nkind: TestSuite\npolicies: [policy.yaml]\n"
+                      "resources: [missing.yaml]\nresults:\n- {policy: allowed-registries, resource: {kind: Pod, "
+                      "name: good}, result: pass}\n")
+    unparsable = examples_with_one_mismatch / "zz-test.yaml"
+    unparsable.write_text("kind: TestSuite\npolicies: [\n")
+    code, rows, err = run_json(capsys, str(examples_with_one_mismatch), str(examples_with_one_mismatch / "gone"))
+    assert code == 2  # unusable input wins over the mismatch, after every usable suite ran
+    assert len({r["suite"] for r in rows}) == len(list(EXAMPLES.glob("*/test.yaml")))
+    assert [r["name"] for r in rows if not r["ok"]] == ["unlimited"]  # the others' findings are still reported
+    ours = [line for line in err.splitlines() if line.startswith("tollgate test: ")]
+    assert ours == [
+        f"tollgate test: {unparsable}:3:1: invalid YAML: did not find expected node content",
+        f"tollgate test: {examples_with_one_mismatch / 'gone'}: no such file or directory",
+        f"tollgate test: {broken}:4: document 1: resources[0]: {broken.parent / 'missing.yaml'}: no such file or "
+        "directory",
+        "tollgate test: 3 unusable suite(s) or path(s); the others' results are above",
+    ]
+
+
+def test_kubectl_list_output_as_resources(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # `kubectl get pods -o json`: a v1 List; `-r <(kubectl ...)` hands over a pipe.
+    pods = [d for d in yaml.safe_load_all((EXAMPLES / "disallow-latest-tag" / "resources.yaml").read_text()) if d]
+    (tmp_path / "pods.json").write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": pods}, indent=4))
+    policy = str(EXAMPLES / "disallow-latest-tag" / "policy.yaml")
+    assert main(["test", "-p", policy, "-r", str(tmp_path / "pods.json"), "-o", "json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    resources = str(EXAMPLES / "disallow-latest-tag" / "resources.yaml")
+    assert main(["test", "-p", policy, "-r", resources, "-o", "json"]) == 0
+    assert listed == json.loads(capsys.readouterr().out) and len(listed) == len(pods)

@@ -70,7 +70,7 @@ def test_missing_file_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFix
 @pytest.mark.parametrize(("failure_policy", "result", "code"), [("Fail", "error", 1), ("Ignore", "error", 1)])
 def test_a_broken_policy_is_answered_per_its_failure_policy_offline(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], failure_policy: str, result: str, code: int) -> None:
-    # As in a cluster (issue 11): a policy whose CEL does not compile still selects what its rules select,
+    # As in a cluster: a policy whose CEL does not compile still selects what its rules select,
     # and each such request is an error under its failurePolicy; the author is told it is not Ready.
     policy = tmp_path / "policy.yaml"
     policy.write_text(
