@@ -201,3 +201,17 @@ def test_kubeconfig_without_a_path_and_none_found_is_one_line(tmp_path: Path, mo
     assert capsys.readouterr().err.splitlines() == [
         f"tollgate audit: no Kubernetes configuration: not in a cluster and no kubeconfig ({tmp_path / 'none'} not "
         "found); give --kubeconfig PATH"]
+
+
+def test_what_kubectl_get_prints_is_audited_item_by_item(tmp_path: Path, capsys: Any) -> None:
+    # `kubectl get pods -A -o yaml > pods.yaml` (or `-o json`): a List whose items are the resources.
+    policies = write(tmp_path / "p.yaml", [policy("no-priv", validations=[NO_PRIV], background=True)])
+    listed = {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""},
+              "items": [pod("a"), pod("b", privileged=True)]}
+    (tmp_path / "pods.json").write_text(json.dumps(listed))
+    for resources in (write(tmp_path / "pods.yaml", [listed]), str(tmp_path / "pods.json")):
+        status, items, _err = audit(capsys, "-p", policies, "-r", resources)
+        assert status == 1
+        [report] = items
+        assert report["summary"]["pass"] == 1 and report["summary"]["fail"] == 1
+        assert sorted(r["resources"][0]["name"] for r in report["results"]) == ["a", "b"]
