@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from webhook import logs
-from webhook.cli.arguments import int_in_range, port, seconds
+from webhook.cli.arguments import dns_label, dns_subdomain, int_in_range, port, seconds
 from webhook.cli.command import Subparsers, UsageError, add_command
 from webhook.server.settings import DEFAULTS, Settings
 from webhook.tls import generate as certs
@@ -97,6 +97,9 @@ def add_parser(sub: Subparsers) -> None:
     p.add_argument("--isolate-above-bytes", type=int_in_range(0, None), default=d.isolate_above_bytes,
                    metavar="BYTES", help="reviews with a larger body go to a worker; smaller ones are evaluated "
                                          f"inline (default {d.isolate_above_bytes}; 0 sends every review to a worker)")
+    p.add_argument("--inline-work-budget", type=int_in_range(0, None), default=d.inline_work_budget, metavar="UNITS",
+                   help="a smaller review still goes to a worker when its estimated evaluation cost (~10 ns units) "
+                        f"exceeds this (default {d.inline_work_budget}; 0 evaluates it inline whatever it costs)")
     p.add_argument("--eval-memory-limit", type=int_in_range(0, None), default=d.eval_memory_limit_bytes,
                    metavar="BYTES", help="address-space limit of each evaluation worker "
                                          f"(default {d.eval_memory_limit_bytes}; 0: none)")
@@ -113,6 +116,17 @@ def add_parser(sub: Subparsers) -> None:
                    metavar="BYTES",
                    help="remember fused policy programs that passed, keyed by exactly the fields they read, in up to "
                         f"this many bytes (default {d.decision_memo_bytes}; 0 turns the memo off)")
+    p.add_argument("--webhook-config-name", type=dns_subdomain, default=d.webhook_config_name, metavar="NAME",
+                   help=f"metadata.name of both webhook configurations (default {d.webhook_config_name})")
+    p.add_argument("--webhook-service", type=dns_label, default=d.webhook_service, metavar="NAME",
+                   help=f"the Service the webhook configurations call (default {d.webhook_service})")
+    p.add_argument("--header-timeout", type=seconds(allow_zero=False), default=d.header_timeout, metavar="SECONDS",
+                   help="seconds a client has for its TLS handshake, then for its request head "
+                        f"(default {d.header_timeout:g})")
+    p.add_argument("--idle-timeout", type=seconds(allow_zero=False), default=d.idle_timeout, metavar="SECONDS",
+                   help=f"seconds a kept-alive connection may wait for its next request (default {d.idle_timeout:g})")
+    p.add_argument("--max-connections", type=int_in_range(1, None), default=d.max_connections, metavar="N",
+                   help=f"client connections open at once (default {d.max_connections})")
     p.add_argument("--create-webhooks", action="store_true",
                    help="create a missing webhook configuration (needs RBAC create)")
     p.add_argument("--self-managed-certs", action="store_true",
@@ -311,7 +325,9 @@ def _run_serve(args: argparse.Namespace) -> int:
         self_managed_certs=args.self_managed_certs, cert_dir=args.cert_dir, ca_file=ca, webhook_url=webhook_url,
         service_account=os.environ.get("POD_SERVICE_ACCOUNT", DEFAULTS.service_account),
         eval_workers=args.eval_workers, isolate_above_bytes=args.isolate_above_bytes,
-        eval_memory_limit_bytes=args.eval_memory_limit,
+        inline_work_budget=args.inline_work_budget, eval_memory_limit_bytes=args.eval_memory_limit,
+        webhook_config_name=args.webhook_config_name, webhook_service=args.webhook_service,
+        header_timeout=args.header_timeout, idle_timeout=args.idle_timeout, max_connections=args.max_connections,
         shutdown_delay=(args.shutdown_delay if args.shutdown_delay is not None
                         else 0.0 if args.local else DEFAULTS.shutdown_delay),
         background_audit=args.background_audit and args.local is None, audit_max_objects=args.audit_max_objects,

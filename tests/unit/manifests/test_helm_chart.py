@@ -227,9 +227,12 @@ def test_webhook_values(pems: dict[str, str]) -> None:
     role = next(d for d in created if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "tollgate")
     assert {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["validatingwebhookconfigurations",
             "mutatingwebhookconfigurations"], "verbs": ["create"]} in role["rules"]
-    assert helm_python is not None
-    with pytest.raises(helm_python.HelmError, match="writes the configurations named tollgate only"):
-        render({**static, "webhooks": {"configurationName": "gate"}})
+    # Another name: the server is told, the RBAC names it, and both configurations carry it.
+    renamed = render({**static, "webhooks": {"configurationName": "gate"}})
+    assert "--webhook-config-name=gate" in _container(renamed)["args"]
+    role = next(d for d in renamed if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "tollgate")
+    assert any(r.get("resourceNames") == ["gate"] and "update" in r["verbs"] for r in role["rules"])
+    assert {d["metadata"]["name"] for d in renamed if d["kind"].endswith("WebhookConfiguration")} == {"gate"}
     # The configurations carry exactly the labels the leader writes, or every start would rewrite them.
     from webhook.policy.webhook_configs import WebhookTarget
 

@@ -40,9 +40,6 @@ tollgate-tls
 {{- fail "certificates.mode static needs certificates.static.tlsCrt, tlsKey and caCrt (e.g. --set-file certificates.static.tlsCrt=tls/tls.crt after `tollgate certs --out-dir tls`) or certificates.static.existingSecret" }}
 {{- end }}
 {{- end }}
-{{- if and .Values.webhooks.manage (ne .Values.webhooks.configurationName "tollgate") }}
-{{- fail "webhooks.configurationName: the server writes the configurations named tollgate only; another name needs webhooks.manage=false (GitOps: tollgate webhook-config --name)" }}
-{{- end }}
 {{- if and .Values.webhooks.create (not .Values.webhooks.manage) }}
 {{- fail "webhooks.create needs webhooks.manage" }}
 {{- end }}
