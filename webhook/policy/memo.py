@@ -50,7 +50,8 @@ import orjson
 from webhook.policy.cel.ast import Node, decode_expr, expr_bytes
 from webhook.policy.cel.env import VARIABLES
 from webhook.policy.cel.scope import RESOURCE_FUNCTIONS
-from webhook.policy.projection import ALL, Projection, Tree, reads_of, union_reads
+from webhook.policy.projection import ALL, Tree, reads_of, union_reads
+from webhook.policy.pruning import Projection
 
 __all__ = ["DEFAULT_MAX_BYTES", "ENTRY_OVERHEAD", "MIN_HIT_RATIO", "MIN_LOOKUPS", "PROBE_EVERY", "SCOPE_FUNCTIONS",
            "TYPE_NAMES", "DecisionMemo", "MemoSpec", "key_roots", "memo_key", "memo_spec", "union_spec"]

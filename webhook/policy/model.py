@@ -6,6 +6,9 @@ resource (a raw dict) into a :class:`PolicySpec`, raising
 ``spec.validations[2].reason: must be one of [...]``. Field names and
 defaults follow ``docs/design/policy-api.md``; where it is silent they
 follow ValidatingAdmissionPolicy (VAP) and MutatingAdmissionPolicy.
+
+One module, longer than most: the spec's dataclasses and the parser that builds them are read
+together, field by field, in the order of the spec (and of docs/design/policy-api.md).
 """
 
 from __future__ import annotations

@@ -44,7 +44,8 @@ from webhook.policy.cel.env import environment
 from webhook.policy.compiler import CompiledPolicy
 from webhook.policy.matching import View, has_selectors, rules_view
 from webhook.policy.memo import MemoSpec, memo_spec, union_spec
-from webhook.policy.projection import Projection, Tree, union_reads
+from webhook.policy.projection import Tree, union_reads
+from webhook.policy.pruning import Projection
 from webhook.policy.request import RequestCoordinates
 from webhook.policy.vocabulary import Action, PolicyResult, Result
 

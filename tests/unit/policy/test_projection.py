@@ -28,7 +28,8 @@ from webhook.policy.compiler import CompiledPolicy, compile_policy
 from webhook.policy.engine import RequestContext, synthesize_pod
 from webhook.policy.engine.prepare import params_of
 from webhook.policy.matching import View
-from webhook.policy.projection import ALL, EACH, KEYS, Projection, project, reads, reads_of, union
+from webhook.policy.projection import ALL, EACH, KEYS, reads, reads_of, union
+from webhook.policy.pruning import Projection, project
 
 ENV = environment()
 

@@ -16,7 +16,7 @@ from typing import Any
 from webhook.policy.cel.env import environment
 from webhook.policy.lookups import Lookups
 from webhook.policy.matching import View
-from webhook.policy.projection import Projection
+from webhook.policy.pruning import Projection
 from webhook.policy.request import RequestCoordinates
 
 __all__ = ["RequestContext", "ephemeral_as_pod", "synthesize_pod"]
