@@ -55,6 +55,8 @@ from webhook.aio import cancel_and_wait
 from webhook.informer import Backoff
 from webhook.kube.api import MERGE_PATCH, ApiException, call_json
 from webhook.metrics import StatusMetrics
+from webhook.policy.resources import CLUSTER_POLICIES, NAMESPACED_POLICIES
+from webhook.policy.vocabulary import API_VERSION
 
 __all__ = [
     "Condition",
@@ -68,12 +70,8 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-#: kind -> plural of the policy kinds (group ``tollgate.dev``); see manifests/crds/.
-_PLURALS = {
-    "ClusterAdmissionPolicy": "clusteradmissionpolicies",
-    "AdmissionPolicy": "admissionpolicies",
-}
-_DEFAULT_API_VERSION = "tollgate.dev/v1alpha1"
+#: kind -> plural of the policy kinds (the one static kind table; see manifests/crds/).
+_PLURALS = {r.kind: r.plural for r in (CLUSTER_POLICIES, NAMESPACED_POLICIES)}
 
 
 class Condition(TypedDict):
@@ -118,7 +116,7 @@ def status_path(obj: Mapping[str, Any]) -> str:
     plural = _PLURALS.get(key.kind)
     if plural is None or not key.name:
         raise ValueError(f"not a policy object: kind={key.kind!r} name={key.name!r}")
-    api_version = obj.get("apiVersion") or _DEFAULT_API_VERSION
+    api_version = obj.get("apiVersion") or API_VERSION
     scope = f"/namespaces/{key.namespace}" if key.namespace else ""
     return f"/apis/{api_version}{scope}/{plural}/{key.name}/status"
 

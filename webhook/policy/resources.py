@@ -1,16 +1,15 @@
 """The resources Tollgate caches, and the one static kind ↔ resource table for offline use.
 
 In a cluster the API server's discovery is the authority; offline (``--local``,
-``tollgate test``) and for Tollgate's own informers this table is. Imports
-nothing from Tollgate.
+``tollgate test``) and for Tollgate's own informers this table is. Identities
+come from :mod:`webhook.policy.vocabulary`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-GROUP = "tollgate.dev"
-VERSION = "v1alpha1"
+from webhook.policy.vocabulary import GROUP, VERSION, PolicyKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,8 +43,8 @@ class Resource:
 
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap", namespaced=True)
-CLUSTER_POLICIES = Resource(GROUP, VERSION, "clusteradmissionpolicies", "ClusterAdmissionPolicy", namespaced=False)
-NAMESPACED_POLICIES = Resource(GROUP, VERSION, "admissionpolicies", "AdmissionPolicy", namespaced=True)
+CLUSTER_POLICIES = Resource(GROUP, VERSION, "clusteradmissionpolicies", PolicyKind.CLUSTER, namespaced=False)
+NAMESPACED_POLICIES = Resource(GROUP, VERSION, "admissionpolicies", PolicyKind.NAMESPACED, namespaced=True)
 
 #: Built-in kinds offline tools need to build AdmissionRequests for, by kind.
 BUILTIN: dict[str, Resource] = {r.kind: r for r in (
