@@ -32,7 +32,7 @@ import pytest
 import yaml
 
 from tests.unit.manifests.kustomize import deployments
-from tests.unit.manifests.rbac import rbac_problems
+from tests.unit.manifests.rbac import grants, rbac_problems
 
 ROOT = Path(__file__).resolve().parents[3]
 MANIFESTS = ROOT / "manifests"
@@ -125,21 +125,10 @@ def _secret_volume_name() -> str:
     return str(secret)
 
 
-def _grants(role: dict[str, Any]) -> list[tuple[str, str, str, tuple[str, ...]]]:
-    out = []
-    for rule in role.get("rules") or []:
-        assert not rule.get("nonResourceURLs"), f"{role['metadata']['name']}: nonResourceURLs granted"
-        for group in rule.get("apiGroups") or []:
-            for resource in rule.get("resources") or []:
-                for verb in rule.get("verbs") or []:
-                    out.append((group, resource, verb, tuple(rule.get("resourceNames") or ())))
-    return out
-
-
 @pytest.mark.parametrize("kind", ["ClusterRole", "Role"])
 def test_rbac_has_no_wildcards(kind: str) -> None:
     for role in _of_kind(kind):
-        for group, resource, verb, _ in _grants(role):
+        for group, resource, verb, _ in grants(role):
             assert "*" not in (group, resource, verb), (
                 f"{kind} {role['metadata']['name']}: wildcard in {group}/{resource} {verb}"
             )
@@ -148,7 +137,7 @@ def test_rbac_has_no_wildcards(kind: str) -> None:
 def test_cluster_role_grants_only_cache_reads_status_and_webhook_config_writes() -> None:
     granted: dict[tuple[str, str], set[str]] = {}
     for role in _of_kind("ClusterRole"):
-        for group, resource, verb, names in _grants(role):
+        for group, resource, verb, names in grants(role):
             allowed = ALLOWED_CLUSTER.get((group, resource))
             assert allowed is not None, f"ClusterRole grants {verb} on {group or 'core'}/{resource}"
             assert verb in allowed, (
@@ -168,7 +157,7 @@ def test_roles_only_handle_leases_in_own_namespace() -> None:
     granted: set[str] = set()
     for role in roles:
         assert role["metadata"]["namespace"] == NAMESPACE
-        for group, resource, verb, names in _grants(role):
+        for group, resource, verb, names in grants(role):
             allowed = ALLOWED_NAMESPACED.get((group, resource))
             assert allowed is not None and verb in allowed, f"Role grants {verb} on {group}/{resource}"
             if verb != "create":
