@@ -66,7 +66,7 @@ def junit(rows: Sequence[Row]) -> str:
                               errors="0", skipped="0")
         for r in members:
             where = f"{r.kind} {r.namespace}/{r.name}" if r.namespace else f"{r.kind} {r.name}"
-            case = ET.SubElement(suite, "testcase", classname=r.policy, name=f"{where} {r.operation}")
+            case = ET.SubElement(suite, "testcase", classname=r.policy, name=f"{where} {r.request}")
             if not r.ok:
                 text = r.mismatch or f"{r.result}: {r.message}"
                 failure = ET.SubElement(case, "failure", message=text, type=r.result)

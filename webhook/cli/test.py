@@ -43,6 +43,7 @@ TestSuite file (paths relative to the suite file; see docs/writing-policies.md):
   namespaces: [namespaces.yaml]    # optional, the Namespace cache
   references: [existing.yaml]      # optional, objects in the caches spec.references declares
   operation: CREATE                # optional default
+  subResource: ephemeralcontainers # optional default request.subResource
   userInfo: {username: alice, groups: [dev]}   # optional default
   results:
   - {policy: NAME, resource: {kind: Pod, namespace: default, name: good}, result: pass}
@@ -51,7 +52,7 @@ TestSuite file (paths relative to the suite file; see docs/writing-policies.md):
      userInfo: {username: bob}, patchedResource: web-mutated.yaml}
 
 Output: --output table|json|yaml|junit. json/yaml rows: {"policy", "kind", "namespace", "name",
-"result", "message"}, plus for suites {"suite", "operation", "expected", "ok", "mismatch"}.
+"result", "message"}, plus for suites {"suite", "operation", "expected", "ok", "mismatch"} and "subResource" when set.
 
 Input: YAML or JSON, multi-document; a List (kubectl get -o yaml|json) stands for its items;
 - is standard input, and <(kubectl get pods -o yaml) works too.
@@ -167,6 +168,6 @@ def _summary(rows: list[Row], bad: list[Row], *, suites: bool) -> None:
         return
     for r in bad:
         where = f"{r.kind}/{r.namespace}/{r.name}" if r.namespace else f"{r.kind}/{r.name}"
-        print(f"MISMATCH {r.suite}: {r.policy} on {where} ({r.operation}): {r.mismatch}", file=sys.stderr)
+        print(f"MISMATCH {r.suite}: {r.policy} on {where} ({r.request}): {r.mismatch}", file=sys.stderr)
     print(f"{len(bad)} of {len(rows)} expectation(s) failed" if bad else f"all {len(rows)} expectations met",
           file=sys.stderr)

@@ -55,8 +55,8 @@ class Row:
     """One result row.
 
     Ad-hoc rows carry the first six fields; TestSuite rows also the suite file,
-    the operation, the expected result and ``mismatch`` (``""`` when the
-    expectation holds, else why not).
+    the operation and subresource, the expected result and ``mismatch`` (``""``
+    when the expectation holds, else why not).
     """
 
     policy: str
@@ -69,6 +69,12 @@ class Row:
     operation: str = "CREATE"
     expected: str | None = None
     mismatch: str = ""
+    sub_resource: str = ""
+
+    @property
+    def request(self) -> str:
+        """The request in reports: ``UPDATE``, or ``UPDATE ephemeralcontainers`` for a subresource."""
+        return f"{self.operation} {self.sub_resource}" if self.sub_resource else self.operation
 
     @property
     def ok(self) -> bool:
@@ -81,13 +87,16 @@ class Row:
         """The JSON/YAML object of the row.
 
         ``{"policy", "kind", "namespace", "name", "result", "message"}``, plus for a
-        suite row ``"suite", "operation", "expected", "ok", "mismatch"``.
+        suite row ``"suite", "operation", "expected", "ok", "mismatch"`` and, when
+        the test names one, ``"subResource"``.
         """
         out: dict[str, Any] = {"policy": self.policy, "kind": self.kind, "namespace": self.namespace,
                                "name": self.name, "result": self.result, "message": self.message}
         if self.expected is not None:
             out.update(suite=self.suite, operation=self.operation, expected=self.expected, ok=self.ok,
                        mismatch=self.mismatch)
+            if self.sub_resource:
+                out["subResource"] = self.sub_resource
         return out
 
 
@@ -130,7 +139,7 @@ def describe_key(key: tuple[str, str, str]) -> str:
 
 
 def build_request(obj: dict[str, Any], *, operation: str, user_info: dict[str, Any],
-                  old_object: dict[str, Any] | None = None) -> dict[str, Any]:
+                  old_object: dict[str, Any] | None = None, sub_resource: str = "") -> dict[str, Any]:
     """An AdmissionRequest for ``obj`` as the API server would send it.
 
     Args:
@@ -139,6 +148,9 @@ def build_request(obj: dict[str, Any], *, operation: str, user_info: dict[str, A
         user_info: ``request.userInfo`` (``username``, ``uid``, ``groups``, ``extra``).
         old_object: ``oldObject`` for UPDATE. On DELETE ``object`` is null and
             ``oldObject`` is ``obj`` (or ``old_object`` when given), as on a cluster.
+        sub_resource: ``subResource`` and ``requestSubResource`` (``ephemeralcontainers``,
+            ``status``); ``obj`` is still the whole object, as the API server sends for
+            ``pods/ephemeralcontainers`` since Kubernetes 1.22.
     """
     api_version = str(obj.get("apiVersion", "v1"))
     group, _, version = api_version.rpartition("/")
@@ -158,6 +170,8 @@ def build_request(obj: dict[str, Any], *, operation: str, user_info: dict[str, A
     }
     if namespace:
         request["namespace"] = namespace
+    if sub_resource:
+        request["subResource"] = request["requestSubResource"] = sub_resource
     return request
 
 
@@ -562,15 +576,16 @@ def run_suite(suite: Document, *, params_selector: str) -> SuiteRun:
             raise InputError(f"{where}: results[{i}].resource: no {describe_key(key)} in the suite's resources")
         operation = exp.get("operation") or spec.get("operation") or "CREATE"
         user_info = {**DEFAULT_USER, **(exp.get("userInfo") or spec.get("userInfo") or {})}
-        memo = json.dumps([key, operation, user_info], sort_keys=True)
+        sub_resource = exp.get("subResource", spec.get("subResource", ""))
+        memo = json.dumps([key, operation, user_info, sub_resource], sort_keys=True)
         if memo not in cache:
             old = _old_object(key, olds, operation, where)
             cache[memo] = chain.evaluate(build_request(doc.obj, operation=operation, user_info=user_info,
-                                                           old_object=old))
+                                                       old_object=old, sub_resource=sub_resource))
         evaluation = cache[memo]
         outcome = evaluation.outcomes[exp["policy"]]
         row = Row(exp["policy"], key[0], key[1], key[2], outcome.result, outcome.message, suite=suite.source,
-                  operation=operation, expected=exp["result"])
+                  operation=operation, expected=exp["result"], sub_resource=sub_resource)
         row.mismatch = _mismatch(suite, i, exp, row, evaluation)
         out.rows.append(row)
     return out

@@ -321,3 +321,19 @@ def test_kubectl_list_output_as_resources(tmp_path: Path, capsys: pytest.Capture
     resources = str(EXAMPLES / "disallow-latest-tag" / "resources.yaml")
     assert main(["test", "-p", policy, "-r", resources, "-o", "json"]) == 0
     assert listed == json.loads(capsys.readouterr().out) and len(listed) == len(pods)
+
+
+def test_sub_resource_reaches_matching_and_the_reports(capsys: pytest.CaptureFixture[str]) -> None:
+    """``subResource`` is the request's (a policy on ``pods/ephemeralcontainers`` but not ``pods/status``)."""
+    suite = ROOT / "policies" / "pod-security" / "test.yaml"
+    assert main(["test", str(suite), "-o", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    by_request = {(r["name"], r["operation"], r.get("subResource")): r["result"]
+                  for r in rows if r["policy"] == "disallow-privileged-containers"}
+    assert by_request == {("debugged-privileged", "UPDATE", "ephemeralcontainers"): "fail",
+                          ("debugged-compliant", "UPDATE", "ephemeralcontainers"): "pass",
+                          ("debugged-privileged", "CREATE", None): "fail",
+                          ("debugged-privileged", "UPDATE", "status"): "skip"}
+    assert main(["test", str(suite), "-o", "junit"]) == 0
+    names = {c.get("name") for c in ET.fromstring(capsys.readouterr().out).iter("testcase")}
+    assert "Pod default/debugged-privileged UPDATE status" in names
