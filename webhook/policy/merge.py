@@ -97,7 +97,7 @@ class MergeSchema:
         """Every ``(group, version, resource)`` it describes (subresources as ``pods/status``)."""
         for key in self._resources:
             parts = key.split("/")
-            if parts[0].startswith("v") and "." not in parts[0] and len(parts) <= 3 and _is_version(parts[0]):
+            if _is_version(parts[0]):  # the core group: v1/pods
                 yield "", parts[0], "/".join(parts[1:])
             else:
                 yield parts[0], parts[1], "/".join(parts[2:])
@@ -120,7 +120,7 @@ class MergeSchema:
 
 
 def _is_version(text: str) -> bool:
-    return text[1:2].isdigit()
+    return text.startswith("v") and text[1:2].isdigit()
 
 
 @functools.cache
