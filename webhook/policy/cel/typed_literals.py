@@ -78,12 +78,14 @@ class TypedLiteral:
         start: offset of the name in the author's text.
         end: offset just past its closing ``}``.
         fields: the field names it sets, in order.
+        brace: offset of its ``{`` in the author's text (where the map literal it becomes starts).
     """
 
     name: str
     start: int
     end: int
     fields: tuple[str, ...] = ()
+    brace: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,7 +240,7 @@ class _Parser:
             children.append((field_name, v, end))
             self.scan(v, end)
             j = end + 1
-        literal = TypedLiteral(name, start, toks[close].end, tuple(names))
+        literal = TypedLiteral(name, start, toks[close].end, tuple(names), toks[brace].start)
         self.literals.append(literal)
         self.at[i] = literal
         for field_name, v, end in children:
