@@ -122,3 +122,12 @@ def test_a_map_patch_type_mutation_in_kubernetes_syntax_applies() -> None:
     assert compiled.policy is not None
     out = evaluate_mutating(request(pod()), [compiled.policy], InMemoryLookups())
     assert out.patch == [{"op": "add", "path": "/metadata/labels", "value": {"example.com/team": "a"}}]
+
+
+def test_deep_nesting_is_one_error_not_a_crash() -> None:
+    deep = "Object{a: " + "".join(f"Object.a{'.a' * i}{{a: " for i in range(120)) + "1" + "}" * 121
+    with pytest.raises(TypedLiteralError, match="nested more than 100 deep"):
+        rewrite(deep)
+    lists = "Object{a: " + "[" * 2400 + "]" * 2400 + "}"
+    assert rewrite(lists).text.startswith('{"a": [[[')
+    assert "recursion limit" in compile_error(lists)

@@ -34,10 +34,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["JSONPATCH_FIELDS", "Rewritten", "TypedLiteral", "TypedLiteralError", "rewrite"]
+__all__ = ["JSONPATCH_FIELDS", "MAX_DEPTH", "Rewritten", "TypedLiteral", "TypedLiteralError", "rewrite"]
 
 #: The fields of Kubernetes' ``JSONPatch`` object type.
 JSONPATCH_FIELDS = ("op", "path", "from", "value")
+#: Deepest nesting of typed literals accepted (cel-cpp's parser refuses far less deep expressions anyway).
+MAX_DEPTH = 100
 _HEADS = ("Object", "JSONPatch")
 
 _TOKEN = re.compile(
@@ -165,6 +167,17 @@ class _Parser:
         self.literals: list[TypedLiteral] = []
         #: index of a literal's first token → the literal (for the nesting check).
         self.at: dict[int, TypedLiteral] = {}
+        #: index of an opening bracket → the index just past its closing one (one pass, so scans stay linear).
+        self.after: dict[int, int] = {}
+        stack: list[int] = []
+        for i, tok in enumerate(tokens):
+            if tok.kind != "punct":
+                continue
+            if tok.text in _CLOSE:
+                stack.append(i)
+            elif tok.text in (")", "]", "}") and stack:
+                self.after[stack.pop()] = i + 1
+        self.depth = 0
 
     def head(self, i: int) -> tuple[str, int] | None:
         """``(name, index of '{')`` when a typed literal starts at token ``i``."""
@@ -184,17 +197,7 @@ class _Parser:
 
     def skip_group(self, i: int) -> int:
         """Index just past the bracket group opening at token ``i`` (``len(tokens)`` when unbalanced)."""
-        depth = 0
-        for j in range(i, len(self.tokens)):
-            t = self.tokens[j].text
-            if self.tokens[j].kind == "punct":
-                if t in _CLOSE:
-                    depth += 1
-                elif t in (")", "]", "}"):
-                    depth -= 1
-                    if depth == 0:
-                        return j + 1
-        return len(self.tokens)
+        return self.after.get(i, len(self.tokens))
 
     def scan(self, lo: int, hi: int) -> None:
         """Rewrite every typed literal among tokens ``[lo, hi)``."""
@@ -213,6 +216,9 @@ class _Parser:
         if close >= hi or toks[close].text != "}":
             return brace + 1  # unbalanced: the parser reports it
         start = toks[i].start
+        if self.depth >= MAX_DEPTH:
+            raise TypedLiteralError(start, f"typed literals nested more than {MAX_DEPTH} deep")
+        self.depth += 1
         self.edits.append((start, toks[brace].start, ""))
         names: list[str] = []
         children: list[tuple[str, int, int]] = []  # (field, first value token, end value token)
@@ -240,6 +246,7 @@ class _Parser:
             children.append((field_name, v, end))
             self.scan(v, end)
             j = end + 1
+        self.depth -= 1
         literal = TypedLiteral(name, start, toks[close].end, tuple(names), toks[brace].start)
         self.literals.append(literal)
         self.at[i] = literal
@@ -272,23 +279,28 @@ class _Parser:
         return lo if found is not None and self.skip_group(found[1]) == hi else None
 
     def direct_literals(self, lo: int, hi: int) -> list[int]:
-        """Token indexes of the literals that are the whole of ``[lo, hi)`` or the elements of a list there."""
+        """Token indexes of the literals that are the whole of ``[lo, hi)`` or the elements of a list there.
+
+        Lists nested in lists are not descended into (a literal there is named for the list's field too,
+        but Kubernetes' lists of lists are not objects' fields).
+        """
         toks = self.tokens
         whole = self.whole_literal(lo, hi)
         if whole is not None:
             return [whole]
         lo, hi = self.unparenthesized(lo, hi)
+        found: list[int] = []
         if hi - lo >= 2 and toks[lo].text == "[" and self.skip_group(lo) == hi:
-            found: list[int] = []
             j = lo + 1
             while j < hi - 1:
                 end = j
                 while end < hi - 1 and toks[end].text != ",":
                     end = self.skip_group(end) if toks[end].text in _CLOSE else end + 1
-                found += self.direct_literals(j, end)
+                element = self.whole_literal(j, end)
+                if element is not None:
+                    found.append(element)
                 j = end + 1
-            return found
-        return []
+        return found
 
 
 def _quote(name: str) -> str:
