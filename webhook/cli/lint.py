@@ -38,15 +38,17 @@ def add_parser(sub: Subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``tollgate lint``; returns the exit status (0 clean, 1 problems, 2 a missing path)."""
+    warnings: list[str] = []
     try:
-        problems, checked = lint_paths(args.paths)
+        problems, checked = lint_paths(args.paths, warnings)
     except InputError as e:
         print(f"tollgate lint: {e}", file=sys.stderr)
         return ExitStatus.USAGE
-    for line in problems:
+    for line in [*warnings, *problems]:  # warnings (an ApplyConfiguration's list merges) do not fail lint
         print(line)
     if problems:
         print(f"{len(problems)} problem(s)", file=sys.stderr)
         return ExitStatus.FINDINGS
-    print(f"{checked} document(s) checked, no problems", file=sys.stderr)
+    noted = f", {len(warnings)} warning(s)" if warnings else ""
+    print(f"{checked} document(s) checked, no problems{noted}", file=sys.stderr)
     return ExitStatus.OK

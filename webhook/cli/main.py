@@ -26,13 +26,13 @@ import os
 import sys
 from importlib.metadata import PackageNotFoundError, version
 
-from webhook.cli import audit, certs, lint, serve, test, webhook_config
+from webhook.cli import audit, certs, export, lint, serve, test, webhook_config
 from webhook.cli.command import ExitStatus, OneLineParser, UsageError, output_cut_short
 
 __all__ = ["COMMANDS", "build_parser", "main", "package_version"]
 
 #: The subcommands, in the order ``tollgate --help`` lists them.
-COMMANDS = (serve, certs, webhook_config, test, lint, audit)
+COMMANDS = (serve, certs, webhook_config, test, lint, audit, export)
 
 
 def package_version() -> str:

@@ -20,10 +20,11 @@ from webhook.files import schema
 from webhook.files.yamlio import Document, InputError, load_file, parse_path, yaml_files
 from webhook.policy import CompiledPolicy, compile_policy
 from webhook.policy.cel.env import compile_expression
+from webhook.policy.merge_check import mutation_warnings
 from webhook.policy.vocabulary import POLICY_KINDS
 
-__all__ = ["compile_document", "compile_for_evaluation", "compile_problems", "document_problems", "lint_paths",
-           "schema_problems"]
+__all__ = ["compile_document", "compile_for_evaluation", "compile_problems", "document_problems", "document_warnings",
+           "lint_paths", "schema_problems"]
 
 #: Stands in for an expression already reported, so compiling again finds the next one: its type is
 #: ``dyn``, which every expected result type accepts and every expression reading a variable can use.
@@ -147,8 +148,26 @@ def document_problems(doc: Document) -> list[str]:
     return problems + compile_problems(doc, spec_checked=not problems)
 
 
-def lint_paths(paths: Iterable[Path]) -> tuple[list[str], int]:
+def document_warnings(doc: Document) -> list[str]:
+    """Warnings about a sound policy document: ApplyConfiguration lists whose merge is unknown or refused.
+
+    See :func:`webhook.policy.merge_check.mutation_warnings`; ``[]`` for other kinds and broken policies.
+    """
+    if doc.kind not in POLICY_KINDS:
+        return []
+    policy, error = compile_document(doc)
+    if policy is None or error is not None:
+        return []
+    return [f"{doc.where(parse_path(path))}: {doc.display_name}: warning: {path}: {message}"
+            for path, message in mutation_warnings(policy.spec)]
+
+
+def lint_paths(paths: Iterable[Path], warnings: list[str] | None = None) -> tuple[list[str], int]:
     """Lint files and directories (recursively).
+
+    Args:
+        paths: files and directories.
+        warnings: when given, collects :func:`document_warnings` of every sound document.
 
     Returns:
         ``(problems, checked)``: one-line messages, and how many documents had a schema.
@@ -168,5 +187,8 @@ def lint_paths(paths: Iterable[Path]) -> tuple[list[str], int]:
             for doc in docs:
                 if schema.has_schema(doc.obj):
                     checked += 1
-                    problems += document_problems(doc)
+                    found = document_problems(doc)
+                    problems += found
+                    if warnings is not None and not found:
+                        warnings += document_warnings(doc)
     return problems, checked

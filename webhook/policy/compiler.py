@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.policy import projection
-from webhook.policy.cel import cost
+from webhook.policy.cel import cost, typed_literals
 from webhook.policy.cel.env import MAX_EXPRESSION_LENGTH, ResourceCall, T, environment
 from webhook.policy.cel.rewrites import inline_variables, referenced_variables, rewrite_for_runtime
 from webhook.policy.model import (
@@ -300,6 +300,10 @@ def compile_spec(spec: PolicySpec) -> CompiledPolicy:
         program = compile_expression(m.expression, f"{p}.mutations[{i}].{field}.expression", expect=expect,
                                      known_variables=known, inlined=inlined, references=refs,
                                               variable_bounds=bounds)
+        root = typed_literals.rewrite(m.expression).root
+        if m.patch_type is PatchType.APPLY_CONFIGURATION and root is not None and root.name != "Object":
+            # As MutatingAdmissionPolicy's compiler: an ApplyConfiguration is the whole object.
+            raise CompileError(program.path, f"must evaluate to Object but got {root.name}")
         mutations.append((m.patch_type, program))
     programs = [*(p for _, p in conditions), *(v.expression for v in validations),
                 *(v.message_expression for v in validations if v.message_expression is not None),

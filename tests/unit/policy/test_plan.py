@@ -178,7 +178,8 @@ MUTATING = [
         "expression": "[{'op': 'add', 'path': '/metadata/annotations/containers', 'value': "
                       "object.spec.containers.map(c, c.name).join(',')}]"}}]),
     policy("m3-echo", failurePolicy="Fail", mutations=[{"patchType": "ApplyConfiguration", "applyConfiguration": {
-        "expression": "{'spec': {'nodeSelector': has(object.spec.nodeSelector) ? object.spec.nodeSelector : "
+        # metadata.labels, not spec.nodeSelector: an ApplyConfiguration may not set an atomic map (as Kubernetes).
+        "expression": "{'metadata': {'labels': has(object.metadata.labels) ? object.metadata.labels : "
                       "{'seen': object.metadata.annotations['first-image']}}}"}}]),
     policy("m4-security", failurePolicy="Ignore", mutations=[{"patchType": "JSONPatch", "jsonPatch": {
         "expression": "object.spec.containers.exists(c, has(c.securityContext)) ? [] : "

@@ -32,7 +32,7 @@ from cel_expr_python import cel
 
 from webhook.policy.cel import ast as celast
 from webhook.policy.cel import cost as celcost
-from webhook.policy.cel import library, rewrites, scope, validators
+from webhook.policy.cel import library, rewrites, scope, typed_literals, validators
 from webhook.policy.cel import optimize as celopt
 from webhook.policy.cel.library import comprehensions
 from webhook.policy.cel.library._decl import LibraryError, T
@@ -142,14 +142,24 @@ class ResourceCall:
     index: str | None = None
 
 
-def resource_calls(ast: celast.CheckedAst, text: str) -> tuple[ResourceCall, ...]:
-    """The resource-library calls of a checked expression, in source order."""
+def resource_calls(ast: celast.CheckedAst, text: str,
+                   literals: typed_literals.Rewritten | None = None) -> tuple[ResourceCall, ...]:
+    """The resource-library calls of a checked expression, in source order.
+
+    Args:
+        ast: the checked AST.
+        text: the text ``ast`` was compiled from, or, with ``literals``, the author's text that
+            ``literals.text`` (what ``ast`` was compiled from) rewrites.
+        literals: the typed-literal rewrite ``ast``'s offsets refer to, if any.
+    """
     found = []
     for node in ast.root.walk():
         if node.kind != "call" or node.target is not None or node.name not in RESOURCE_FUNCTIONS:
             continue
         literal = [a.value if a.kind == "const" and isinstance(a.value, str) else None for a in node.args[:3]]
         offset = max(0, ast.offsets.get(node.id, 0) - len(node.name))  # the offset is the '(' after the name
+        if literals is not None:
+            offset = literals.source_offset(offset)
         where = _error_at(text, offset, "").removeprefix("ERROR: ").rstrip(": ")
         index = literal[2] if node.name == "resource.ByIndex" and len(literal) > 2 else None
         found.append((offset, ResourceCall(node.name, literal[0], literal[1], where, index)))
@@ -211,7 +221,7 @@ class PolicyEnv:
         return compiled
 
     def compile_checked(self, text: str, disable_check: bool = False) -> CompiledExpression:
-        """Rewrite (:func:`rewrite_source`), compile, validate and estimate ``text``.
+        """Rewrite (typed literals, then :func:`rewrite_source`), compile, validate and estimate ``text``.
 
         Args:
             text: CEL source.
@@ -222,36 +232,49 @@ class PolicyEnv:
             ``transformMap``/``transformMapEntry`` (see :mod:`webhook.policy.cel.library.comprehensions`).
 
         Raises:
-            RuntimeError: syntax or type errors, a validator's finding (invalid literal regex,
+            RuntimeError: syntax or type errors, a typed literal Kubernetes refuses
+                (:mod:`webhook.policy.cel.typed_literals`), a validator's finding (invalid literal regex,
                 duration or timestamp, heterogeneous list literal, list function on
                 non-comparable elements), or an estimated size above the limits of
                 :mod:`webhook.policy.cel.cost`.
         """
-        source = rewrite_source(text)
+        try:
+            literals = typed_literals.rewrite(text)
+        except typed_literals.TypedLiteralError as e:
+            raise RuntimeError(_error_at(text, e.offset, e.message)) from None
+        # ``base``: the author's text with typed literals as map literals; positions in it map back to
+        # the author's text (``literals.source_offset``).
+        base = literals.text
+        source = rewrite_source(base)
         try:
             program = self.env.compile(source, disable_check=disable_check)
-        except RuntimeError:
-            if source != text:
-                self.env.compile(text, disable_check=disable_check)  # prefer the author's positions
-            raise
+        except RuntimeError as e:
+            if source != base:
+                try:
+                    self.env.compile(base, disable_check=disable_check)  # prefer the author's positions
+                except RuntimeError as base_error:
+                    raise RuntimeError(literals.remap_error(str(base_error), text)) from None
+            raise RuntimeError(literals.remap_error(str(e), text)) from None
         estimated = None
         checked_type = program.return_type()
         serialized = program.serialize()
         ast = celast.decode(serialized)
         if not disable_check:
             # Report positions in the author's text when the unrewritten source type-checks too.
-            checked_ast, positions_in = ast, source
-            if source != text:
+            checked_ast, in_base = ast, source == base
+            if source != base:
                 with contextlib.suppress(RuntimeError):
-                    checked_ast, positions_in = celast.decode(self.env.compile(text).serialize()), text
+                    checked_ast, in_base = celast.decode(self.env.compile(base).serialize()), True
             problems = validators.validate(checked_ast, self._literal_ok)
             if problems:
                 offset, message = problems[0]
-                raise RuntimeError(_error_at(positions_in, offset, message))
+                if in_base:
+                    raise RuntimeError(_error_at(text, literals.source_offset(offset), message))
+                raise RuntimeError(_error_at(source, offset, message))
             estimated = celcost.estimate(ast, self.python_functions)
             if estimated.error:
                 raise RuntimeError(_error_at(source, 0, estimated.error))
-            calls = resource_calls(checked_ast, positions_in)
+            calls = resource_calls(checked_ast, text, literals) if in_base else resource_calls(checked_ast, source)
         else:
             calls = ()
         runtime_env = self.twin if "transformMap" in source else self.env

@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from webhook.policy.cel import typed_literals
 from webhook.policy.cel.library._decl import LibraryError, T, function
 
 __all__ = [
@@ -186,9 +187,12 @@ def rewrite_for_runtime(expression: str) -> str:
             once unchanged, for type checking and error positions).
 
     Returns:
-        The same expression with ``has(variables.x)`` → ``true``, ``variables.<name>`` →
-        ``__tg_var("<name>")`` and ``params`` → ``__tg_params()`` outside string literals.
+        The same expression with typed literals as map literals
+        (:mod:`webhook.policy.cel.typed_literals`), ``has(variables.x)`` → ``true``,
+        ``variables.<name>`` → ``__tg_var("<name>")`` and ``params`` → ``__tg_params()`` outside
+        string literals.
     """
+    expression = _map_literals(expression)
     expression = _rewrite_calls(expression, _HAS, _has_variables_only) if "has" in expression else expression
 
     def sub(m: re.Match[str]) -> str:
@@ -199,6 +203,14 @@ def rewrite_for_runtime(expression: str) -> str:
         return "__tg_params()"
 
     return _TOKENS.sub(sub, expression)
+
+
+def _map_literals(expression: str) -> str:
+    """Typed literals as map literals first, so a field named ``params`` or ``variables`` stays a key."""
+    try:
+        return typed_literals.rewrite(expression).text
+    except typed_literals.TypedLiteralError:
+        return expression  # compiling the author's text reports it
 
 
 def _has_variables_only(head: str, arg: str) -> str | None:
@@ -243,6 +255,7 @@ def inline_variables(expression: str, definitions: dict[str, str]) -> str | None
             return f"__tg_v_{name}"
         return "__tg_params()"
 
+    expression = _map_literals(expression)
     if "has" in expression:
         expression = _rewrite_calls(expression, _HAS, _has_variables_only)
     result = _TOKENS.sub(sub, expression)

@@ -1,0 +1,453 @@
+"""An ApplyConfiguration merged into an object as the API server's structured merge does (pure; no I/O).
+
+MutatingAdmissionPolicy applies an ``applyConfiguration`` with structured-merge-diff, the merge of
+server-side apply (``plugin/policy/mutating/patch/smd.go``: the patch is converted to a typed value,
+refused if it sets anything atomic, then merged into the object): maps and structs merge field by
+field; a list with ``x-kubernetes-list-type: map`` merges item by item on its
+``x-kubernetes-list-map-keys`` (containers by ``name``, ports by ``containerPort`` + ``protocol``, a
+missing key taking its schema default); a ``set`` list is a union; an ``atomic`` list, map or struct
+may not be set at all (``may not mutate atomic arrays, maps or structs: .spec.selector``). Items keep
+the object's order, the patch's new items following the item they follow in the patch (SMD's
+``visitListItems``); duplicate keys in the object are collapsed into the patch's item.
+
+The types come from ``webhook/policy/data/merge-schema.json``, generated from the Kubernetes OpenAPI by
+``tools/gen_merge_schema.py`` (every built-in kind of the Kubernetes version it names). For a kind it
+does not describe (a custom resource, a kind of a newer Kubernetes) Tollgate falls back to what it
+can do without a schema, which ``tollgate lint`` warns about: maps merge field by field and a list
+replaces the object's list whole (what an atomic list's merge would leave), nothing is refused.
+
+A ``null`` value unsets a scalar field or a map entry (the API server's typed round trip drops it);
+on a map, struct or list that the object holds non-empty, it changes nothing (SMD keeps the object's).
+
+Schema format (compact JSON): a type reference is a type name (``io.k8s.api.core.v1.PodSpec``), a
+scalar or untyped marker (``@string``, ``@numeric``, ``@boolean``, ``@untyped``; ``@deduced``: free
+form, maps merge and lists are atomic; ``@atomic``: an untyped atomic value), ``{"r": name, "a": 0|1}``
+(a reference overriding atomicity), or an inline type: ``{"f": {field: ref}, "e": ref, "d": {field:
+default}, "a": 1}`` for a struct or map (``e``: the type of undeclared keys; without ``e`` undeclared
+fields are refused; ``a``: atomic) and ``{"l": ref, "t": "atomic"|"set"|"map", "k": [keys]}`` for a
+list.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+__all__ = [
+    "UNKNOWN",
+    "MergeError",
+    "MergeSchema",
+    "apply_configuration",
+    "list_strategies",
+    "merge",
+    "merge_schema",
+]
+
+#: The type of a value Tollgate has no schema for (see the module docstring's fallback).
+UNKNOWN = "@unknown"
+_SCALARS = {"@string": "string", "@numeric": "numeric", "@boolean": "boolean", "@untyped": "untyped"}
+_MISSING: Any = object()
+
+
+class MergeError(ValueError):
+    """The ApplyConfiguration cannot be applied; the message is the API server's wording."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Type:
+    """A resolved type: ``kind`` is ``scalar``, ``struct``, ``list``, ``deduced``, ``atomic`` or ``unknown``."""
+
+    kind: str
+    node: Any = None
+    atomic: bool = False
+    scalar: str = ""
+
+
+class MergeSchema:
+    """The shipped merge schema: root types by kind and by resource, and the type table.
+
+    Attributes:
+        kubernetes: the Kubernetes version the schema describes (``1.35``).
+        source: where the OpenAPI documents came from.
+    """
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.kubernetes: str = data.get("kubernetes", "")
+        self.source: str = data.get("source", "")
+        self._kinds: dict[str, str] = data["kinds"]
+        self._resources: dict[str, str] = data["resources"]
+        self._types: dict[str, Any] = data["types"]
+
+    def root_for_kind(self, group: str, version: str, kind: str) -> Any:
+        """The type reference of objects of ``group/version, Kind=kind``, or :data:`UNKNOWN`."""
+        key = f"{group}/{version}/{kind}" if group else f"{version}/{kind}"
+        return self._kinds.get(key, UNKNOWN)
+
+    def root_for_resource(self, group: str, version: str, resource: str) -> Any:
+        """The type reference of the objects written to ``resource`` (``pods``, ``deployments/scale``)."""
+        key = f"{group}/{version}/{resource}" if group else f"{version}/{resource}"
+        return self._resources.get(key, UNKNOWN)
+
+    def resources(self) -> Iterator[tuple[str, str, str]]:
+        """Every ``(group, version, resource)`` it describes (subresources as ``pods/status``)."""
+        for key in self._resources:
+            parts = key.split("/")
+            if _is_version(parts[0]):  # the core group: v1/pods
+                yield "", parts[0], "/".join(parts[1:])
+            else:
+                yield parts[0], parts[1], "/".join(parts[2:])
+
+    def resolve(self, ref: Any) -> _Type:
+        """The type a reference names (see the module docstring's format)."""
+        atomic: bool | None = None
+        if isinstance(ref, dict) and "r" in ref:
+            atomic = bool(ref.get("a"))
+            ref = ref["r"]
+        while isinstance(ref, str) and not ref.startswith("@"):
+            ref = self._types.get(ref, UNKNOWN)
+        if isinstance(ref, str):
+            if ref in _SCALARS:
+                return _Type("scalar", scalar=_SCALARS[ref])
+            return _Type({"@deduced": "deduced", "@atomic": "atomic"}.get(ref, "unknown"))
+        if "l" in ref:
+            return _Type("list", ref, ref.get("t") == "atomic")
+        return _Type("struct", ref, bool(ref.get("a")) if atomic is None else atomic)
+
+
+def _is_version(text: str) -> bool:
+    return text.startswith("v") and text[1:2].isdigit()
+
+
+@functools.cache
+def merge_schema() -> MergeSchema:
+    """The schema shipped in ``webhook/policy/data/merge-schema.json`` (read once)."""
+    text = resources.files("webhook.policy").joinpath("data/merge-schema.json").read_text(encoding="utf-8")
+    return MergeSchema(json.loads(text))
+
+
+# --- paths, as structured-merge-diff prints them ---------------------------------------------------------------
+
+def _field(path: str, name: str) -> str:
+    return f"{path}.{name}"
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def _key_text(key: tuple[tuple[str, Any], ...] | Any, keyed: bool) -> str:
+    if keyed:
+        return "[" + ",".join(f"{k}={_json(v)}" for k, v in key) + "]"
+    return f"[={_json(key)}]"
+
+
+# --- the patch as a typed value: refused fields, types and atomics ----------------------------------------------
+
+def _element_type(schema: MergeSchema, t: _Type, key: str) -> Any:
+    """The type reference of ``key`` in a struct or map type, or None when undeclared."""
+    fields = t.node.get("f", {})
+    if key in fields:
+        return fields[key]
+    return t.node.get("e")
+
+
+def _check(schema: MergeSchema, value: Any, ref: Any, path: str, atomics: list[str]) -> None:
+    """Validate ``value`` against ``ref`` (SMD's ObjectToTyped) and collect atomic paths (``validatePatch``).
+
+    Raises:
+        MergeError: an undeclared field, a value of the wrong type, a list-map item without its key.
+    """
+    t = schema.resolve(ref)
+    if t.kind == "unknown" or value is None:
+        return
+    if t.kind == "scalar":
+        _check_scalar(value, t.scalar, path)
+        return
+    if t.kind in ("deduced", "atomic"):
+        if isinstance(value, dict):
+            if t.kind == "atomic":
+                atomics.append(path or ".")
+            for k, v in value.items():
+                _check(schema, v, "@deduced" if t.kind == "deduced" else "@atomic", _field(path, k), [])
+        elif isinstance(value, list):
+            atomics.append(path or ".")
+        return
+    if t.kind == "struct":
+        if not isinstance(value, dict):
+            raise MergeError(f"{path or '.'}: expected map, got {_kind_of(value)}")
+        if t.atomic:
+            atomics.append(path or ".")
+        for k, v in value.items():
+            element = _element_type(schema, t, k)
+            if element is None:
+                raise MergeError(f"{_field(path, k)}: field not declared in schema")
+            # validatePatch looks for atomics below declared fields only, not in a map's values.
+            _check(schema, v, element, _field(path, k), atomics if k in t.node.get("f", {}) else [])
+        return
+    if not isinstance(value, list):
+        raise MergeError(f"{path or '.'}: expected list, got {_kind_of(value)}")
+    if t.atomic:
+        atomics.append(path or ".")
+    element = t.node["l"]
+    for i, item in enumerate(value):
+        _check(schema, item, element, f"{path}[{i}]", atomics)
+    if t.node.get("t") in ("map", "set"):
+        seen: set[str] = set()
+        for i, item in enumerate(value):
+            key = _item_key(schema, t, item, f"{path}[{i}]")
+            text = _json(key)
+            if text in seen:
+                raise MergeError(f"{path or '.'}: duplicate entries for key {_key_text(key, t.node['t'] == 'map')}")
+            seen.add(text)
+
+
+def _kind_of(value: Any) -> str:
+    if isinstance(value, dict):
+        return "map"
+    if isinstance(value, list):
+        return "list"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"
+    return "string" if isinstance(value, str) else type(value).__name__
+
+
+def _check_scalar(value: Any, scalar: str, path: str) -> None:
+    ok = {
+        "string": isinstance(value, str),
+        "numeric": isinstance(value, int | float) and not isinstance(value, bool),
+        "boolean": isinstance(value, bool),
+        "untyped": not isinstance(value, dict | list),
+    }[scalar]
+    if not ok:
+        raise MergeError(f"{path or '.'}: expected {scalar}, got {_kind_of(value)}")
+
+
+def _item_key(schema: MergeSchema, t: _Type, item: Any, path: str) -> Any:
+    """An associative list item's key: ``((field, value), ...)`` for a map list, the value for a set."""
+    if t.node.get("t") != "map":
+        return item
+    keys: list[str] = t.node.get("k", [])
+    element = schema.resolve(t.node["l"])
+    defaults = element.node.get("d", {}) if element.kind == "struct" else {}
+    if not isinstance(item, dict):
+        raise MergeError(f"{path}: expected map, got {_kind_of(item)}")
+    out = []
+    for k in keys:
+        if k in item and item[k] is not None:
+            out.append((k, item[k]))
+        elif k in defaults:
+            out.append((k, defaults[k]))
+        else:
+            raise MergeError(f'{path}: associative list with keys has an element that omits key field "{k}" '
+                             "(and doesn't have default value)")
+    return tuple(out)
+
+
+# --- the merge -------------------------------------------------------------------------------------------------
+
+def _empty(value: Any) -> bool:
+    return value is _MISSING or value is None or (isinstance(value, dict | list) and not value)
+
+
+def _merge(schema: MergeSchema, lhs: Any, rhs: Any, ref: Any) -> Any:
+    """``rhs`` (the patch) merged into ``lhs`` (the object); ``_MISSING`` when neither has a value."""
+    if rhs is _MISSING:
+        return lhs
+    t = schema.resolve(ref)
+    if isinstance(rhs, dict) or (rhs is None and isinstance(lhs, dict) and t.kind != "scalar"):
+        return _merge_map(schema, lhs, rhs, t)
+    if isinstance(rhs, list) or (rhs is None and isinstance(lhs, list) and t.kind != "scalar"):
+        return _merge_list(schema, lhs, rhs, t)
+    return copy.deepcopy(rhs)
+
+
+def _merge_map(schema: MergeSchema, lhs: Any, rhs: Any, t: _Type) -> Any:
+    if t.kind in ("scalar", "atomic") or t.atomic or (_empty(lhs) and _empty(rhs)):
+        return copy.deepcopy(rhs)
+    left = lhs if isinstance(lhs, dict) else {}
+    right = rhs if isinstance(rhs, dict) else {}
+    out: dict[str, Any] = {}
+    for key in [*left, *(k for k in right if k not in left)]:
+        if t.kind == "struct":
+            element = _element_type(schema, t, key)
+            element = "@deduced" if element is None else element
+        else:
+            element = UNKNOWN if t.kind == "unknown" else "@deduced"
+        merged = _merge(schema, left.get(key, _MISSING), right.get(key, _MISSING), element)
+        if merged is None and key in right and right[key] is None:
+            continue  # null unsets it
+        if merged is not _MISSING:
+            out[key] = merged
+    return out
+
+
+def _merge_list(schema: MergeSchema, lhs: Any, rhs: Any, t: _Type) -> Any:
+    if t.kind != "list" or t.atomic or (_empty(lhs) and _empty(rhs)):
+        return copy.deepcopy(rhs)  # atomic, untyped or unknown: the patch's list replaces the object's
+    left = lhs if isinstance(lhs, list) else []
+    right = rhs if isinstance(rhs, list) else []
+    element = t.node["l"]
+    lkeys = [_json(_item_key(schema, t, item, f"[{i}]")) for i, item in enumerate(left)]
+    rkeys = [_json(_item_key(schema, t, item, f"[{i}]")) for i, item in enumerate(right)]
+    rhs_by_key = dict(zip(rkeys, right, strict=True))
+    counts: dict[str, int] = {}
+    for k in lkeys:
+        counts[k] = counts.get(k, 0) + 1
+    lhs_by_key = {k: item for k, item in zip(lkeys, left, strict=True) if counts[k] == 1}  # a duplicate merges
+    shared = [k for k in rkeys if k in counts]  # the patch's items the object has, in the patch's order
+    next_shared = 0
+    merged_keys: set[str] = set()
+    out: list[Any] = []
+
+    def take(lchild: Any, rchild: Any) -> None:
+        value = _merge(schema, lchild, rchild, element)
+        if value is not _MISSING:
+            out.append(value)
+
+    li = ri = 0
+    while li < len(left) or ri < len(right):
+        if li < len(left) and ri < len(right):
+            key = lkeys[li]
+            if key == rkeys[ri]:
+                merged_keys.add(key)
+                take(lhs_by_key.get(key, _MISSING), rhs_by_key[key])
+                li += 1
+                ri += 1
+                next_shared += 1
+                continue
+            if key in rhs_by_key and next_shared < len(shared) and shared[next_shared] != key:
+                li += 1  # shared with the patch, but its turn comes later
+                continue
+        if li < len(left):
+            key = lkeys[li]
+            if key not in rhs_by_key:
+                take(left[li], _MISSING)
+                li += 1
+                continue
+            if key in merged_keys:
+                li += 1  # already merged with the patch's item
+        if ri < len(right):
+            key = rkeys[ri]
+            merged_keys.add(key)
+            take(lhs_by_key.get(key, _MISSING), rhs_by_key[key])
+            ri += 1
+            if next_shared < len(shared) and shared[next_shared] == key:
+                next_shared += 1
+    return out
+
+
+def apply_configuration(obj: dict[str, Any], patch: dict[str, Any], kind: tuple[str, str, str] | None,
+                        schema: MergeSchema | None = None) -> dict[str, Any]:
+    """Merge an ApplyConfiguration into ``obj`` as MutatingAdmissionPolicy does.
+
+    Args:
+        obj: the object being admitted (not modified).
+        patch: the ApplyConfiguration (``Object{...}`` or the map Tollgate also accepts).
+        kind: ``(group, version, kind)`` of ``obj`` (the AdmissionRequest's ``kind``); None when unknown.
+        schema: the merge schema (default: the shipped one, :func:`merge_schema`).
+
+    Returns:
+        A new object: the merge.
+
+    Raises:
+        MergeError: what the API server refuses, in its words: ``failed to convert patch object to
+            typed object: .spec.replicasx: field not declared in schema``, ``invalid ApplyConfiguration:
+            may not mutate atomic arrays, maps or structs: .spec.selector``, a list-map item without its
+            key, duplicate keys in the patch.
+    """
+    schema = schema or merge_schema()
+    root = schema.root_for_kind(*kind) if kind is not None else UNKNOWN
+    atomics: list[str] = []
+    try:
+        _check(schema, patch, root, "", atomics)
+    except MergeError as e:
+        raise MergeError(f"failed to convert patch object to typed object: {e}") from None
+    if atomics:
+        raise MergeError(f"invalid ApplyConfiguration: may not mutate atomic arrays, maps or structs: "
+                         f"{', '.join(atomics)}")
+    try:
+        merged = merge(obj, patch, root, schema)
+    except MergeError as e:
+        raise MergeError(f"failed to merge patch: {e}") from None
+    return merged if isinstance(merged, dict) else dict(obj)
+
+
+def merge(obj: Any, patch: Any, root: Any, schema: MergeSchema | None = None) -> Any:
+    """SMD's typed merge of ``patch`` into ``obj`` under the type ``root``, without checking the patch.
+
+    Args:
+        obj: the object (not modified).
+        patch: what to merge into it.
+        root: a type reference (a type name, an inline type or a marker; see the module docstring).
+        schema: the merge schema (default: the shipped one).
+
+    Returns:
+        The merged value (new containers; values taken from ``patch`` are copies).
+
+    Raises:
+        MergeError: an item of an associative list without its key and no default for it.
+    """
+    return _merge(schema or merge_schema(), obj, patch, root)
+
+
+@dataclass(frozen=True, slots=True)
+class ListStrategy:
+    """How the list at ``path`` of an ApplyConfiguration merges: ``map``, ``set``, ``atomic`` or ``unknown``."""
+
+    path: str
+    strategy: str
+
+
+def list_strategies(patch_shape: Any, root: Any, schema: MergeSchema | None = None) -> list[ListStrategy]:
+    """Each list (or value that may be one) an ApplyConfiguration sets, and how it merges.
+
+    Args:
+        patch_shape: what the expression returns, as far as it is known: nested dicts for map
+            literals, a list ``[item_shape, ...]`` for a list literal, ``...`` (Ellipsis) for a value
+            only known at run time (it may be a list).
+        root: the type reference of the object (:meth:`MergeSchema.root_for_kind`).
+        schema: the merge schema (default: the shipped one).
+
+    Returns:
+        ``[ListStrategy(path, strategy)]``: ``unknown`` where Tollgate has no schema (a custom
+        resource's field, a kind it does not know) and the value is or may be a list; ``atomic``
+        where the schema makes it atomic (Kubernetes refuses the patch).
+    """
+    schema = schema or merge_schema()
+    found: list[ListStrategy] = []
+
+    def walk(shape: Any, ref: Any, path: str) -> None:
+        t = schema.resolve(ref)
+        if t.kind == "unknown":
+            if isinstance(shape, dict):
+                for k, v in shape.items():
+                    walk(v, UNKNOWN, _field(path, k))
+            elif isinstance(shape, list) or shape is ...:
+                found.append(ListStrategy(path or ".", "unknown"))
+            return
+        if isinstance(shape, dict) and t.kind == "struct":
+            if t.atomic:
+                found.append(ListStrategy(path or ".", "atomic"))
+                return
+            for k, v in shape.items():
+                element = _element_type(schema, t, k)
+                if element is not None:
+                    walk(v, element, _field(path, k))
+        elif isinstance(shape, list) and t.kind == "list":
+            if t.atomic:
+                found.append(ListStrategy(path, "atomic"))
+                return
+            for item in shape:
+                walk(item, t.node["l"], f"{path}[]")
+        elif isinstance(shape, list) and t.kind in ("deduced", "atomic"):
+            found.append(ListStrategy(path, "atomic"))
+
+    walk(patch_shape, root, "")
+    return found
