@@ -319,7 +319,7 @@ def test_mutations_apply_in_name_order_and_yield_one_diff() -> None:
     assert req["object"] == original  # the request is never mutated
 
 
-def test_merge_patch_null_deletes() -> None:
+def test_apply_configuration_null_unsets_a_map_entry() -> None:
     p = policy(mutations=[{"patchType": "ApplyConfiguration", "applyConfiguration": {
         "expression": "{'metadata': {'labels': {'app': null}}}"}}])
     out = evaluate_mutating(request(pod(labels={"app": "web", "keep": "1"})), [compiled(p)], InMemoryLookups())

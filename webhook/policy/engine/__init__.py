@@ -15,7 +15,7 @@ says more), one concept per module:
 """
 
 from webhook.policy.engine.context import RequestContext, synthesize_pod
-from webhook.policy.engine.mutate import evaluate_mutating, merge_patch, mutation_order
+from webhook.policy.engine.mutate import evaluate_mutating, mutation_order
 from webhook.policy.engine.outcome import EvaluationError, MutationOutcome, ValidationOutcome, label
 from webhook.policy.engine.references import References
 from webhook.policy.engine.validate import evaluate_validating
@@ -31,7 +31,6 @@ __all__ = [
     "evaluate_mutating",
     "evaluate_validating",
     "label",
-    "merge_patch",
     "mutation_order",
     "synthesize_pod",
 ]

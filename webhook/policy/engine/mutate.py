@@ -13,7 +13,6 @@ API server's structured merge (:mod:`webhook.policy.merge`: list-map keys, sets,
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,29 +32,12 @@ from webhook.policy.merge import MergeError, apply_configuration
 from webhook.policy.plan import Plan
 from webhook.policy.vocabulary import Endpoint, PatchType, PolicyKind, PolicyResult, Result
 
-__all__ = ["IDENTITY_FIELDS", "TENANT_PROTECTED_FIELDS", "evaluate_mutating", "merge_patch", "mutation_order"]
+__all__ = ["IDENTITY_FIELDS", "TENANT_PROTECTED_FIELDS", "evaluate_mutating", "mutation_order"]
 
 #: Fields of ``metadata`` a mutation may never change (the object's identity).
 IDENTITY_FIELDS = ("name", "namespace", "uid")
 #: Fields of ``metadata`` an AdmissionPolicy's mutation may not change either.
 TENANT_PROTECTED_FIELDS = (*IDENTITY_FIELDS, "ownerReferences")
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch: maps merge recursively, ``null`` deletes, anything else replaces.
-
-    Not how ApplyConfiguration mutations merge (see :mod:`webhook.policy.merge`); kept for callers of
-    the plain merge patch.
-    """
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = dict(target) if isinstance(target, dict) else {}
-    for k, v in patch.items():
-        if v is None:
-            result.pop(k, None)
-        else:
-            result[k] = merge_patch(result.get(k), v)
-    return result
 
 
 def _identity(obj: dict[str, Any], fields: tuple[str, ...]) -> tuple[Any, ...]:
