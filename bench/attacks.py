@@ -7,6 +7,8 @@
     python bench/attacks.py slowloris [--connections 1000] [--hold 30] [--sustain] [--nofile 1024]
                                       [--modes bare,guarded]   # partial request heads vs reviews and /healthz
     python bench/attacks.py ready [--policies 2000]  # does /readyz say 200 before reviews are answered?
+    python bench/attacks.py flood [--attackers 8] [--seconds 15] [--budgets 0,50000000]
+                                    # reviews just under 32 KiB vs cheap reviews, with and without the budget
 
 ``slowloris`` serves ``policies/`` with the server's soft open-file limit at ``--nofile``, once behind a
 bare aiohttp TCPSite (``bare``: how ``serve`` listened before it had limits) and once behind
@@ -22,6 +24,12 @@ port) in each mode -- ``inline`` (evaluation on the event loop, as before issue 
 50 ms. Reported: latency and outcome of the big review, max/median latency of the cheap review and of
 /healthz while the big one ran, and peak RSS (server; workers summed) sampled every 20 ms from /proc.
 Inline runs stop at --inline-max containers (the 10,000-container Pod needed 6.3 GB inline).
+
+``flood`` runs ``tollgate serve --local policies/`` (2 evaluation workers) once per ``--inline-work-budget``
+in ``--budgets`` (0: no check, every body up to 32 KiB evaluated inline, as before issue #21). ``--attackers``
+clients send, back to back, the largest Pod review under 32 KiB (the body stays inline by size); a prober
+sends a cheap 1-container review every 50 ms. Reported: the cheap reviews' p50/p99/max, the flood's reviews
+answered per second and how they were answered, and the over-budget counter from /metrics.
 """
 
 from __future__ import annotations
@@ -546,6 +554,98 @@ async def _ready(args: argparse.Namespace) -> None:
           f"{first['validate']:.2f} s; reviews answered 503 after /readyz said 200: {refused_while_ready}", flush=True)
 
 
+# -- flood ------------------------------------------------------------------------------------------------
+def _largest_review_under(limit: int) -> bytes:
+    n, body = 1, b""
+    while True:
+        candidate = json.dumps(big_pod_review(n + 1, uid="flood")).encode()
+        if len(candidate) >= limit:
+            return body
+        n, body = n + 1, candidate
+
+
+async def _flood_one(url: str, ctx: ssl.SSLContext, attackers: int, seconds: float) -> dict[str, Any]:
+    import aiohttp
+
+    cheap_body = json.dumps(big_pod_review(1, uid="cheap")).encode()
+    flood_body = _largest_review_under(32 * 1024)
+    headers = {"Content-Type": "application/json"}
+    cheap: list[float] = []
+    outcomes: dict[str, int] = {}
+    done = asyncio.Event()
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx, limit=0),
+                                     timeout=aiohttp.ClientTimeout(total=120)) as session:
+        async def attacker() -> None:
+            while not done.is_set():
+                async with session.post(url + "/validate?timeout=10s", data=flood_body, headers=headers) as r:
+                    body = await r.json(content_type=None)
+                response = body.get("response", {}) if isinstance(body, dict) else {}
+                key = "allowed" if response.get("allowed") else f"denied {response.get('status', {}).get('code')}"
+                outcomes[key] = outcomes.get(key, 0) + 1
+
+        async def prober() -> None:
+            while not done.is_set():
+                t = time.perf_counter()
+                async with session.post(url + "/validate", data=cheap_body, headers=headers) as r:
+                    await r.read()
+                cheap.append(time.perf_counter() - t)
+                await asyncio.sleep(0.05)
+
+        tasks = [asyncio.ensure_future(attacker()) for _ in range(attackers)] + [asyncio.ensure_future(prober())]
+        await asyncio.sleep(seconds)
+        done.set()
+        await asyncio.gather(*tasks)
+        async with session.get(url + "/metrics") as r:
+            metrics = await r.text()
+    over = sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+               if line.startswith("tollgate_evaluation_over_budget_total{"))
+    cheap.sort()
+    return {"flood_body_bytes": len(flood_body), "flood_per_s": sum(outcomes.values()) / seconds,
+            "flood_outcomes": outcomes, "over_budget": over, "cheap_count": len(cheap),
+            "cheap_p50_s": statistics.median(cheap), "cheap_p99_s": cheap[int(0.99 * (len(cheap) - 1))],
+            "cheap_max_s": cheap[-1]}
+
+
+def flood(args: argparse.Namespace) -> None:
+    from webhook.tls import generate as certs
+
+    tmp = Path(tempfile.mkdtemp(prefix="tollgate-flood-"))
+    paths = certs.write_certs(tmp, dns_names=["localhost"], ip_addresses=["127.0.0.1"], days=1)
+    ctx = ssl.create_default_context(cafile=str(paths.ca))
+    rows = []
+    for budget in args.budgets:
+        port = free_port()
+        proc = subprocess.Popen([sys.executable, "-m", "webhook", "serve", "--local", str(ROOT / "policies"),
+                                 "--cert-dir", str(tmp), "--port", str(port), "--eval-workers", "2",
+                                 "--inline-work-budget", str(budget), "--log-level", "warning"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+        try:
+            url = f"https://localhost:{port}"
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    import urllib.request
+                    with urllib.request.urlopen(url + "/readyz", context=ctx, timeout=1) as r:
+                        if r.status == 200:
+                            break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("the server did not become ready") from None
+                    time.sleep(0.2)
+            row = asyncio.run(_flood_one(url, ctx, args.attackers, args.seconds))
+            row["inline_work_budget"] = budget
+            rows.append(row)
+            print(f"budget {budget:>11}: flood {row['flood_body_bytes']} B x {args.attackers} clients, "
+                  f"{row['flood_per_s']:6.1f}/s {row['flood_outcomes']}, over budget {row['over_budget']:.0f}; "
+                  f"cheap p50 {row['cheap_p50_s'] * 1000:6.1f} ms p99 {row['cheap_p99_s'] * 1000:7.1f} ms "
+                  f"max {row['cheap_max_s'] * 1000:7.1f} ms ({row['cheap_count']} sent)", flush=True)
+        finally:
+            proc.kill()
+            proc.wait()
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -570,8 +670,15 @@ def main() -> None:
     sl.add_argument("--modes", type=lambda s: s.split(","), default=["bare", "guarded"])
     rd = sub.add_parser("ready")
     rd.add_argument("--policies", type=int, default=2000)
+    fl = sub.add_parser("flood")
+    fl.add_argument("--attackers", type=int, default=8)
+    fl.add_argument("--seconds", type=float, default=15.0)
+    fl.add_argument("--budgets", type=lambda s: [int(x) for x in s.split(",")], default=[0, 50_000_000])
+    fl.add_argument("--json", help="write the rows here")
     args = parser.parse_args()
-    if args.command == "ready":
+    if args.command == "flood":
+        flood(args)
+    elif args.command == "ready":
         asyncio.run(_ready(args))
     elif args.command == "slowloris":
         slowloris(args)
