@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import bisect
 import copy
 import json
 from dataclasses import dataclass, field
@@ -174,6 +175,7 @@ class FakeApiServer:
         if watch_list not in ("serve", "refuse", "ignore"):
             raise ValueError(f"watch_list: {watch_list!r}")
         self.watch_list = watch_list
+        self._sorted_cache: dict[str, tuple[int, list[str], list[dict[str, Any]]]] = {}
         self.rv = 0
         self.floor = 0
         self.objects: dict[str, dict[str, dict[str, Any]]] = {}
@@ -461,10 +463,28 @@ class FakeApiServer:
                     "sendInitialEvents is provided")
         return None
 
-    def _visible(self, resource: str, namespace: str | None, q: Any) -> list[tuple[str, dict[str, Any]]]:
-        items = sorted(self.objects.get(resource, {}).items())
-        return [(k, o) for k, o in items if (namespace is None or o["metadata"].get("namespace") == namespace)
-                and _selects(o, q.get("labelSelector"), q.get("fieldSelector"))]
+    def _sorted(self, resource: str) -> tuple[list[str], list[dict[str, Any]]]:
+        """Keys and objects of ``resource`` in key order, cached until the next write (pages of a big LIST)."""
+        cached = self._sorted_cache.get(resource)
+        if cached is None or cached[0] != self.rv:
+            items = sorted(self.objects.get(resource, {}).items())
+            cached = (self.rv, [k for k, _ in items], [o for _, o in items])
+            self._sorted_cache[resource] = cached
+        return cached[1], cached[2]
+
+    def _visible(self, resource: str, namespace: str | None, q: Any, after: str = "",
+                 limit: int | None = None) -> list[tuple[str, dict[str, Any]]]:
+        """Objects in key order after ``after`` that the namespace and selectors select, at most ``limit``."""
+        keys, objs = self._sorted(resource)
+        out: list[tuple[str, dict[str, Any]]] = []
+        for i in range(bisect.bisect_right(keys, after) if after else 0, len(keys)):
+            o = objs[i]
+            if (namespace is None or o["metadata"].get("namespace") == namespace) and \
+                    _selects(o, q.get("labelSelector"), q.get("fieldSelector")):
+                out.append((keys[i], o))
+                if limit is not None and len(out) >= limit:
+                    break
+        return out
 
     async def _list(self, request: web.Request, resource: str, namespace: str | None) -> web.StreamResponse:
         q = request.query
@@ -500,12 +520,13 @@ class FakeApiServer:
                 if limit is not None and wanted < self.floor:
                     return _status(410, "Expired", "The resourceVersion for the provided list is too old.")
             list_rv = self.rv
-        items = [(k, o) for k, o in self._visible(resource, namespace, q) if k > last_key]
+        items = self._visible(resource, namespace, q, after=last_key, limit=None if limit is None else limit + 1)
         meta: dict[str, Any] = {"resourceVersion": str(list_rv)}
         if limit is not None and len(items) > limit:
-            items, rest = items[:limit], len(items) - limit
+            items = items[:limit]
             meta["continue"] = base64.b64encode(json.dumps([list_rv, items[-1][0]]).encode()).decode()
-            meta["remainingItemCount"] = rest
+            keys, _ = self._sorted(resource)
+            meta["remainingItemCount"] = len(keys) - bisect.bisect_right(keys, items[-1][0])
         kind = resource[:-1].capitalize() + "List"
         body = orjson.dumps({"kind": kind, "apiVersion": "v1", "metadata": meta, "items": [o for _, o in items]})
         return web.Response(body=body, content_type="application/json")

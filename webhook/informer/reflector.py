@@ -299,35 +299,53 @@ class Reflector:
         """
         started = self._clock()
         count = 0
-        while True:
-            try:
-                async with asyncio.timeout(self._options.initial_events_timeout):
-                    event = await anext(stream)
-            except StopAsyncIteration:
-                if count == 0 and self._clock() - started < self._options.short_watch:
-                    raise VeryShortWatchError(f"{self.name}: watch-list closed immediately with no events") from None
-                return None
-            except TimeoutError:
-                raise WatchListIgnoredError(
-                    f"{self.name}: no event for {self._options.initial_events_timeout:g} s while waiting for "
-                    f"the end of the initial events") from None
-            count += 1
-            self._touch()
-            obj = event.object
-            if event.type == "ERROR":
-                raise _status_from_event(obj)
-            if event.type in ("ADDED", "MODIFIED"):
-                buffer.add(obj)
-            elif event.type == "DELETED":
-                buffer.delete(obj)
-            elif event.type == "BOOKMARK":
-                meta = obj.get("metadata") or {}
-                if (meta.get("annotations") or {}).get(INITIAL_EVENTS_END) == "true":
-                    return str(meta.get("resourceVersion") or "")
-                raise WatchListIgnoredError(f"{self.name}: a bookmark without {INITIAL_EVENTS_END} before the "
-                                            "initial events ended: the server ignored sendInitialEvents")
-            else:
-                log.warning("%s: skipping unknown watch event type %r", self.name, event.type)
+        loop = asyncio.get_running_loop()
+        stall = self._options.initial_events_timeout
+        try:
+            # One deadline, pushed back at most every 0.1 s: the stall is detected within ``stall + 0.1`` s
+            # without a timer per event (a timeout context per event cost more than parsing it).
+            async with asyncio.timeout(stall) as deadline:
+                pushed = loop.time()
+                while True:
+                    now = loop.time()
+                    if now - pushed > 0.1:
+                        deadline.reschedule(now + stall)
+                        pushed = now
+                    try:
+                        event = await anext(stream)
+                    except StopAsyncIteration:
+                        if count == 0 and self._clock() - started < self._options.short_watch:
+                            raise VeryShortWatchError(
+                                f"{self.name}: watch-list closed immediately with no events") from None
+                        return None
+                    count += 1
+                    end = self._initial_event(event, buffer)
+                    if end is not None:
+                        self._touch()
+                        return end
+        except TimeoutError:
+            raise WatchListIgnoredError(
+                f"{self.name}: no event for {stall:g} s while waiting for the end of the initial events") from None
+
+    def _initial_event(self, event: WatchEvent, buffer: ListBuffer) -> str | None:
+        """Apply one initial event to ``buffer``; the end bookmark's RV when it is that bookmark."""
+        obj = event.object
+        etype = event.type
+        if etype == "ADDED" or etype == "MODIFIED":
+            buffer.add(obj)
+        elif etype == "DELETED":
+            buffer.delete(obj)
+        elif etype == "BOOKMARK":
+            meta = obj.get("metadata") or {}
+            if (meta.get("annotations") or {}).get(INITIAL_EVENTS_END) == "true":
+                return str(meta.get("resourceVersion") or "")
+            raise WatchListIgnoredError(f"{self.name}: a bookmark without {INITIAL_EVENTS_END} before the "
+                                        "initial events ended: the server ignored sendInitialEvents")
+        elif etype == "ERROR":
+            raise _status_from_event(obj)
+        else:
+            log.warning("%s: skipping unknown watch event type %r", self.name, etype)
+        return None
 
     async def _watch_list(self) -> AsyncIterator[WatchEvent] | None:
         """Sync through WatchList; the open stream to go on watching, or None to fall back to LIST."""

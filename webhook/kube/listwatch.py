@@ -183,7 +183,7 @@ class KubeListerWatcher:
         total = (options.timeout_seconds or DEFAULT_WATCH_TIMEOUT) + WATCH_DEADLINE_MARGIN
         read = self._read_timeout if self._read_timeout is not None else total
         resp = await self._open(_query(options, watch=True), aiohttp.ClientTimeout(total=total, sock_read=read))
-        buffer = bytearray()
+        tail = b""
         try:
             while True:
                 try:
@@ -193,16 +193,13 @@ class KubeListerWatcher:
                     raise StreamError(f"watch stream broke: {e!r}") from e
                 if not chunk:
                     return  # clean end; an unterminated tail is a fragment and is dropped
-                buffer += chunk
-                while True:
-                    nl = buffer.find(b"\n")
-                    if nl < 0:
-                        break
-                    line = bytes(buffer[:nl])
-                    del buffer[: nl + 1]
+                # One split per chunk (WatchList streams ~250 KB chunks of ~350 lines each).
+                lines = (tail + chunk).split(b"\n") if tail else chunk.split(b"\n")
+                tail = lines.pop()
+                for line in lines:
                     if line.strip():
                         yield _decode(line)
-                if len(buffer) > self._max_line:
+                if len(tail) > self._max_line:
                     raise LineTooLongError(f"watch line over {self._max_line} bytes")
         finally:
             resp.close()

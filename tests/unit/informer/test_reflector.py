@@ -232,6 +232,17 @@ def test_backoff_doubles_with_jitter_caps_and_resets() -> None:
     assert b.next_delay() == pytest.approx(1.2)
 
 
+def test_backoff_resets_after_exactly_two_minutes_without_failure_and_scales_jitter() -> None:
+    now = [0.0]
+    b = Backoff(clock=lambda: now[0], rng=lambda: 1.0, jitter=0.5)
+    assert [b.next_delay(), b.next_delay()] == pytest.approx([1.2, 2.4])  # base * (1 + 0.5 * rng)
+    now[0] = 119.9
+    assert b.next_delay() == pytest.approx(4.8)
+    now[0] = 119.9 + 120.0  # client-go's DelayWithReset(clock, 2m): two minutes to the tick
+    assert b.next_delay() == pytest.approx(1.2)
+    assert Backoff().reset_after == 120.0
+
+
 def test_backoff_jitter_stays_under_the_cap_and_keeps_its_spread() -> None:
     low = Backoff(rng=lambda: 0.0)
     high = Backoff(rng=lambda: 0.999)
