@@ -264,8 +264,9 @@ class HandlerRegistration:
 
     def queue_depth(self) -> int:
         """Notifications waiting for this handler: queued, initial adds not yet delivered, and one in progress."""
+        # An initial add being delivered is still counted among the initial ones (its position advances after).
         initial = len(self._initial) - self._initial_pos if self._initial is not None else 0
-        return self._queue.qsize() + initial + (1 if self._busy else 0)
+        return self._queue.qsize() + initial + (1 if self._busy and not initial else 0)
 
     @property
     def undelivered(self) -> int:

@@ -1,0 +1,284 @@
+"""The rest of the informer's contract, one behaviour per test (written against mutmut's survivors).
+
+Factories, counters, health, read-field declarations, resync bookkeeping, WatchList's error paths, the
+compact Indexer and the field projection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from tests.unit.informer.test_informer_api import END, Calls, FakeTime, informer, run
+from tests.unit.informer.test_reflector import ScriptedListerWatcher, cm, handlers_caught_up
+from webhook.informer import (
+    InformerKey,
+    ListResult,
+    ReflectorOptions,
+    ResourceEventHandlerFuncs,
+    SharedInformer,
+    SharedInformerFactory,
+    WatchEvent,
+    keep_fields,
+)
+from webhook.informer.errors import ApiStatusError
+from webhook.informer.reflector import VeryShortWatchError
+from webhook.informer.store import Indexer, drop_managed_fields, field_tree, meta_namespace_key
+
+# -- factories -------------------------------------------------------------------------------------------------------
+
+def test_factory_hands_out_one_informer_per_key_with_the_key_and_factory_options() -> None:
+    made: list[InformerKey] = []
+
+    def lw_for(key: InformerKey) -> ScriptedListerWatcher:
+        made.append(key)
+        return ScriptedListerWatcher()
+
+    factory = SharedInformerFactory(lw_for, reflector_options=ReflectorOptions(page_size=7), resync_check_period=3.0,
+                                    compact=True)
+    key = InformerKey("configmaps", label_selector="a=b", field_selector="metadata.name=x")
+    inf = factory.informer(key)
+    assert factory.informer(key) is inf and made == [key] and factory.informers == {key: inf}
+    opts = inf.reflector._options
+    assert (opts.label_selector, opts.field_selector, opts.page_size) == ("a=b", "metadata.name=x", 7)
+    assert inf.name == "configmaps" and inf._resync_check_period == 3.0 and inf.indexer.compact
+    plain = SharedInformerFactory(lw_for).informer(InformerKey("namespaces"))
+    assert not plain.indexer.compact and plain._transform is drop_managed_fields
+    assert plain._resync_check_period == 0.0
+
+
+# -- counters, health, declarations ----------------------------------------------------------------------------------
+
+async def test_events_applied_counts_every_list_and_event() -> None:
+    lw = ScriptedListerWatcher()
+    lw.lists = [ListResult([cm("a", "1")], "10")]
+    lw.watches = [[WatchEvent("ADDED", cm("b", "11")), WatchEvent("MODIFIED", cm("b", "12")),
+                   WatchEvent("DELETED", cm("b", "13"))]]
+    inf = informer(lw)
+    await run(inf, lw)
+    assert inf.events_applied == 4
+
+
+async def test_wait_for_sync_and_healthy() -> None:
+    lw = ScriptedListerWatcher()
+    gate = asyncio.Event()
+
+    class Slow(ScriptedListerWatcher):
+        async def list(self, options: Any) -> ListResult:
+            await gate.wait()
+            return ListResult([], "10")
+
+    slow = Slow()
+    inf = informer(slow)
+    await inf.start()
+    assert not await inf.wait_for_sync(timeout=0.01)
+    inf.reflector._contact, inf.reflector._watching = 0.0, True  # a contact, but nothing listed yet
+    assert not inf.healthy()
+    gate.set()
+    assert await inf.wait_for_sync(timeout=5)
+    await inf.stop()
+    del lw
+
+
+def test_read_fields_accept_tuples_and_fall_back_to_dropping_managed_fields() -> None:
+    inf = informer(ScriptedListerWatcher())
+    obj = cm("x", "1", a="1", b="2")
+    obj["metadata"]["managedFields"] = [{"manager": "m"}]
+    inf.set_read_fields("p", [("data", "a")])
+    assert inf._ingest(obj)["data"] == {"a": "1"}
+    inf.set_read_fields("p", None)
+    out = inf._ingest(obj)
+    assert out["data"] == {"a": "1", "b": "2"} and "managedFields" not in out["metadata"]
+    inf.set_transform(keep_fields(["data.b"]))
+    assert inf._ingest(obj)["data"] == {"b": "2"}
+
+
+# -- handlers ---------------------------------------------------------------------------------------------------------
+
+async def test_queue_depth_counts_initial_adds_not_yet_delivered() -> None:
+    lw = ScriptedListerWatcher()
+    lw.lists = [ListResult([cm(f"n{i}", str(i)) for i in range(5)], "10")]
+    gate = asyncio.Event()
+
+    async def add(_o: Any, _i: bool) -> None:
+        await gate.wait()
+
+    inf = informer(lw)
+    reg = inf.add_event_handler(ResourceEventHandlerFuncs(add=add))
+    assert reg.queue_depth() == 0
+    await inf.start()
+    await asyncio.wait_for(lw.exhausted.wait(), 5)
+    assert reg.queue_depth() == 5 and not inf.handlers_idle()  # 4 waiting + 1 being handled
+    gate.set()
+    await handlers_caught_up(inf)
+    assert reg.queue_depth() == 0 and reg.has_synced()
+    await inf.stop()
+
+
+async def test_slow_calls_count_only_slow_calls_on_the_loop() -> None:
+    import time
+
+    from webhook.informer.informer import SYNC_CALL_BUDGET
+
+    lw = ScriptedListerWatcher()
+    lw.lists = [ListResult([cm("a", "1"), cm("b", "2"), cm("c", "3")], "10")]
+
+    def add(obj: Any, _i: bool) -> None:
+        if obj["metadata"]["name"] != "c":
+            time.sleep(SYNC_CALL_BUDGET * 2)
+
+    inf = informer(lw)
+    reg = inf.add_event_handler(ResourceEventHandlerFuncs(add=add), sync_calls="loop")
+    await run(inf, lw)
+    assert reg.slow_calls == 2
+
+
+async def test_resync_in_compact_mode_passes_one_object_and_respects_the_period() -> None:
+    lw = ScriptedListerWatcher()
+    lw.lists = [ListResult([cm("a", "1")], "10")]
+    pairs: list[tuple[Any, Any]] = []
+    inf = SharedInformer(lw, name="cm", compact=True, resync_check_period=0.005,
+                         reflector_options=ReflectorOptions(short_watch=0.0))
+    loop = asyncio.get_running_loop()
+    reg = inf.add_event_handler(ResourceEventHandlerFuncs(update=lambda old, new: pairs.append((old, new)),
+                                                          sync_calls="loop"), resync_period=0.05)
+    started = loop.time()
+    await inf.start()
+    await asyncio.sleep(0.3)
+    elapsed = loop.time() - started
+    await inf.stop()
+    assert pairs and all(old is new and new == cm("a", "1") for old, new in pairs)
+    assert len(pairs) <= elapsed / 0.05 + 1  # one per period at most, not one per check
+    assert reg.next_resync is not None and reg.next_resync > started
+
+
+async def test_removing_a_handler_due_a_resync_takes_it_out_of_the_syncing_set() -> None:
+    lw = ScriptedListerWatcher()
+    lw.lists = [ListResult([cm("a", "1")], "10")]
+    inf = SharedInformer(lw, name="cm", resync_check_period=0.005, reflector_options=ReflectorOptions(short_watch=0.0))
+    calls = Calls()
+    reg = inf.add_event_handler(calls.funcs(), resync_period=0.01)
+    await inf.start()
+    async with asyncio.timeout(5):
+        while reg not in inf._syncing:
+            await asyncio.sleep(0.005)
+    await inf.remove_event_handler(reg)
+    assert reg not in inf._syncing
+    await inf.stop()
+
+
+# -- WatchList error paths --------------------------------------------------------------------------------------------
+
+async def test_watchlist_error_event_among_initial_events_is_handled_as_an_error() -> None:
+    lw = ScriptedListerWatcher(watch_list=True)
+    lw.watches = [[WatchEvent("ADDED", cm("a", "1")),
+                   WatchEvent("ERROR", {"kind": "Status", "code": 410, "reason": "Expired", "message": "gone"})],
+                  [WatchEvent("ADDED", cm("b", "2")), WatchEvent("BOOKMARK", END)]]
+    errors: list[BaseException] = []
+    inf = informer(lw)
+    inf.set_watch_error_handler(errors.append)
+    inf.reflector.last_sync_resource_version = "50"
+    await run(inf, lw)
+    assert [o.resource_version for o in lw.watch_calls] == ["50", "", "20"]
+    assert [getattr(e, "code", None) for e in errors] == [410]
+    assert inf.indexer.list_keys() == ["default/b"]
+
+
+async def test_watchlist_429_backs_off_and_retries_watchlist() -> None:
+    lw = ScriptedListerWatcher(watch_list=True)
+    lw.watches = [[ApiStatusError(429, "TooManyRequests", "", retry_after=2.0)], [WatchEvent("BOOKMARK", END)]]
+    t = FakeTime()
+    inf = informer(lw, t)
+    await run(inf, lw)
+    assert t.sleeps == [2.0] and inf.reflector.used_watch_list and lw.list_calls == []
+    assert all(o.timeout_seconds is not None and 300 <= o.timeout_seconds < 600 for o in lw.watch_calls)
+
+
+async def test_watchlist_very_short_and_unfinished_streams_fall_back_to_list_and_are_closed() -> None:
+    closed: list[str] = []
+
+    def stream(name: str, events: list[WatchEvent]) -> AsyncIterator[WatchEvent]:
+        async def gen() -> AsyncIterator[WatchEvent]:
+            try:
+                for e in events:
+                    yield e
+            finally:
+                closed.append(name)
+        return gen()
+
+    for events, error in (([], VeryShortWatchError), ([WatchEvent("ADDED", cm("a", "1"))], None)):
+        lw = ScriptedListerWatcher(watch_list=True)
+        lw.lists = [ListResult([cm("a", "1")], "10")]
+        lw.watches = [stream("wl", events)]
+        errors: list[BaseException] = []
+        inf = informer(lw, short_watch=1.0)
+        inf.set_watch_error_handler(errors.append)
+        await run(inf, lw)
+        assert len(lw.list_calls) == 1 and not inf.reflector.used_watch_list
+        assert [type(e) for e in errors] == ([error] if error else [])
+    assert closed == ["wl", "wl"]
+
+
+async def test_after_a_watchlist_sync_the_next_relist_starts_at_the_synced_rv() -> None:
+    lw = ScriptedListerWatcher(watch_list=True)
+    lw.watches = [[ApiStatusError(410, "Expired", "too old")],  # sets "RV unavailable"...
+                  [WatchEvent("BOOKMARK", END), ApiStatusError(410, "Expired", "too old")],  # ...cleared by the sync
+                  [WatchEvent("BOOKMARK", END)]]
+    inf = informer(lw)
+    inf.reflector.last_sync_resource_version = "5"
+    await run(inf, lw)
+    assert [o.resource_version for o in lw.watch_calls] == ["5", "", "20", "20"]
+
+
+# -- Indexer and projection -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("compact", [False, True])
+def test_indexer_reads_writes_and_custom_indices(compact: bool) -> None:
+    idx = Indexer(compact=compact)
+    idx.add_indexers({"app": lambda o: [o["data"]["app"]] if "app" in o.get("data", {}) else []})
+    idx.upsert(cm("a", "1", app="x"))
+    idx.upsert({"metadata": {"name": "node", "resourceVersion": "2"}})  # cluster-scoped
+    assert idx.list() == [cm("a", "1", app="x"), {"metadata": {"name": "node", "resourceVersion": "2"}}]
+    assert idx.index_keys("app", "x") == frozenset({"default/a"}) and idx.index_values("namespace") == ["default"]
+    idx.upsert(cm("a", "2", app="y"))
+    assert idx.index_values("app") == ["y"] and idx.get(cm("a", "0")) == cm("a", "2", app="y")
+    assert idx.delete("default/a") is not None and idx.index_values("app") == [] and idx.get_by_key("x") is None
+
+
+def test_a_watchlist_buffer_unindexes_what_initial_events_delete() -> None:
+    buffer = Indexer(compact=True).new_buffer()
+    buffer.add(cm("a", "1"))
+    buffer.add(cm("b", "2", ns="other"))
+    buffer.add(cm("b", "3", ns="other"))
+    buffer.delete(cm("b", "4", ns="other"))
+    buffer.delete(cm("missing", "5"))
+    assert list(buffer.items) == ["default/a"] and buffer.indices["namespace"] == {"default": {"default/a"}}
+
+
+def test_a_transforming_buffer_deletes_by_the_transformed_key() -> None:
+    def rename(o: dict[str, Any]) -> dict[str, Any]:
+        return {**o, "metadata": {**o["metadata"], "name": o["metadata"]["name"].upper()}}
+
+    buffer = Indexer().new_buffer(rename)
+    buffer.add(cm("a", "1"))
+    buffer.delete(cm("a", "2"))
+    assert len(buffer) == 0
+
+
+def test_keys_of_objects_without_a_name() -> None:
+    assert meta_namespace_key({"metadata": {"namespace": "n"}}) == "n/"
+    assert meta_namespace_key({"metadata": {}}) == ""
+
+
+def test_field_trees_and_projections() -> None:
+    assert field_tree(["spec", "spec.x", "data"]) == {"spec": None, "data": None}
+    assert field_tree([("a", "b")]) == {"a": {"b": None}}
+    obj = {"data": {"k1": {"x": 1, "y": 2}, "k2": {"x": 3}}, "list": [{"a": 1, "b": 2}],
+           "whole": [{"a": 1}], "metadata": {"name": "n"}}
+    assert keep_fields(["data.*.x", "list.*.a", "whole.*"])(obj) == {
+        "data": {"k1": {"x": 1}, "k2": {"x": 3}}, "list": [{"a": 1}], "whole": [{"a": 1}],
+        "metadata": {"name": "n"}}
+    assert keep_fields(["data.*"])(obj)["data"] == obj["data"]
