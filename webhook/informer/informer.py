@@ -532,8 +532,11 @@ class SharedInformer:
     def _ingest(self, obj: KubeObject) -> KubeObject:
         return self._transform(obj) if self._transform is not None else obj
 
-    async def _notify(self, notification: Notification) -> None:
-        for reg in self._handlers:
+    async def _notify(self, notification: Notification, handlers: tuple[HandlerRegistration, ...] | None = None
+                      ) -> None:
+        # A tuple: put() may wait, and a registration added or removed meanwhile must not shift the loop
+        # (one added later got a store snapshot that already holds this change).
+        for reg in handlers if handlers is not None else tuple(self._handlers):
             await reg.put(notification)
 
     def new_buffer(self) -> ListBuffer:
@@ -553,19 +556,20 @@ class SharedInformer:
             self._synced.set()
             return
         syncing = list(self._syncing)
+        handlers = tuple(self._handlers)  # one set of handlers for the whole relist
         for key, new in list(buffer.items.items()):
             old = old_items.pop(key, None)
             if old is None:
-                await self._notify(AddNotification(new, False))
+                await self._notify(AddNotification(new, False), handlers)
             elif old != new and _rv(decode(old)) != _rv(decode(new)):
-                await self._notify(UpdateNotification(old, new))
+                await self._notify(UpdateNotification(old, new), handlers)
             else:
                 # An unchanged resourceVersion is a sync (client-go's Replaced delta): only handlers due a
                 # resync hear of it.
                 for reg in syncing:
                     await reg.put(UpdateNotification(old, new))
         for key, old in old_items.items():
-            await self._notify(DeleteNotification(DeletedFinalStateUnknown(key, old)))  # type: ignore[arg-type]
+            await self._notify(DeleteNotification(DeletedFinalStateUnknown(key, old)), handlers)  # type: ignore[arg-type]
 
     async def add(self, obj: KubeObject) -> None:
         """Watch ADDED (an update if the key is already known)."""

@@ -93,3 +93,20 @@ def test_snapshot_from_fake_documents_drops_subresources_and_keeps_kinds() -> No
     assert snap.versions["example.com"] == ("v1",)
     assert all("/" not in r.name for rs in snap.resources.values() for r in rs)
     assert disc.document("/apis/example.com/v0") is None
+
+
+def test_two_rules_picking_different_versions_keep_the_one_earlier_in_discovery_order() -> None:
+    watchable = frozenset({"get", "list", "watch"})
+    snap = DiscoverySnapshot(
+        versions={"g": ("v3", "v2", "v1")}, preferred={"g": "v2"},
+        resources={("g", v): (APIResource("things", "Thing", True, watchable),) for v in ("v3", "v2", "v1")})
+    # The preferred version beats any other; among the others, discovery's order decides.
+    assert resolve_rules([rule(["g"], ["v1"], ["things"]), rule(["g"], ["v2"], ["things"])], snap) == \
+        {GVR("g", "v2", "things")}
+    assert resolve_rules([rule(["g"], ["v1"], ["things"]), rule(["g"], ["v3"], ["things"])], snap) == \
+        {GVR("g", "v3", "things")}
+    assert resolve_rules([rule(["g"], ["v3"], ["things"]), rule(["g"], ["v1"], ["things"])], snap) == \
+        {GVR("g", "v3", "things")}
+    other = DiscoverySnapshot(versions={"g": ("v1",), "h": ("v3",)}, preferred={"h": "v3"},
+                              resources={("g", "v1"): (APIResource("things", "Thing", True, watchable),)})
+    assert resolve_rules([rule(["g"], ["v1"], ["things"])], other) == {GVR("g", "v1", "things")}

@@ -282,3 +282,97 @@ def test_field_trees_and_projections() -> None:
         "data": {"k1": {"x": 1}, "k2": {"x": 3}}, "list": [{"a": 1}], "whole": [{"a": 1}],
         "metadata": {"name": "n"}}
     assert keep_fields(["data.*"])(obj)["data"] == obj["data"]
+
+
+async def test_removing_a_handler_while_the_informer_waits_for_another_skips_nobody() -> None:
+    lw = ScriptedListerWatcher()
+    lw.lists = [ListResult([], "10")]
+    lw.watches = [[WatchEvent("ADDED", cm(f"n{i}", str(11 + i))) for i in range(4)]]
+    gate = asyncio.Event()
+    first, last = Calls(), Calls()
+
+    async def blocked(_o: Any, _i: bool) -> None:
+        await gate.wait()
+
+    inf = informer(lw)
+    reg_first = inf.add_event_handler(first.funcs())
+    slow = inf.add_event_handler(ResourceEventHandlerFuncs(add=blocked), queue_size=1)
+    inf.add_event_handler(last.funcs())
+    await inf.start()
+    async with asyncio.timeout(5):
+        while slow.queue_depth() < 2:  # one being handled, one queued: the informer now waits on it
+            await asyncio.sleep(0)
+    await inf.remove_event_handler(reg_first)
+    gate.set()
+    await asyncio.wait_for(lw.exhausted.wait(), 5)
+    await handlers_caught_up(inf)
+    await inf.stop()
+    assert [e[1] for e in last.events] == ["n0", "n1", "n2", "n3"]
+
+
+def test_indexer_membership_and_removing_an_index() -> None:
+    idx = Indexer({"app": lambda o: [o["data"]["app"]]})
+    idx.upsert(cm("a", "1", app="x"))
+    assert "default/a" in idx and "default/b" not in idx and idx.has_index("app")
+    idx.remove_indexer("app")
+    idx.remove_indexer("app")  # absent: a no-op
+    assert not idx.has_index("app") and idx.has_index("namespace") and len(idx) == 1
+    with pytest.raises(KeyError):
+        idx.index_keys("app", "x")
+
+
+def test_handler_funcs_adapt_plain_callables_and_ignore_missing_ones() -> None:
+    seen: list[Any] = []
+    funcs = ResourceEventHandlerFuncs(add=lambda o, i: seen.append(("add", o, i)) or "a",
+                                      update=lambda old, new: seen.append(("update", old, new)) or "u",
+                                      delete=lambda o: seen.append(("delete", o)) or "d")
+    assert (funcs.on_add(1, True), funcs.on_update(2, 3), funcs.on_delete(4)) == ("a", "u", "d")
+    assert seen == [("add", 1, True), ("update", 2, 3), ("delete", 4)]
+    empty = ResourceEventHandlerFuncs()
+    assert (empty.on_add({}, False), empty.on_update({}, {}), empty.on_delete({})) == (None, None, None)
+
+
+async def test_cache_age_is_none_before_the_first_list_and_counts_from_it() -> None:
+    lw = ScriptedListerWatcher()
+    lw.lists = [ListResult([], "10")]
+    inf = informer(lw)
+    assert inf.cache_age() is None
+    await run(inf, lw)
+    age = inf.cache_age()
+    assert age is not None and 0 <= age < 60
+
+
+async def test_dynamic_factory_wait_for_cache_sync_and_compact_transformed_informers() -> None:
+    from webhook.informer.dynamic import DynamicInformerFactory
+    from webhook.informer.gvr import GVR
+
+    lws: dict[GVR, ScriptedListerWatcher] = {}
+
+    def lw_for(gvr: GVR) -> ScriptedListerWatcher:
+        lw = lws[gvr] = ScriptedListerWatcher()
+        lw.lists = [ListResult([cm("a", "1", k="v")], "10")]
+        return lw
+
+    pods = GVR("", "v1", "pods")
+    factory = DynamicInformerFactory(lw_for, transform=keep_fields([]),
+                                     reflector_options=ReflectorOptions(short_watch=0.0))
+    assert await factory.wait_for_cache_sync(timeout=1) == {}
+    inf = await factory.acquire(pods, "owner")
+    assert await factory.wait_for_cache_sync(timeout=5) == {pods: True}
+    assert inf.indexer.compact and isinstance(inf.indexer.get_stored("default/a"), bytes)
+    assert inf.indexer.get_by_key("default/a") == {"metadata": {"name": "a", "namespace": "default",
+                                                                "resourceVersion": "1"}}
+    await factory.stop()
+    plain = DynamicInformerFactory(lw_for, compact=False)
+    inf2 = await plain.acquire(pods, "owner")
+    assert not inf2.indexer.compact
+    await plain.stop()
+
+
+def test_an_error_event_without_a_status_is_an_internal_error_and_forgetting_an_unknown_owner_is_a_no_op() -> None:
+    from webhook.informer.reflector import _status_from_event
+
+    err = _status_from_event("not a Status")
+    assert (err.code, err.reason) == (500, "InternalError") and "not a Status" in err.message
+    assert _status_from_event({"code": 410, "details": "odd"}).retry_after is None
+    informer(ScriptedListerWatcher()).set_read_fields("nobody", None)
