@@ -110,3 +110,30 @@ def test_two_rules_picking_different_versions_keep_the_one_earlier_in_discovery_
     other = DiscoverySnapshot(versions={"g": ("v1",), "h": ("v3",)}, preferred={"h": "v3"},
                               resources={("g", "v1"): (APIResource("things", "Thing", True, watchable),)})
     assert resolve_rules([rule(["g"], ["v1"], ["things"])], other) == {GVR("g", "v1", "things")}
+
+
+def test_snapshot_from_raw_documents_keeps_order_preference_and_only_top_level_resources() -> None:
+    from webhook.informer.gvr import group_versions
+
+    core = {"versions": ["v1"]}
+    groups = {"groups": [
+        {"name": "apps", "versions": [{"version": "v1"}, {"version": "v1beta2"}],
+         "preferredVersion": {"version": "v1"}},
+        {"name": "x.io", "versions": [{"version": "v2"}]},  # no preferredVersion
+    ]}
+    lists = {
+        ("", "v1"): {"resources": [{"name": "pods", "kind": "Pod", "namespaced": True, "verbs": ["list", "watch"]},
+                                   {"name": "pods/status", "kind": "Pod", "namespaced": True, "verbs": ["get"]},
+                                   {"kind": "Nameless"}, "not a dict"]},
+        ("apps", "v1"): {"resources": [{"name": "deployments", "kind": "Deployment", "namespaced": True}]},
+    }
+    snap = snapshot_from_documents(core, groups, lists)
+    assert snap.versions == {"": ("v1",), "apps": ("v1", "v1beta2"), "x.io": ("v2",)}
+    assert snap.preferred == {"": "v1", "apps": "v1"}
+    assert snap.resources[("", "v1")] == (APIResource("pods", "Pod", True, frozenset({"list", "watch"})),)
+    assert snap.resources[("apps", "v1")] == (APIResource("deployments", "Deployment", True, frozenset()),)
+    assert snap.resource(GVR("", "v1", "nodes")) is None and snap.kind(GVR("", "v1", "nodes")) is None
+    assert snap.kind(GVR("", "v1", "pods")) == "Pod"
+    assert group_versions(core, groups) == [("", "v1"), ("apps", "v1"), ("apps", "v1beta2"), ("x.io", "v2")]
+    empty = snapshot_from_documents({}, {}, {})
+    assert empty.versions == {"": ()} and empty.preferred == {} and group_versions({}, {}) == []

@@ -376,3 +376,13 @@ def test_an_error_event_without_a_status_is_an_internal_error_and_forgetting_an_
     assert (err.code, err.reason) == (500, "InternalError") and "not a Status" in err.message
     assert _status_from_event({"code": 410, "details": "odd"}).retry_after is None
     informer(ScriptedListerWatcher()).set_read_fields("nobody", None)
+
+
+def test_an_error_event_carries_the_status_fields() -> None:
+    from webhook.informer.reflector import _status_from_event
+
+    err = _status_from_event({"kind": "Status", "code": 429, "reason": "TooManyRequests", "message": "slow down",
+                              "details": {"retryAfterSeconds": 4}})
+    assert (err.code, err.reason, err.message, err.retry_after) == (429, "TooManyRequests", "slow down", 4.0)
+    bare = _status_from_event({})
+    assert (bare.code, bare.reason, bare.message, bare.retry_after) == (500, "", "", None)
