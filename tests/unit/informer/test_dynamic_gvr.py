@@ -137,3 +137,32 @@ def test_snapshot_from_raw_documents_keeps_order_preference_and_only_top_level_r
     assert group_versions(core, groups) == [("", "v1"), ("apps", "v1"), ("apps", "v1beta2"), ("x.io", "v2")]
     empty = snapshot_from_documents({}, {}, {})
     assert empty.versions == {"": ()} and empty.preferred == {} and group_versions({}, {}) == []
+
+
+def test_resolution_prefers_the_preferred_version_wherever_discovery_lists_it_and_takes_each_resource_once() -> None:
+    watchable = frozenset({"list", "watch"})  # exactly what an informer needs
+    snap = DiscoverySnapshot(
+        versions={"g": ("v1beta1", "v1", "v2")}, preferred={"g": "v1"},
+        resources={("g", "v1beta1"): (APIResource("bindings", "Binding", True, frozenset({"create"})),
+                                      APIResource("things", "Thing", True, watchable)),
+                   ("g", "v1"): (APIResource("bindings", "Binding", True, frozenset({"create"})),
+                                 APIResource("things", "Thing", True, watchable)),
+                   ("g", "v2"): (APIResource("things", "Thing", True, watchable),)})
+    assert resolve_rule(rule(["g"], ["*"], ["*"]), snap) == {GVR("g", "v1", "things")}
+    assert resolve_rules([rule(["g"], ["v2"], ["things"]), rule(["g"], ["v1"], ["things"])], snap) == \
+        {GVR("g", "v1", "things")}
+    assert resolve_rules([rule(["g"], ["v2"], ["things"]), rule(["g"], ["v1beta1"], ["things"])], snap) == \
+        {GVR("g", "v1beta1", "things")}
+    assert snap.resource(GVR("g", "v9", "things")) is None
+
+
+def test_malformed_discovery_entries_are_skipped_or_empty() -> None:
+    from webhook.informer.gvr import group_versions
+
+    # A group without a name must not replace the core group (whose name is "").
+    groups = {"groups": [{"versions": [{"version": "v9"}]}, {"name": "g", "versions": [{}]}]}
+    lists = {("", "v1"): {"resources": [{"name": "pods"}]}}
+    snap = snapshot_from_documents({"versions": ["v1"]}, groups, lists)
+    assert snap.versions == {"": ("v1",), "g": ("",)}
+    assert snap.resources[("", "v1")] == (APIResource("pods", "", False, frozenset()),)
+    assert group_versions({}, groups) == [("g", "")]

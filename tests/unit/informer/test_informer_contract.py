@@ -386,3 +386,16 @@ def test_an_error_event_carries_the_status_fields() -> None:
     assert (err.code, err.reason, err.message, err.retry_after) == (429, "TooManyRequests", "slow down", 4.0)
     bare = _status_from_event({})
     assert (bare.code, bare.reason, bare.message, bare.retry_after) == (500, "", "", None)
+
+
+def test_by_index_of_an_unknown_value_is_empty_and_healthy_is_inclusive_of_its_limit() -> None:
+    for compact in (False, True):
+        assert Indexer(compact=compact).by_index("namespace", "nowhere") == []
+    t = FakeTime()
+    inf = informer(ScriptedListerWatcher(), t)
+    inf._synced.set()
+    inf.reflector._contact = 0.0
+    t.now = 60.0
+    assert inf.healthy() and inf.staleness() == 60.0
+    t.now = 60.5
+    assert not inf.healthy() and inf.healthy(max_staleness=61)
