@@ -256,7 +256,7 @@ class HandlerRegistration:
             started = time.monotonic()
             await self._queue.put(notification)
             waited = time.monotonic() - started
-            if waited > 1.0:
+            if waited > 1.0:  # pragma: no mutate (only whether a warning is logged)
                 log.warning("%s: the informer waited %.1f s for this handler's full queue", self.name, waited)
         else:
             self._queue.put_nowait(notification)
@@ -290,7 +290,7 @@ class HandlerRegistration:
             took = time.perf_counter() - started
             if took > SYNC_CALL_BUDGET:
                 self.slow_calls += 1
-                if self.slow_calls in (1, 10, 100) or self.slow_calls % 1000 == 0:
+                if self.slow_calls in (1, 10, 100) or self.slow_calls % 1000 == 0:  # pragma: no mutate (log rate)
                     log.warning("%s: a synchronous handler held the event loop %.0f ms (%d slow calls); make it "
                                 "async, or register it with sync_calls='thread'", self.name, took * 1000,
                                 self.slow_calls)

@@ -298,7 +298,7 @@ class Reflector:
             VeryShortWatchError: the stream closed within ``short_watch`` seconds with no event.
         """
         started = self._clock()
-        count = 0
+        empty = True
         loop = asyncio.get_running_loop()
         stall = self._options.initial_events_timeout
         try:
@@ -314,11 +314,11 @@ class Reflector:
                     try:
                         event = await anext(stream)
                     except StopAsyncIteration:
-                        if count == 0 and self._clock() - started < self._options.short_watch:
+                        if empty and self._clock() - started < self._options.short_watch:
                             raise VeryShortWatchError(
                                 f"{self.name}: watch-list closed immediately with no events") from None
                         return None
-                    count += 1
+                    empty = False
                     end = self._initial_event(event, buffer)
                     if end is not None:
                         self._touch()

@@ -24,7 +24,7 @@ from webhook.informer import (
     WatchEvent,
     keep_fields,
 )
-from webhook.informer.errors import ApiStatusError
+from webhook.informer.errors import ApiStatusError, ConnectError
 from webhook.informer.reflector import VeryShortWatchError
 from webhook.informer.store import Indexer, drop_managed_fields, field_tree, meta_namespace_key
 
@@ -399,3 +399,136 @@ def test_by_index_of_an_unknown_value_is_empty_and_healthy_is_inclusive_of_its_l
     assert inf.healthy() and inf.staleness() == 60.0
     t.now = 60.5
     assert not inf.healthy() and inf.healthy(max_staleness=61)
+
+
+def closing(closed: list[str], name: str, steps: list[Any]) -> AsyncIterator[WatchEvent]:
+    """A scripted stream that records when it is closed."""
+    async def gen() -> AsyncIterator[WatchEvent]:
+        try:
+            for step in steps:
+                if isinstance(step, BaseException):
+                    raise step
+                yield step
+        finally:
+            closed.append(name)
+    return gen()
+
+
+@pytest.mark.parametrize("failure", [
+    ApiStatusError(429, "TooManyRequests", ""), ApiStatusError(410, "Expired", ""),
+    ApiStatusError(422, "Invalid", ""), ConnectError("no"),
+    WatchEvent("BOOKMARK", {"metadata": {"resourceVersion": "3"}})], ids=["429", "410", "422", "refused", "ignored"])
+async def test_every_watchlist_failure_closes_its_stream_and_reports_once(failure: Any) -> None:
+    closed: list[str] = []
+    lw = ScriptedListerWatcher(watch_list=True)
+    lw.lists = [ListResult([], "10")]
+    lw.watches = [closing(closed, "first", [failure]), closing(closed, "second", [WatchEvent("BOOKMARK", END)])]
+    errors: list[BaseException] = []
+    t = FakeTime()
+    inf = informer(lw, t)
+    inf.set_watch_error_handler(errors.append)
+    await run(inf, lw)
+    assert closed[0] == "first" and len(errors) == 1
+    assert type(errors[0]).__name__ == (type(failure).__name__ if isinstance(failure, BaseException)
+                                        else "WatchListIgnoredError")
+    retried = isinstance(failure, BaseException) and getattr(failure, "code", 0) != 422
+    assert bool(lw.list_calls) == (not retried)  # 429, 410, refused retry WatchList; 422 and ignored list
+    assert len(t.sleeps) == (1 if (getattr(failure, "code", 429) == 429 and isinstance(failure, BaseException))
+                             or type(failure).__name__ == "ConnectError" else 0)
+
+
+async def test_watchlist_deadline_moves_while_events_flow_then_catches_the_silence() -> None:
+    lw = ScriptedListerWatcher(watch_list=True)
+
+    async def slow_then_silent() -> AsyncIterator[WatchEvent]:
+        yield WatchEvent("ADDED", cm("a", "1"))
+        await asyncio.sleep(0.15)  # longer than the deadline's push interval
+        yield WatchEvent("ADDED", cm("b", "2"))
+        await asyncio.Event().wait()
+
+    lw.lists = [ListResult([cm("a", "1")], "10")]
+    lw.watches = [slow_then_silent()]
+    inf = informer(lw, initial_events_timeout=0.3)
+    await run(inf, lw)
+    assert len(lw.list_calls) == 1 and inf.reflector._watch_list_ignored
+
+
+async def test_a_very_short_watchlist_is_judged_on_the_injected_clock() -> None:
+    lw = ScriptedListerWatcher(watch_list=True)
+    lw.lists = [ListResult([], "10")]
+    lw.watches = [[]]
+    t = FakeTime()
+    t.now = 100.0
+    errors: list[BaseException] = []
+    inf = informer(lw, t, short_watch=1.0)
+    inf.set_watch_error_handler(errors.append)
+    await run(inf, lw)
+    assert [type(e) for e in errors] == [VeryShortWatchError]
+
+
+async def test_sync_handlers_returning_awaitables_are_awaited_and_failures_counted() -> None:
+    lw = ScriptedListerWatcher()
+    lw.lists = [ListResult([cm("a", "1"), cm("b", "2")], "10")]
+    done: list[str] = []
+
+    async def later(name: str) -> None:
+        done.append(name)
+
+    def fail(_o: Any, _i: bool) -> None:
+        raise RuntimeError("boom")
+
+    inf = informer(lw)
+    inf.add_event_handler(ResourceEventHandlerFuncs(add=lambda o, _i: later("thread-" + o["metadata"]["name"])),
+                          sync_calls="thread")
+    inf.add_event_handler(ResourceEventHandlerFuncs(add=lambda o, _i: later("loop-" + o["metadata"]["name"])),
+                          sync_calls="loop")
+    failing = inf.add_event_handler(ResourceEventHandlerFuncs(add=fail), sync_calls="loop")
+    await run(inf, lw)
+    assert sorted(done) == ["loop-a", "loop-b", "thread-a", "thread-b"] and failing.failures == 2
+
+
+async def test_no_transform_keeps_watch_objects_as_received() -> None:
+    lw = ScriptedListerWatcher()
+    lw.lists = [ListResult([], "10")]
+    obj = cm("a", "11")
+    obj["metadata"]["managedFields"] = [{"manager": "m"}]
+    lw.watches = [[WatchEvent("ADDED", obj)]]
+    inf = SharedInformer(lw, name="cm", transform=None, reflector_options=ReflectorOptions(short_watch=0.0))
+    await run(inf, lw)
+    assert inf.indexer.get_by_key("default/a") == obj
+
+
+async def test_handler_tasks_are_named_and_a_stopped_registration_never_restarts() -> None:
+    lw = ScriptedListerWatcher()
+    lw.lists = [ListResult([], "10")]
+    inf = informer(lw)
+    reg = inf.add_event_handler(Calls().funcs(), name="mine")
+    await inf.start()
+    assert "informer-handler-mine" in {t.get_name() for t in asyncio.all_tasks()}
+    await inf.stop()
+    reg.start()
+    assert reg._task is None
+
+
+async def test_queue_depth_after_some_initial_adds_were_delivered() -> None:
+    lw = ScriptedListerWatcher()
+    lw.lists = [ListResult([cm(f"n{i}", str(i)) for i in range(5)], "10")]
+    gate = asyncio.Event()
+    delivered: list[str] = []
+
+    async def add(obj: Any, _i: bool) -> None:
+        if obj["metadata"]["name"] == "n2":
+            await gate.wait()
+        delivered.append(obj["metadata"]["name"])
+
+    inf = informer(lw)
+    reg = inf.add_event_handler(ResourceEventHandlerFuncs(add=add))
+    await inf.start()
+    async with asyncio.timeout(5):
+        while len(delivered) < 2:
+            await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert reg.queue_depth() == 3  # n2 (being handled), n3, n4
+    gate.set()
+    await handlers_caught_up(inf)
+    await inf.stop()
