@@ -532,3 +532,36 @@ async def test_queue_depth_after_some_initial_adds_were_delivered() -> None:
     gate.set()
     await handlers_caught_up(inf)
     await inf.stop()
+
+
+async def test_cluster_scoped_objects_through_list_and_a_custom_key() -> None:
+    lw = ScriptedListerWatcher()
+    lw.lists = [ListResult([{"metadata": {"name": "node-1", "resourceVersion": "1"}}, cm("a", "2")], "10")]
+    inf = informer(lw)
+    await run(inf, lw)
+    assert sorted(inf.indexer.list_keys()) == ["default/a", "node-1"]
+    assert inf.indexer.index_values("namespace") == ["default"]
+    by_uid = Indexer(key_func=lambda o: o["metadata"]["uid"])
+    by_uid.replace([{"metadata": {"uid": "u1", "namespace": "n"}}, {"metadata": {"uid": "u2"}}])
+    assert by_uid.list_keys() == ["u1", "u2"] and by_uid.index_keys("namespace", "n") == frozenset({"u1"})
+
+
+async def test_unknown_or_odd_events_are_skipped_without_ending_the_watch() -> None:
+    lw = ScriptedListerWatcher()
+    lw.lists = [ListResult([], "10")]
+    lw.watches = [[WatchEvent("ADDED", cm("a", "11")), WatchEvent("WEIRD", cm("x", "12")),
+                   WatchEvent("MODIFIED", "not an object"),  # type: ignore[arg-type]
+                   WatchEvent("ADDED", cm("b", "13"))]]
+    inf = informer(lw)
+    await run(inf, lw)
+    assert inf.indexer.list_keys() == ["default/a", "default/b"] and len(lw.watch_calls) == 2
+    assert inf.reflector.events == 2 and inf.last_sync_resource_version == "13"
+
+
+async def test_events_applied_counts_across_relists() -> None:
+    lw = ScriptedListerWatcher()
+    lw.lists = [ListResult([cm("a", "1")], "10"), ListResult([cm("a", "1")], "20")]
+    lw.watches = [[ApiStatusError(410, "Expired", "")]]
+    inf = informer(lw)
+    await run(inf, lw)
+    assert inf.events_applied == 2
