@@ -46,6 +46,13 @@ class Metrics:
         self.informer_objects = Gauge("tollgate_informer_objects", "Objects in the cache", ["resource"], registry=r)
         self.cache_age = Gauge("tollgate_informer_cache_age_seconds",
                                "Seconds since the cache's last list, event or bookmark", ["resource"], registry=r)
+        self.informer_staleness = Gauge(
+            "tollgate_informer_staleness_seconds",
+            "Seconds the cache may be behind the API server (0 while a watch is open)", ["resource"], registry=r)
+        self.handler_queue_depth = Gauge(
+            "tollgate_informer_handler_queue_depth",
+            "Notifications waiting for an informer event handler (bounded; a full queue holds the informer back)",
+            ["resource", "handler"], registry=r)
         self.cert_expiry = Gauge("tollgate_certificate_expiry_timestamp_seconds",
                                  "notAfter of the served certificate (Unix time)", registry=r)
         self.cert_expiry_seconds = Gauge("tollgate_certificate_expiry_seconds",

@@ -14,7 +14,19 @@ it over HTTP:
   events with RV > N, an ERROR 410 event (status 200) below the floor,
   BOOKMARKs when allowed (periodically and just before the deadline),
   ``timeoutSeconds`` ending the stream cleanly, label and field selectors
-  with objects entering/leaving as ADDED/DELETED; ``sendInitialEvents`` → 422;
+  with objects entering/leaving as ADDED/DELETED;
+* WatchList (KEP-3157) as a server with the feature answers it
+  (``watch_list="serve"``, the default): ``sendInitialEvents=true`` with
+  ``resourceVersionMatch=NotOlderThan`` streams the state as ADDED events,
+  then a BOOKMARK annotated ``k8s.io/initial-events-end: "true"`` at the
+  snapshot's RV (only when bookmarks are allowed), then live events on the same
+  stream; never 410, 504 "Too large resource version" for an RV ahead; 422 for
+  ``sendInitialEvents`` on a LIST, for ``sendInitialEvents`` without
+  ``NotOlderThan``, and for ``resourceVersionMatch`` on a watch without
+  ``sendInitialEvents``. ``watch_list="refuse"`` answers as a 1.20 server does
+  (422 "resourceVersionMatch is forbidden for watch"); ``watch_list="ignore"``
+  drops both parameters and serves a plain watch (a proxy or server that
+  ignores them);
 * any resource of any group/version (``/api/v1/...`` and ``/apis/G/V/...``),
   namespaced or cluster-scoped (by the path): GET, POST (409 AlreadyExists),
   PUT (409 Conflict on a stale ``metadata.resourceVersion``, 404 when absent),
@@ -34,12 +46,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import bisect
 import copy
 import json
 from dataclasses import dataclass, field
 from typing import Any
 
 import jsonpatch
+import orjson
 from aiohttp import web
 
 from tests.fakeapi.discovery import FakeDiscovery
@@ -150,12 +164,18 @@ class Faults:
     expire_continue_tokens: bool = False
     list_delay: float = 0.0  # seconds before each LIST page is answered
     bookmark_interval: float | None = None
+    watch_errors: list[tuple[int, str, float | None]] = field(default_factory=list)  # answered as the watch opens
+    watch_drop_at_open: int = 0  # connections closed before any response byte
 
 
 class FakeApiServer:
     """The fake API server. ``await start()``, use ``url``, drive it with ``apply``/``delete``."""
 
-    def __init__(self, *, status_resources: frozenset[str] = STATUS_RESOURCES) -> None:
+    def __init__(self, *, status_resources: frozenset[str] = STATUS_RESOURCES, watch_list: str = "serve") -> None:
+        if watch_list not in ("serve", "refuse", "ignore"):
+            raise ValueError(f"watch_list: {watch_list!r}")
+        self.watch_list = watch_list
+        self._sorted_cache: dict[str, tuple[int, list[str], list[dict[str, Any]]]] = {}
         self.rv = 0
         self.floor = 0
         self.objects: dict[str, dict[str, dict[str, Any]]] = {}
@@ -342,8 +362,10 @@ class FakeApiServer:
             return _status(code, {409: "Conflict", 404: "NotFound", 403: "Forbidden"}.get(code, "InternalError"),
                            f"injected {code}")
         if request.method == "GET" and name is None:
-            if q.get("sendInitialEvents") is not None:
-                return _status(422, "Invalid", "sendInitialEvents is not supported by this server")
+            invalid = self._invalid_list_options(q, watch)
+            if invalid is not None:
+                return _status(422, "Invalid", f'ListOptions.meta.k8s.io "" is invalid: {invalid}',
+                               details={"group": "meta.k8s.io", "kind": "ListOptions"})
             return await (self._watch(request, t.resource, t.namespace) if watch
                           else self._list(request, t.resource, t.namespace))
         if t.subresource is not None and (t.subresource != "status" or t.resource not in self.status_resources):
@@ -426,10 +448,55 @@ class FakeApiServer:
             return web.json_response(current)  # a no-op write: no new resourceVersion, no event
         return web.json_response(self._store(t.resource, stored))
 
-    def _visible(self, resource: str, namespace: str | None, q: Any) -> list[tuple[str, dict[str, Any]]]:
-        items = sorted(self.objects.get(resource, {}).items())
-        return [(k, o) for k, o in items if (namespace is None or o["metadata"].get("namespace") == namespace)
-                and _selects(o, q.get("labelSelector"), q.get("fieldSelector"))]
+    def _invalid_list_options(self, q: Any, watch: bool) -> str | None:
+        """apimachinery's ValidateListOptions, as this server's version has it; None when valid."""
+        match, initial = q.get("resourceVersionMatch"), q.get("sendInitialEvents")
+        if self.watch_list == "ignore":
+            return None
+        if self.watch_list == "refuse":  # 1.20: no sendInitialEvents at all; no match on a watch
+            if match and watch:
+                return "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch"
+            if match and not q.get("resourceVersion"):
+                return ("resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless "
+                        "resourceVersion is provided")
+            return None
+        if not watch:
+            if initial is not None:
+                return "sendInitialEvents: Forbidden: sendInitialEvents is forbidden for list"
+            if match and not q.get("resourceVersion"):
+                return ("resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless "
+                        "resourceVersion is provided")
+            return None
+        if initial is not None and match != "NotOlderThan":
+            return ("resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch "
+                    "to NotOlderThan")
+        if match and initial is None:
+            return ("resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless "
+                    "sendInitialEvents is provided")
+        return None
+
+    def _sorted(self, resource: str) -> tuple[list[str], list[dict[str, Any]]]:
+        """Keys and objects of ``resource`` in key order, cached until the next write (pages of a big LIST)."""
+        cached = self._sorted_cache.get(resource)
+        if cached is None or cached[0] != self.rv:
+            items = sorted(self.objects.get(resource, {}).items())
+            cached = (self.rv, [k for k, _ in items], [o for _, o in items])
+            self._sorted_cache[resource] = cached
+        return cached[1], cached[2]
+
+    def _visible(self, resource: str, namespace: str | None, q: Any, after: str = "",
+                 limit: int | None = None) -> list[tuple[str, dict[str, Any]]]:
+        """Objects in key order after ``after`` that the namespace and selectors select, at most ``limit``."""
+        keys, objs = self._sorted(resource)
+        out: list[tuple[str, dict[str, Any]]] = []
+        for i in range(bisect.bisect_right(keys, after) if after else 0, len(keys)):
+            o = objs[i]
+            if (namespace is None or o["metadata"].get("namespace") == namespace) and \
+                    _selects(o, q.get("labelSelector"), q.get("fieldSelector")):
+                out.append((keys[i], o))
+                if limit is not None and len(out) >= limit:
+                    break
+        return out
 
     async def _list(self, request: web.Request, resource: str, namespace: str | None) -> web.StreamResponse:
         q = request.query
@@ -465,16 +532,39 @@ class FakeApiServer:
                 if limit is not None and wanted < self.floor:
                     return _status(410, "Expired", "The resourceVersion for the provided list is too old.")
             list_rv = self.rv
-        items = [(k, o) for k, o in self._visible(resource, namespace, q) if k > last_key]
+        items = self._visible(resource, namespace, q, after=last_key, limit=None if limit is None else limit + 1)
         meta: dict[str, Any] = {"resourceVersion": str(list_rv)}
         if limit is not None and len(items) > limit:
-            items, rest = items[:limit], len(items) - limit
+            items = items[:limit]
             meta["continue"] = base64.b64encode(json.dumps([list_rv, items[-1][0]]).encode()).decode()
-            meta["remainingItemCount"] = rest
+            keys, _ = self._sorted(resource)
+            meta["remainingItemCount"] = len(keys) - bisect.bisect_right(keys, items[-1][0])
         kind = resource[:-1].capitalize() + "List"
-        return web.json_response({"kind": kind, "apiVersion": "v1", "metadata": meta, "items": [o for _, o in items]})
+        body = orjson.dumps({"kind": kind, "apiVersion": "v1", "metadata": meta, "items": [o for _, o in items]})
+        return web.Response(body=body, content_type="application/json")
 
     async def _watch(self, request: web.Request, resource: str, namespace: str | None) -> web.StreamResponse:
+        f = self.faults
+        if f.watch_drop_at_open:
+            f.watch_drop_at_open -= 1
+            assert request.transport is not None
+            request.transport.abort()  # no status line: the client sees the connection drop as the watch opens
+            return web.Response()
+        if f.watch_errors:
+            code, reason, retry_after = f.watch_errors.pop(0)
+            err = _status(code, reason, f"injected {code}", details={"retryAfterSeconds": int(retry_after)}
+                          if retry_after is not None else {})
+            if retry_after is not None:
+                err.headers["Retry-After"] = str(int(retry_after))
+            return err
+        q = request.query
+        initial = q.get("sendInitialEvents") in TRUE and self.watch_list == "serve"
+        rv_param = q.get("resourceVersion") or ""
+        if initial and rv_param not in ("", "0") and int(rv_param) > self.rv:
+            await asyncio.sleep(self.too_large_wait)
+            return _status(504, "Timeout", f"Timeout: Too large resource version: {rv_param}, current: {self.rv}",
+                           details={"causes": [{"reason": "ResourceVersionTooLarge",
+                                                "message": "Too large resource version"}], "retryAfterSeconds": 1})
         resp = web.StreamResponse(headers={"Content-Type": "application/json", "Cache-Control": "no-cache, private"})
         resp.enable_chunked_encoding()
         await resp.prepare(request)
@@ -516,7 +606,24 @@ class FakeApiServer:
             f.watch_html -= 1
             await resp.write(b"<html><body>502 Bad Gateway</body></html>\n")
             return
-        if rv_param == "0":
+        if q.get("sendInitialEvents") in TRUE and self.watch_list == "serve":
+            # WatchList: the state (NotOlderThan the RV asked: this server only has the current one) as ADDED
+            # events, then the bookmark that ends them, then live events from the snapshot's RV.
+            since = self.rv
+            chunk = bytearray()
+            for _, obj in self._visible(resource, namespace, q):
+                chunk += orjson.dumps({"type": "ADDED", "object": obj}) + b"\n"
+                if len(chunk) >= 256 * 1024:
+                    await resp.write(bytes(chunk))
+                    chunk.clear()
+            if bookmarks:
+                chunk += orjson.dumps({"type": "BOOKMARK", "object": {
+                    "kind": resource[:-1].capitalize(), "apiVersion": "v1",
+                    "metadata": {"resourceVersion": str(since), "creationTimestamp": None,
+                                 "annotations": {"k8s.io/initial-events-end": "true"}}}}) + b"\n"
+            if chunk:
+                await resp.write(bytes(chunk))
+        elif rv_param == "0":
             since = self.rv
             for _, obj in self._visible(resource, namespace, q):
                 await send("ADDED", obj)

@@ -140,7 +140,8 @@ class Auditor:
         return ResourceEventHandlerFuncs(
             add=lambda obj, _initial: self.upsert_policy(obj),
             update=lambda old, new: None if _same_version(old, new) else self.upsert_policy(new),
-            delete=lambda obj: self.remove_policy(obj.obj if isinstance(obj, DeletedFinalStateUnknown) else obj))
+            delete=lambda obj: self.remove_policy(obj.obj if isinstance(obj, DeletedFinalStateUnknown) else obj),
+            sync_calls="loop")
 
     def upsert_policy(self, obj: dict[str, Any]) -> None:
         """A policy CR was added or changed."""
@@ -172,7 +173,7 @@ class Auditor:
 
         return ResourceEventHandlerFuncs(
             add=lambda obj, initial: None if initial else touched(obj),
-            update=lambda old, new: None if old is new else touched(new), delete=touched)
+            update=lambda old, new: None if old is new else touched(new), delete=touched, sync_calls="loop")
 
     def _on_owner_change(self, owner: str, _gvrs: frozenset[GVR]) -> None:
         if owner in self._audited:
@@ -190,7 +191,8 @@ class Auditor:
             self._wake.set()
 
         informer.add_event_handler(ResourceEventHandlerFuncs(
-            add=lambda obj, _initial: touch(obj), update=lambda _old, new: touch(new), delete=touch))
+            add=lambda obj, _initial: touch(obj), update=lambda _old, new: touch(new), delete=touch,
+            sync_calls="loop"))
 
     def _on_informer_stop(self, gvr: GVR) -> None:
         self._informers.pop(gvr, None)

@@ -8,16 +8,27 @@ from webhook.informer.backoff import Backoff
 from webhook.informer.informer import (
     AddNotification,
     DeleteNotification,
+    HandlerRegistration,
     InformerKey,
     Notification,
     ResourceEventHandler,
     ResourceEventHandlerFuncs,
     SharedInformer,
     SharedInformerFactory,
+    SyncCalls,
+    SyncHandlerError,
     UpdateNotification,
 )
 from webhook.informer.reflector import Reflector, ReflectorOptions
-from webhook.informer.store import NAMESPACE_INDEX, DeletedFinalStateUnknown, Indexer, meta_namespace_key
+from webhook.informer.store import (
+    NAMESPACE_INDEX,
+    DeletedFinalStateUnknown,
+    Indexer,
+    ListBuffer,
+    drop_managed_fields,
+    keep_fields,
+    meta_namespace_key,
+)
 from webhook.informer.types import ListerWatcher, ListOptions, ListResult, WatchEvent
 
 __all__ = [
@@ -26,8 +37,10 @@ __all__ = [
     "Backoff",
     "DeleteNotification",
     "DeletedFinalStateUnknown",
+    "HandlerRegistration",
     "Indexer",
     "InformerKey",
+    "ListBuffer",
     "ListOptions",
     "ListResult",
     "ListerWatcher",
@@ -38,7 +51,11 @@ __all__ = [
     "ResourceEventHandlerFuncs",
     "SharedInformer",
     "SharedInformerFactory",
+    "SyncCalls",
+    "SyncHandlerError",
     "UpdateNotification",
     "WatchEvent",
+    "drop_managed_fields",
+    "keep_fields",
     "meta_namespace_key",
 ]

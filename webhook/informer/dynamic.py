@@ -37,7 +37,7 @@ from webhook.informer.backoff import Backoff
 from webhook.informer.gvr import GVR, DiscoverySnapshot, RuleLike, resolve_rules
 from webhook.informer.informer import ResourceEventHandlerFuncs, SharedInformer
 from webhook.informer.reflector import ReflectorOptions
-from webhook.informer.store import DeletedFinalStateUnknown
+from webhook.informer.store import DeletedFinalStateUnknown, TransformFunc, drop_managed_fields
 from webhook.informer.types import KubeObject, ListerWatcher
 
 log = logging.getLogger("tollgate.informer.dynamic")
@@ -146,6 +146,10 @@ class DynamicInformerFactory:
         reflector_options: defaults for every informer.
         budget: limits over all informers of this factory.
         measure: byte size of one object (default :func:`json_size`).
+        transform: every informer's transform (client-go ``WithTransform``; default drops
+            ``managedFields``).
+        compact: keep objects as compact JSON (default: these caches grow with the cluster; a read
+            costs a JSON parse, ~2-4 us for 1 KB).
 
     Listeners added with :meth:`add_listener` hear ``on_start(gvr, informer)``
     *before* the informer starts (so a handler registered there receives the
@@ -154,8 +158,11 @@ class DynamicInformerFactory:
 
     def __init__(self, lister_watcher_for: Callable[[GVR], ListerWatcher], *,
                  reflector_options: ReflectorOptions | None = None, budget: Budget | None = None,
-                 measure: Callable[[KubeObject], int] = json_size) -> None:
+                 measure: Callable[[KubeObject], int] = json_size,
+                 transform: TransformFunc | None = drop_managed_fields, compact: bool = True) -> None:
         self._lw_for = lister_watcher_for
+        self._transform = transform
+        self._compact = compact
         self._options = reflector_options or ReflectorOptions()
         self.budget = budget or Budget()
         self._measure = measure
@@ -187,6 +194,24 @@ class DynamicInformerFactory:
     def informers(self) -> dict[GVR, SharedInformer]:
         """Every running informer."""
         return dict(self._informers)
+
+    async def wait_for_cache_sync(self, timeout: float | None = None) -> dict[GVR, bool]:
+        """Wait until every running informer synced (client-go ``WaitForCacheSync``).
+
+        Args:
+            timeout: seconds for all of them together (None: no limit).
+
+        Returns:
+            GVR → whether its informer synced in time.
+        """
+        informers = dict(self._informers)
+        try:
+            async with asyncio.timeout(timeout):
+                for inf in informers.values():
+                    await inf.wait_for_sync()
+        except TimeoutError:
+            pass
+        return {gvr: inf.has_synced() for gvr, inf in informers.items()}
 
     def owners(self, gvr: GVR) -> frozenset[str]:
         """Who holds ``gvr`` (running or refused)."""
@@ -228,9 +253,11 @@ class DynamicInformerFactory:
             return await self._start(gvr)
 
     async def _start(self, gvr: GVR) -> SharedInformer:
-        inf = SharedInformer(self._lw_for(gvr), name=str(gvr), reflector_options=self._options)
+        inf = SharedInformer(self._lw_for(gvr), name=str(gvr), reflector_options=self._options,
+                             transform=self._transform, compact=self._compact)
         usage = self._usage[gvr] = Usage()
-        inf.add_event_handler(_SizeTracker(usage, self._measure, self._check_budget).funcs())
+        inf.add_event_handler(_SizeTracker(usage, self._measure, self._check_budget).funcs(),
+                              name=f"{gvr}#usage", sync_calls="loop")
         for listener in self._start_listeners:
             listener(gvr, inf)
         self._informers[gvr] = inf
@@ -359,7 +386,7 @@ class DynamicInformers:
             crd_informer.add_event_handler(ResourceEventHandlerFuncs(
                 add=lambda _o, initial: None if initial else self._kick.set(),
                 update=lambda old, new: None if old is new else self._kick.set(),
-                delete=lambda _o: self._kick.set()))
+                delete=lambda _o: self._kick.set()), name="dynamic-discovery-crds", sync_calls="loop")
 
     def request_refresh(self) -> None:
         """Refresh discovery soon (after the debounce delay), e.g. on an external hint."""

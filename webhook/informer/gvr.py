@@ -206,6 +206,8 @@ def snapshot_from_documents(core_versions: dict[str, Any], groups: dict[str, Any
     preferred: dict[str, str] = {"": versions[""][0]} if versions[""] else {}
     for g in groups.get("groups") or ():
         name = str(g.get("name", ""))
+        if not name:
+            continue  # a malformed entry; "" is the core group's
         versions[name] = tuple(str(v.get("version", "")) for v in g.get("versions") or ())
         pv = (g.get("preferredVersion") or {}).get("version")
         if pv:
@@ -225,5 +227,6 @@ def group_versions(core_versions: dict[str, Any], groups: dict[str, Any]) -> lis
     """Every ``(group, version)`` whose APIResourceList must be fetched, from ``/api`` and ``/apis``."""
     out = [("", str(v)) for v in core_versions.get("versions") or ()]
     for g in groups.get("groups") or ():
-        out.extend((str(g.get("name", "")), str(v.get("version", ""))) for v in g.get("versions") or ())
+        if g.get("name"):
+            out.extend((str(g["name"]), str(v.get("version", ""))) for v in g.get("versions") or ())
     return out

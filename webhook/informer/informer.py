@@ -5,27 +5,55 @@ Contract, as client-go's SharedInformer doc states it:
 * eventual consistency with the API server; per-object order of
   notifications is kept for each handler;
 * the Indexer is updated **before** handlers are told (``processDeltas``);
-* every handler registration has its own unbounded queue and task, so a slow
-  or raising handler blocks nothing else (exceptions are logged);
-* a relist notifies only real changes (an unchanged resourceVersion is a
-  sync, delivered only as resync) and delivers ``DeletedFinalStateUnknown``
-  tombstones for objects deleted while disconnected;
+* the transform runs once per object as it arrives (per LIST page, per
+  WatchList or watch event), before anything is kept; with ``compact`` the
+  Indexer keeps compact JSON and every read decodes it;
+* every handler registration has its own **bounded** queue and task
+  (``handler_queue_size``, default 10,000 notifications): a slow or raising
+  handler blocks no other handler and loses nothing; when its queue is full
+  the informer waits for room before applying more events (backpressure on
+  the watch, instead of client-go's unbounded buffer). Exceptions are logged
+  and the task goes on. :meth:`SharedInformer.handler_queue_depths` reports
+  the depths;
+* a synchronous handler must say where its calls run, or it is **refused**
+  (``TypeError`` at registration): ``sync_calls="thread"`` runs them off the
+  event loop in a worker thread, one call at a time in order (as a Go
+  handler runs on its own goroutine; it must then be thread-safe and must
+  not touch asyncio objects); ``sync_calls="loop"`` runs them on the loop,
+  in time slices, for handlers that touch loop-owned state and are cheap
+  (a call longer than :data:`SYNC_CALL_BUDGET` is logged and counted in
+  ``slow_calls``). The choice is the registration's ``sync_calls`` or the
+  handler's own ``sync_calls`` attribute. Async handlers need neither: they
+  are awaited on the loop in the registration's task;
+* the initial LIST (or WatchList) is delivered to each handler from a
+  snapshot of the store by its own task, as ``on_add(obj, True)``, so a sync
+  never waits for handlers; a handler added later gets the same synthetic
+  adds;
+* a relist notifies real changes (a new resourceVersion), delivers
+  ``DeletedFinalStateUnknown`` tombstones (with the last known object) for
+  objects deleted while disconnected, and delivers unchanged objects as
+  ``on_update(old, new)`` to the handlers due a resync at the last resync
+  check only (client-go's Replaced deltas with an unchanged RV, distributed
+  as a sync to ``syncingListeners``);
 * resync re-delivers ``on_update(obj, obj)`` to handlers that asked for it,
-  without any API call;
-* :meth:`has_synced` turns true once the first LIST is applied and never
-  reverts; a registration's ``has_synced`` also waits until its initial adds
-  were delivered; handlers added after start get synthetic adds;
+  without any API call, each object in its state when queued;
+* :meth:`SharedInformer.has_synced` turns true once the first LIST is
+  applied and never reverts; a registration's ``has_synced`` also waits
+  until its initial adds were delivered;
+* a removed registration (:meth:`SharedInformer.remove_event_handler`)
+  queues nothing more and its task ends;
 * objects are shared and read-only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from webhook.aio import cancel_and_wait, yield_to_loop
 from webhook.informer.reflector import Reflector, ReflectorOptions
@@ -33,13 +61,19 @@ from webhook.informer.store import (
     DeletedFinalStateUnknown,
     Indexer,
     IndexFunc,
+    ListBuffer,
+    Stored,
     TransformFunc,
+    decode,
     drop_managed_fields,
-    meta_namespace_key,
+    keep_fields,
 )
 from webhook.informer.types import KubeObject, ListerWatcher
 
 log = logging.getLogger("tollgate.informer")
+
+#: Where a synchronous handler's calls run: a worker thread or the event loop.
+SyncCalls = Literal["thread", "loop"]
 
 
 class ResourceEventHandler(Protocol):
@@ -59,12 +93,14 @@ class ResourceEventHandler(Protocol):
 class ResourceEventHandlerFuncs:
     """Adapter from plain callables (client-go ``ResourceEventHandlerFuncs``); None means ignore.
 
-    Callables may be sync or async; async ones are awaited in the handler's own task.
+    Callables may be sync or async; async ones are awaited in the handler's own task. With any
+    synchronous callable, ``sync_calls`` says where they run (see the module docstring).
     """
 
     add: Callable[[KubeObject, bool], Any] | None = None
     update: Callable[[KubeObject, KubeObject], Any] | None = None
     delete: Callable[[KubeObject | DeletedFinalStateUnknown], Any] | None = None
+    sync_calls: SyncCalls | None = None
 
     def on_add(self, obj: KubeObject, is_in_initial_list: bool) -> Any:
         """See :class:`ResourceEventHandler`."""
@@ -108,45 +144,170 @@ Notification = AddNotification | UpdateNotification | DeleteNotification
 #: Seconds a handler may run notifications back to back before its task yields the event loop.
 HANDLER_TIME_SLICE = 0.002
 
+#: Notifications a registration may hold queued before the informer waits for room.
+HANDLER_QUEUE_SIZE = 10_000
+
+#: Seconds a synchronous call on the loop (``sync_calls="loop"``) may take before it is logged as slow.
+SYNC_CALL_BUDGET = 0.005
+
+class SyncHandlerError(TypeError):
+    """A handler with synchronous methods did not say where they run (``sync_calls``)."""
+
+
+def _is_async(fn: Callable[..., Any] | None) -> bool:
+    return fn is not None and (inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)))  # noqa: B004 - an object with an async __call__
+
+
+def _callables(handler: ResourceEventHandler) -> dict[type, tuple[Callable[..., Any] | None, bool]]:
+    """Per notification type, the function to call and whether it is a coroutine function."""
+    if isinstance(handler, ResourceEventHandlerFuncs):
+        fns: tuple[Callable[..., Any] | None, ...] = (handler.add, handler.update, handler.delete)
+    else:
+        fns = (handler.on_add, handler.on_update, handler.on_delete)
+    return {kind: (fn, _is_async(fn)) for kind, fn in zip(
+        (AddNotification, UpdateNotification, DeleteNotification), fns, strict=True)}
+
+
+def _decoded(n: Notification) -> tuple[Any, ...]:
+    """The arguments of a notification's call, stored forms decoded."""
+    if isinstance(n, AddNotification):
+        return (decode(n.obj), n.is_in_initial_list)
+    if isinstance(n, UpdateNotification):
+        new = decode(n.new)
+        return (new if n.old is n.new else decode(n.old), new)
+    obj = n.obj
+    if isinstance(obj, DeletedFinalStateUnknown):
+        return (DeletedFinalStateUnknown(obj.key, decode(obj.obj)),)
+    return (decode(obj),)
+
 
 class HandlerRegistration:
-    """One handler's queue and task (client-go ``processorListener``)."""
+    """One handler's bounded queue and task (client-go ``processorListener``).
 
-    def __init__(self, handler: ResourceEventHandler, *, resync_period: float | None, name: str) -> None:
+    Args:
+        handler: what is called.
+        resync_period: seconds between resyncs for this handler (None: never).
+        name: for logs and the queue-depth metric.
+        queue_size: notifications queued at most; :meth:`put` waits beyond.
+        sync_calls: where synchronous calls run (see :data:`SyncCalls`); None: the handler's own
+            ``sync_calls`` attribute.
+
+    Raises:
+        SyncHandlerError: a method is synchronous and neither says where it runs.
+        ValueError: ``sync_calls`` is not ``"thread"`` or ``"loop"``.
+
+    Attributes:
+        slow_calls: synchronous calls on the loop that took longer than :data:`SYNC_CALL_BUDGET`.
+        failures: calls that raised (each logged).
+    """
+
+    def __init__(self, handler: ResourceEventHandler, *, resync_period: float | None, name: str,
+                 queue_size: int = HANDLER_QUEUE_SIZE, sync_calls: SyncCalls | None = None) -> None:
+        self._calls = _callables(handler)
+        where = sync_calls or getattr(handler, "sync_calls", None)
+        if where is None and any(fn is not None and not is_async for fn, is_async in self._calls.values()):
+            raise SyncHandlerError(
+                f"{name}: a synchronous event handler must say where its calls run: sync_calls='thread' (off the "
+                "event loop, in order; it must be thread-safe) or sync_calls='loop' (cheap calls touching "
+                "loop-owned state); or make its methods async")
+        if where not in (None, "thread", "loop"):
+            raise ValueError(f"sync_calls must be 'thread' or 'loop', not {where!r}")
         self.handler = handler
+        self.name = name
         self.resync_period = resync_period
         self.next_resync = time.monotonic() + resync_period if resync_period else None
-        self._queue: asyncio.Queue[Notification | None] = asyncio.Queue()
-        self._pending_initial = 0
-        self._undelivered = 0
-        self._initial_done = False
-        self._name = name
+        self.sync_calls: SyncCalls = "loop" if where == "loop" else "thread"
+        self._queue: asyncio.Queue[Notification] = asyncio.Queue(maxsize=queue_size)
+        self._initial: list[Stored] | None = None
+        self._initial_pos = 0
+        self._busy = False
+        self._wake = asyncio.Event()
+        self._stopped = False
         self._task: asyncio.Task[None] | None = None
+        self.slow_calls = 0
+        self.failures = 0
 
     def start(self) -> None:
         """Start the consumer task (on the running loop); idempotent."""
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name=f"informer-handler-{self._name}")
+        if self._task is None and not self._stopped:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=f"informer-handler-{self.name}")
 
     def has_synced(self) -> bool:
-        """True once every initial add queued for this handler was delivered."""
-        return self._initial_done and self._pending_initial == 0
+        """True once every initial add (the store when the handler joined or first synced) was delivered."""
+        return self._initial is not None and self._initial_pos >= len(self._initial)
 
-    def push(self, notification: Notification) -> None:
-        """Queue a notification for the handler (delivered in order by its task)."""
-        if isinstance(notification, AddNotification) and notification.is_in_initial_list:
-            self._pending_initial += 1
-        self._undelivered += 1
-        self._queue.put_nowait(notification)
+    @property
+    def stopped(self) -> bool:
+        """Removed or stopped: nothing is queued any more."""
+        return self._stopped
+
+    def set_initial(self, stored: list[Stored]) -> None:
+        """The store's content to deliver first, as ``on_add(obj, True)`` (once)."""
+        if self._initial is None:
+            self._initial = stored
+            self._wake.set()
+
+    async def put(self, notification: Notification) -> None:
+        """Queue a notification, waiting while the queue is full; dropped once stopped."""
+        if self._stopped:
+            return
+        if self._queue.full():
+            started = time.monotonic()
+            await self._queue.put(notification)
+            waited = time.monotonic() - started
+            if waited > 1.0:  # pragma: no mutate (only whether a warning is logged)
+                log.warning("%s: the informer waited %.1f s for this handler's full queue", self.name, waited)
+        else:
+            self._queue.put_nowait(notification)
+        self._wake.set()
+
+    def queue_depth(self) -> int:
+        """Notifications waiting for this handler: queued, initial adds not yet delivered, and one in progress."""
+        # An initial add being delivered is still counted among the initial ones (its position advances after).
+        initial = len(self._initial) - self._initial_pos if self._initial is not None else 0
+        return self._queue.qsize() + initial + (1 if self._busy and not initial else 0)
 
     @property
     def undelivered(self) -> int:
-        """Notifications queued or being handled right now (0 when the handler has caught up)."""
-        return self._undelivered
+        """Same as :meth:`queue_depth` (0 when the handler has caught up)."""
+        return self.queue_depth()
 
-    def mark_initial_queued(self) -> None:
-        """Every initial add has been queued; ``has_synced`` turns true once they are delivered."""
-        self._initial_done = True
+    async def _call(self, n: Notification) -> None:
+        fn, is_async = self._calls[type(n)]
+        if fn is None:
+            return
+        args = _decoded(n)
+        if is_async:
+            await fn(*args)
+        elif self.sync_calls == "thread":
+            result = await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+            if inspect.isawaitable(result):
+                await result
+        else:
+            started = time.perf_counter()
+            result = fn(*args)
+            took = time.perf_counter() - started
+            if took > SYNC_CALL_BUDGET:
+                self.slow_calls += 1
+                if self.slow_calls in (1, 10, 100) or self.slow_calls % 1000 == 0:  # pragma: no mutate (log rate)
+                    log.warning("%s: a synchronous handler held the event loop %.0f ms (%d slow calls); make it "
+                                "async, or register it with sync_calls='thread'", self.name, took * 1000,
+                                self.slow_calls)
+            if inspect.isawaitable(result):
+                await result
+
+    async def _deliver(self, n: Notification) -> None:
+        self._busy = True
+        try:
+            await self._call(n)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            self.failures += 1
+            log.exception("%s: event handler failed on %s", self.name, type(n).__name__)
+        finally:
+            self._busy = False
 
     async def _run(self) -> None:
         # time.perf_counter, not loop.time(): uvloop's clock is cached per loop iteration and would not advance.
@@ -159,32 +320,27 @@ class HandlerRegistration:
                 # loop for their sum. Cheap ones are still delivered in one turn.
                 await yield_to_loop()
                 slice_started = clock()
-            idle = self._queue.empty()
-            item = await self._queue.get()
-            if idle:  # waited for it: a new slice starts now
-                slice_started = clock()
-            if item is None:
-                return
-            try:
-                if isinstance(item, AddNotification):
-                    result = self.handler.on_add(item.obj, item.is_in_initial_list)
-                elif isinstance(item, UpdateNotification):
-                    result = self.handler.on_update(item.old, item.new)
-                else:
-                    result = self.handler.on_delete(item.obj)
-                if asyncio.iscoroutine(result):
-                    await result
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("%s: event handler failed on %s", self._name, type(item).__name__)
-            finally:
-                self._undelivered -= 1
-                if isinstance(item, AddNotification) and item.is_in_initial_list:
-                    self._pending_initial -= 1
+            initial = self._initial
+            if initial is not None and self._initial_pos < len(initial):
+                stored = initial[self._initial_pos]
+                await self._deliver(AddNotification(stored, True))
+                self._initial_pos += 1
+                if self._initial_pos >= len(initial):
+                    self._initial = []  # delivered: drop the references
+                    self._initial_pos = 0
+                continue
+            if not self._queue.empty():
+                await self._deliver(self._queue.get_nowait())
+                continue
+            self._wake.clear()
+            await self._wake.wait()  # a notification or the initial snapshot
+            slice_started = clock()  # waited for it: a new slice starts now
 
     async def stop(self) -> None:
-        """Cancel the consumer task and wait for it (pending notifications are dropped)."""
+        """Stop queueing, cancel the consumer task and wait for it (pending notifications are dropped)."""
+        self._stopped = True
+        while not self._queue.empty():
+            self._queue.get_nowait()
         if self._task is not None:
             await cancel_and_wait(self._task)
             self._task = None
@@ -196,10 +352,15 @@ class SharedInformer:
     Args:
         lister_watcher: where objects come from.
         name: for logs and metrics, e.g. ``"v1/configmaps"``.
-        indexers: extra index functions (``namespace`` is always there).
-        transform: applied to every object on ingest (default drops ``managedFields``).
+        indexers: extra index functions (``namespace`` is always there); they read transformed objects.
+        transform: applied to every object as it arrives, before it is kept (default drops
+            ``managedFields``); see :meth:`set_transform` and :meth:`set_read_fields`.
         resync_check_period: seconds between resync checks (0 disables resync).
-        reflector_options: selectors, watch timeout, backoff.
+        reflector_options: selectors, watch timeout, backoff, WatchList.
+        sleep: awaited for backoff delays (tests).
+        compact: keep objects as compact JSON (about 1.2x their JSON size) and decode on read.
+        handler_queue_size: notifications each registration may hold queued.
+        clock: monotonic seconds for contact times (tests).
     """
 
     def __init__(self, lister_watcher: ListerWatcher, *, name: str = "",
@@ -207,32 +368,108 @@ class SharedInformer:
                  transform: TransformFunc | None = drop_managed_fields,
                  resync_check_period: float = 0.0,
                  reflector_options: ReflectorOptions | None = None,
-                 sleep: Callable[[float], Any] = asyncio.sleep) -> None:
+                 sleep: Callable[[float], Any] = asyncio.sleep,
+                 compact: bool = False,
+                 handler_queue_size: int = HANDLER_QUEUE_SIZE,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.name = name
-        self.indexer = Indexer(indexers)
+        self.indexer = Indexer(indexers, compact=compact)
         self._transform = transform
+        self._read_fields: dict[str, tuple[str, ...]] = {}
         self._handlers: list[HandlerRegistration] = []
+        self._syncing: list[HandlerRegistration] = []
+        self._queue_size = handler_queue_size
         self._synced = asyncio.Event()
         self._initial_list_done = False
         self._resync_check_period = resync_check_period
-        self.reflector = Reflector(lister_watcher, self, name=name, options=reflector_options, sleep=sleep)
+        self.reflector = Reflector(lister_watcher, self, name=name, options=reflector_options, sleep=sleep,
+                                   clock=clock)
         self._tasks: list[asyncio.Task[None]] = []
         self._started = False
+        self._registered = 0
         self.events_applied = 0
 
     # -- public ---------------------------------------------------------------
-    def add_event_handler(self, handler: ResourceEventHandler, *,
-                          resync_period: float | None = None) -> HandlerRegistration:
-        """Register a handler; after start it first receives synthetic adds for the whole store."""
-        reg = HandlerRegistration(handler, resync_period=resync_period, name=self.name)
+    def add_event_handler(self, handler: ResourceEventHandler, *, resync_period: float | None = None,
+                          name: str | None = None, sync_calls: SyncCalls | None = None,
+                          queue_size: int | None = None) -> HandlerRegistration:
+        """Register a handler; once the store is synced it first receives synthetic adds for all of it.
+
+        Args:
+            handler: a :class:`ResourceEventHandler`; its methods may be sync or async.
+            resync_period: seconds between ``on_update(obj, obj)`` for every object (None: never).
+            name: for logs and :meth:`handler_queue_depths` (default ``<informer>#<n>``).
+            sync_calls: where synchronous calls run (``"thread"``: a worker thread, in order;
+                ``"loop"``: on the event loop, for handlers touching loop-owned state); None: the
+                handler's ``sync_calls`` attribute.
+            queue_size: notifications queued at most (default the informer's).
+
+        Raises:
+            SyncHandlerError: the handler has synchronous methods and neither says where they run.
+            ValueError: ``sync_calls`` is neither ``"thread"`` nor ``"loop"``.
+        """
+        self._registered += 1
+        reg = HandlerRegistration(handler, resync_period=resync_period, name=name or f"{self.name}#{self._registered}",
+                                  queue_size=queue_size or self._queue_size, sync_calls=sync_calls)
         self._handlers.append(reg)
+        if self._initial_list_done:
+            reg.set_initial([v for _, v in self.indexer.list_stored()])
         if self._started:
             reg.start()
-        if self._initial_list_done:
-            for obj in self.indexer.list():
-                reg.push(AddNotification(obj, True))
-            reg.mark_initial_queued()
         return reg
+
+    async def remove_event_handler(self, registration: HandlerRegistration) -> None:
+        """Unregister: nothing more is queued for it, its queue is dropped and its task ends (idempotent)."""
+        if registration in self._handlers:
+            self._handlers.remove(registration)
+        if registration in self._syncing:
+            self._syncing.remove(registration)
+        await registration.stop()
+
+    @property
+    def registrations(self) -> list[HandlerRegistration]:
+        """Every registration, in registration order (a copy)."""
+        return list(self._handlers)
+
+    def handler_queue_depths(self) -> dict[str, int]:
+        """Registration name → notifications waiting for it (for a gauge, read at scrape time)."""
+        return {reg.name: reg.queue_depth() for reg in self._handlers}
+
+    def set_watch_error_handler(self, handler: Callable[[BaseException], None] | None) -> None:
+        """Call ``handler`` with every list/watch failure (client-go ``SetWatchErrorHandler``)."""
+        self.reflector.watch_error_handler = handler
+
+    def set_transform(self, transform: TransformFunc | None) -> None:
+        """Replace the transform (client-go ``SetTransform``).
+
+        Raises:
+            RuntimeError: the informer was started (kept objects would not match the new transform).
+        """
+        if self._started:
+            raise RuntimeError(f"{self.name}: the transform can only be set before start")
+        self._transform = transform
+
+    def set_read_fields(self, owner: str, paths: Iterable[str | tuple[str, ...]] | None) -> None:
+        """Declare the fields ``owner`` reads; the informer keeps only the union of every owner's.
+
+        Each owner (a policy, a lookup) declares its field paths (see
+        :func:`webhook.informer.store.keep_fields`); ``None`` forgets the owner. The transform becomes
+        :func:`~webhook.informer.store.keep_fields` of the union, always with the metadata the
+        informer needs. Until the first owner declares, the transform given at construction applies.
+
+        Raises:
+            RuntimeError: the informer was started (objects already kept lack fields a wider
+                projection would need; start a new informer).
+            ValueError: a path has an empty segment.
+        """
+        if self._started:
+            raise RuntimeError(f"{self.name}: read fields can only be declared before start")
+        if paths is None:
+            self._read_fields.pop(owner, None)
+        else:
+            self._read_fields[owner] = tuple(".".join(p) if isinstance(p, tuple) else p for p in paths)
+        union = sorted({p for ps in self._read_fields.values() for p in ps})
+        self._transform = keep_fields(union) if self._read_fields else drop_managed_fields
 
     def has_synced(self) -> bool:
         """True once the first complete LIST was applied to the store (never reverts)."""
@@ -256,6 +493,19 @@ class SharedInformer:
         """Seconds since the last list, event or bookmark; None before the first list."""
         t = self.reflector.last_event_time
         return None if t is None else time.monotonic() - t
+
+    def last_contact(self) -> float | None:
+        """Monotonic time the cache was last known current (a LIST page, a watch event or clean end); None before."""
+        return self.reflector.last_contact()
+
+    def staleness(self) -> float | None:
+        """Seconds the cache may be behind: 0 while a watch is open, else since :meth:`last_contact`; None before."""
+        return self.reflector.staleness()
+
+    def healthy(self, max_staleness: float = 60.0) -> bool:
+        """Synced, and a watch is open or the last contact is at most ``max_staleness`` seconds old."""
+        stale = self.staleness()
+        return self.has_synced() and stale is not None and stale <= max_staleness
 
     async def start(self) -> None:
         """Start the reflector, handler tasks and resync loop (returns at once)."""
@@ -282,63 +532,72 @@ class SharedInformer:
     def _ingest(self, obj: KubeObject) -> KubeObject:
         return self._transform(obj) if self._transform is not None else obj
 
-    def _notify(self, notification: Notification) -> None:
-        for reg in self._handlers:
-            reg.push(notification)
+    async def _notify(self, notification: Notification, handlers: tuple[HandlerRegistration, ...] | None = None
+                      ) -> None:
+        # A tuple: put() may wait, and a registration added or removed meanwhile must not shift the loop
+        # (one added later got a store snapshot that already holds this change).
+        for reg in handlers if handlers is not None else tuple(self._handlers):
+            await reg.put(notification)
 
-    def replace(self, items: list[KubeObject], resource_version: str) -> None:
-        """Apply a full LIST: adds, real updates, and tombstones for vanished keys."""
-        new_items = [self._ingest(o) for o in items]
-        old_items = self.indexer.snapshot()
-        initial = not self._initial_list_done
-        self.indexer.replace(new_items)
-        new_keys = set()
-        for obj in new_items:
-            key = meta_namespace_key(obj)
-            new_keys.add(key)
-            old = old_items.get(key)
-            if old is None:
-                self._notify(AddNotification(obj, initial))
-            elif _rv(old) != _rv(obj):
-                self._notify(UpdateNotification(old, obj))
-            # An unchanged resourceVersion is a sync: handlers hear of it only on resync.
-        for key, old in old_items.items():
-            if key not in new_keys:
-                self._notify(DeleteNotification(DeletedFinalStateUnknown(key, old)))
+    def new_buffer(self) -> ListBuffer:
+        """A buffer that transforms, indexes and stores each object of a LIST as it arrives."""
+        return self.indexer.new_buffer(self._transform)
+
+    async def replace(self, buffer: ListBuffer, resource_version: str) -> None:
+        """Apply a full LIST: the store swapped in one step, then adds, updates, syncs and tombstones."""
+        old_items = dict(self.indexer.list_stored()) if self._initial_list_done else {}
+        self.indexer.replace_with(buffer)
         self.events_applied += 1
-        if initial:
+        if not self._initial_list_done:
             self._initial_list_done = True
+            snapshot = list(buffer.items.values())
             for reg in self._handlers:
-                reg.mark_initial_queued()
+                reg.set_initial(snapshot)
             self._synced.set()
+            return
+        syncing = list(self._syncing)
+        handlers = tuple(self._handlers)  # one set of handlers for the whole relist
+        for key, new in list(buffer.items.items()):
+            old = old_items.pop(key, None)
+            if old is None:
+                await self._notify(AddNotification(new, False), handlers)
+            elif old != new and _rv(decode(old)) != _rv(decode(new)):
+                await self._notify(UpdateNotification(old, new), handlers)
+            else:
+                # An unchanged resourceVersion is a sync (client-go's Replaced delta): only handlers due a
+                # resync hear of it.
+                for reg in syncing:
+                    await reg.put(UpdateNotification(old, new))
+        for key, old in old_items.items():
+            await self._notify(DeleteNotification(DeletedFinalStateUnknown(key, old)), handlers)  # type: ignore[arg-type]
 
-    def add(self, obj: KubeObject) -> None:
+    async def add(self, obj: KubeObject) -> None:
         """Watch ADDED (an update if the key is already known)."""
         obj = self._ingest(obj)
         old = self.indexer.upsert(obj)
         self.events_applied += 1
         if old is None:
-            self._notify(AddNotification(obj, False))
+            await self._notify(AddNotification(obj, False))
         else:
-            self._notify(UpdateNotification(old, obj))
+            await self._notify(UpdateNotification(old, obj))
 
-    def update(self, obj: KubeObject) -> None:
+    async def update(self, obj: KubeObject) -> None:
         """Watch MODIFIED."""
-        self.add(obj)
+        await self.add(obj)
 
-    def delete(self, obj: KubeObject) -> None:
+    async def delete(self, obj: KubeObject) -> None:
         """Watch DELETED (the last state, stamped with the deletion RV)."""
         obj = self._ingest(obj)
         self.indexer.delete(obj)
         self.events_applied += 1
-        self._notify(DeleteNotification(obj))
+        await self._notify(DeleteNotification(obj))
 
     def bookmark(self, resource_version: str) -> None:
         """RV progress only; nothing to notify."""
 
     def handlers_idle(self) -> bool:
         """True when every handler has been told of everything applied to the store so far."""
-        return all(r.undelivered == 0 for r in self._handlers)
+        return all(r.queue_depth() == 0 for r in self._handlers)
 
     # -- resync ------------------------------------------------------------------
     async def _resync_loop(self) -> None:
@@ -346,14 +605,20 @@ class SharedInformer:
             await asyncio.sleep(self._resync_check_period)
             now = time.monotonic()
             due = [r for r in self._handlers if r.next_resync is not None and now >= r.next_resync]
+            # client-go's syncingListeners: the handlers due at this check, until the next one.
+            self._syncing = due
             if not due or not self.has_synced():
                 continue
-            for obj in self.indexer.list():
-                for reg in due:
-                    reg.push(UpdateNotification(obj, obj))
             for reg in due:
                 assert reg.resync_period is not None
                 reg.next_resync = now + reg.resync_period
+            for key in self.indexer.list_keys():
+                # Each object in its state as it is queued, so a resync never overtakes a newer event.
+                stored = self.indexer.get_stored(key)
+                if stored is None:
+                    continue
+                for reg in due:
+                    await reg.put(UpdateNotification(stored, stored))
 
 
 def _rv(obj: KubeObject) -> str | None:
@@ -376,13 +641,20 @@ class SharedInformerFactory:
     Args:
         lister_watcher_for: builds the ListerWatcher for a key.
         reflector_options: defaults for every informer (selectors come from the key).
+        resync_check_period: seconds between resync checks of every informer.
+        transform: the transform of every informer (client-go ``WithTransform``); default drops
+            ``managedFields``.
+        compact: keep objects as compact JSON in every informer.
     """
 
     def __init__(self, lister_watcher_for: Callable[[InformerKey], ListerWatcher], *,
-                 reflector_options: ReflectorOptions | None = None, resync_check_period: float = 0.0) -> None:
+                 reflector_options: ReflectorOptions | None = None, resync_check_period: float = 0.0,
+                 transform: TransformFunc | None = drop_managed_fields, compact: bool = False) -> None:
         self._lw_for = lister_watcher_for
         self._options = reflector_options or ReflectorOptions()
         self._resync = resync_check_period
+        self._transform = transform
+        self._compact = compact
         self._informers: dict[InformerKey, SharedInformer] = {}
 
     def informer(self, key: InformerKey) -> SharedInformer:
@@ -391,7 +663,8 @@ class SharedInformerFactory:
         if inf is None:
             opts = replace(self._options, label_selector=key.label_selector, field_selector=key.field_selector)
             inf = SharedInformer(self._lw_for(key), name=key.resource, reflector_options=opts,
-                                 resync_check_period=self._resync)
+                                 resync_check_period=self._resync, transform=self._transform,
+                                 compact=self._compact)
             self._informers[key] = inf
         return inf
 
@@ -404,6 +677,24 @@ class SharedInformerFactory:
         """Start every informer not yet started."""
         for inf in self._informers.values():
             await inf.start()
+
+    async def wait_for_cache_sync(self, timeout: float | None = None) -> dict[InformerKey, bool]:
+        """Wait until every informer handed out so far synced (client-go ``WaitForCacheSync``).
+
+        Args:
+            timeout: seconds for all of them together (None: no limit).
+
+        Returns:
+            Key → whether that informer synced in time.
+        """
+        informers = dict(self._informers)
+        try:
+            async with asyncio.timeout(timeout):
+                for inf in informers.values():
+                    await inf.wait_for_sync()
+        except TimeoutError:
+            pass
+        return {key: inf.has_synced() for key, inf in informers.items()}
 
     async def stop(self) -> None:
         """Stop every informer."""

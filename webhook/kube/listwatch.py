@@ -10,8 +10,12 @@ the Reflector needs (docs/design/informer.md §B, "What the informer must add"):
   :class:`ApiStatusError` (with ``Retry-After`` and ``details.causes``);
 * watch lines are split here, capped (16 MiB; a longer line is
   :class:`LineTooLongError`), and an unterminated tail at EOF is dropped;
-* a socket read timeout (``sock_read``) bounds a half-open connection, and a
-  total deadline of ``timeoutSeconds + 30`` bounds the whole watch;
+* a watch's socket read timeout (``sock_read``) and total deadline are both
+  ``timeoutSeconds + 30`` s by default: longer than the server-side timeout,
+  so an idle watch (a 1.20 server sends no bookmark to a watch that saw no
+  change) ends cleanly by the server's ``timeoutSeconds`` instead of being
+  cut by ours (issue 20: a 90 s read timeout reopened idle watches every
+  90 s), while a half-open connection is still bounded;
 * transport failures map to ConnectError (refused → back off, re-watch) and
   StreamError (cut, timeout, garbage → re-watch).
 """
@@ -29,8 +33,10 @@ from webhook.informer.errors import ApiStatusError, ConnectError, LineTooLongErr
 from webhook.informer.types import ListOptions, ListResult, WatchEvent
 
 MAX_LINE_BYTES = 16 * 1024 * 1024
-#: Above the API server's ~60 s bookmark cadence, so an idle but healthy watch is not cut.
-WATCH_READ_TIMEOUT = 90.0
+#: Seconds past a watch's ``timeoutSeconds`` before the client gives up on it (read timeout and deadline).
+WATCH_DEADLINE_MARGIN = 30.0
+#: ``timeoutSeconds`` assumed for a watch that sends none (the Reflector always sends one).
+DEFAULT_WATCH_TIMEOUT = 300
 LIST_TIMEOUT = 60.0
 
 
@@ -123,14 +129,16 @@ class KubeListerWatcher:
         version: e.g. ``v1``, ``v1alpha1``.
         plural: resource name, e.g. ``configmaps``.
         namespace: restrict to one namespace (None: all namespaces, or cluster-scoped).
-        watch_read_timeout: seconds without any byte before a watch is declared dead.
+        watch_read_timeout: seconds without any byte before a watch is declared dead; None (the
+            default): the watch's ``timeoutSeconds`` + :data:`WATCH_DEADLINE_MARGIN`, so only the
+            server's timeout ends an idle watch. Tests pass a short one.
         max_line_bytes: longest watch line accepted (default 16 MiB); a longer one raises
             :class:`LineTooLongError`, which makes the Reflector relist instead of re-watching
             into the same line forever.
     """
 
     def __init__(self, api_client: client.ApiClient, *, group: str, version: str, plural: str,
-                 namespace: str | None = None, watch_read_timeout: float = WATCH_READ_TIMEOUT,
+                 namespace: str | None = None, watch_read_timeout: float | None = None,
                  max_line_bytes: int = MAX_LINE_BYTES) -> None:
         self._api = api_client
         base = f"/api/{version}" if not group else f"/apis/{group}/{version}"
@@ -172,10 +180,10 @@ class KubeListerWatcher:
             StreamError: cut mid-line, read timeout, or a line that is not a watch event.
             LineTooLongError: a line over 16 MiB.
         """
-        total = (options.timeout_seconds or 300) + 30
-        resp = await self._open(_query(options, watch=True),
-                                aiohttp.ClientTimeout(total=total, sock_read=self._read_timeout))
-        buffer = bytearray()
+        total = (options.timeout_seconds or DEFAULT_WATCH_TIMEOUT) + WATCH_DEADLINE_MARGIN
+        read = self._read_timeout if self._read_timeout is not None else total
+        resp = await self._open(_query(options, watch=True), aiohttp.ClientTimeout(total=total, sock_read=read))
+        tail = b""
         try:
             while True:
                 try:
@@ -185,16 +193,13 @@ class KubeListerWatcher:
                     raise StreamError(f"watch stream broke: {e!r}") from e
                 if not chunk:
                     return  # clean end; an unterminated tail is a fragment and is dropped
-                buffer += chunk
-                while True:
-                    nl = buffer.find(b"\n")
-                    if nl < 0:
-                        break
-                    line = bytes(buffer[:nl])
-                    del buffer[: nl + 1]
+                # One split per chunk (WatchList streams ~250 KB chunks of ~350 lines each).
+                lines = (tail + chunk).split(b"\n") if tail else chunk.split(b"\n")
+                tail = lines.pop()
+                for line in lines:
                     if line.strip():
                         yield _decode(line)
-                if len(buffer) > self._max_line:
+                if len(tail) > self._max_line:
                     raise LineTooLongError(f"watch line over {self._max_line} bytes")
         finally:
             resp.close()

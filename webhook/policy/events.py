@@ -47,6 +47,9 @@ class PolicyEventHandler:
             webhook configuration reconciler's trigger), or None.
     """
 
+    #: Runs on the event loop (the informer's ``sync_calls``): it maintains the index the request path reads.
+    sync_calls = "loop"
+
     def __init__(self, index: PolicyIndex, status_sink: StatusSink | None = None, *,
                  forget: Callable[[dict[str, Any]], object] | None = None,
                  on_change: Callable[[], object] | None = None) -> None:

@@ -88,6 +88,11 @@ def refresh_gauges(c: Components) -> None:
         age = inf.cache_age()
         if age is not None:
             metrics.cache_age.labels(r).set(age)
+        stale = inf.staleness()
+        if stale is not None:
+            metrics.informer_staleness.labels(r).set(stale)
+        for handler, depth in inf.handler_queue_depths().items():
+            metrics.handler_queue_depth.labels(r, handler).set(depth)
     states = c.index.states()
     ready = sum(1 for s in states if s.ready)
     metrics.policies_ready.labels("true").set(ready)

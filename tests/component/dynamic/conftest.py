@@ -101,7 +101,8 @@ async def rig() -> AsyncIterator[Rig]:
     fake = FakeApiServer()
     await fake.start()
     api = api_client_for_url(fake.url)
-    opts = ReflectorOptions(min_watch_timeout=30, short_watch=0.05,
+    # The D scenarios count LIST requests: they run the paginated LIST path (WatchList has its own, E19).
+    opts = ReflectorOptions(min_watch_timeout=30, short_watch=0.05, use_watch_list=False,
                             backoff_factory=lambda: Backoff(initial=0.02, cap=0.1))
 
     def lw(gvr: GVR) -> KubeListerWatcher:

@@ -157,7 +157,7 @@ async def test_objects_already_evaluated_at_their_resource_version_are_not_evalu
     inf = dyn.factory.informer(PODS)
     assert inf is not None
     for o in inf.indexer.list():
-        inf._notify(AddNotification(o, True))  # the same objects, delivered late
+        await inf._notify(AddNotification(o, True))  # the same objects, delivered late
     await idle(auditor)
     assert auditor.evaluations == 4
     # A real change is still evaluated, and only that object.

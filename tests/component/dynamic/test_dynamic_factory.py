@@ -24,7 +24,7 @@ def obj(name: str, ns: str = "default", **extra: Any) -> dict[str, Any]:
 
 def factory(cluster: Cluster, budget: Budget | None = None) -> DynamicInformerFactory:
     return DynamicInformerFactory(lambda gvr: cluster.lister_watcher(gvr.resource), budget=budget,
-                                  reflector_options=ReflectorOptions(short_watch=0.0))
+                                  reflector_options=ReflectorOptions(short_watch=0.0, use_watch_list=False))
 
 
 async def settle(f: DynamicInformerFactory) -> None:

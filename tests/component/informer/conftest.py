@@ -42,6 +42,7 @@ class Recorder:
             update=lambda old, new: self.events.append(("update", new["metadata"]["name"])),
             delete=lambda o: self.events.append(
                 ("tombstone", o.key) if isinstance(o, DeletedFinalStateUnknown) else ("delete", o["metadata"]["name"])),
+            sync_calls="loop",
         )
 
 
@@ -50,13 +51,19 @@ async def make_informer(api_client: Any) -> AsyncIterator[Callable[..., tuple[Sh
     started: list[SharedInformer] = []
 
     def make(resource: str = "configmaps", *, read_timeout: float = 5.0, label_selector: str | None = None,
-             resync: float = 0.0, min_watch_timeout: int = 30,
+             resync: float = 0.0, min_watch_timeout: int = 30, watch_list: bool = False,
+             initial_events_timeout: float = 10.0, short_watch: float = 0.05, compact: bool = False,
+             sleep: Callable[[float], Any] = asyncio.sleep,
              max_line_bytes: int = 16 * 1024 * 1024) -> tuple[SharedInformer, Recorder]:
+        """An informer over HTTP; ``watch_list`` off by default: the E scenarios are the LIST path's."""
         lw = KubeListerWatcher(api_client, group="", version="v1", plural=resource, watch_read_timeout=read_timeout,
                                max_line_bytes=max_line_bytes)
-        options = ReflectorOptions(label_selector=label_selector, min_watch_timeout=min_watch_timeout, short_watch=0.05,
+        options = ReflectorOptions(label_selector=label_selector, min_watch_timeout=min_watch_timeout,
+                                   short_watch=short_watch, use_watch_list=watch_list,
+                                   initial_events_timeout=initial_events_timeout,
                                    backoff_factory=lambda: Backoff(initial=0.02, cap=0.1))
-        inf = SharedInformer(lw, name=resource, reflector_options=options, resync_check_period=resync)
+        inf = SharedInformer(lw, name=resource, reflector_options=options, resync_check_period=resync,
+                             compact=compact, sleep=sleep)
         rec = Recorder()
         inf.add_event_handler(rec.funcs())
         started.append(inf)

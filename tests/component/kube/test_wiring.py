@@ -86,7 +86,7 @@ async def test_serve_wiring(fake_api: FakeApiServer, api: ApiClient, tmp_path: P
         reconciler.trigger()
 
     registrations.append(informer.add_event_handler(ResourceEventHandlerFuncs(add=on_add, update=on_update,
-                                                                              delete=on_delete)))
+                                                                              delete=on_delete, sync_calls="loop")))
 
     def started_leading() -> None:
         writer.resync()

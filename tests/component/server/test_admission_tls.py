@@ -241,6 +241,9 @@ async def test_readyz_metrics_and_healthz(served: Served) -> None:
                         if line.startswith("tollgate_certificate_expiry_seconds ")))
     assert 86400 - 600 < expiry <= 86400
     assert 'tollgate_informer_cache_age_seconds{resource="namespaces"}' in text
+    assert 'tollgate_informer_staleness_seconds{resource="namespaces"}' in text
+    assert any(line.startswith("tollgate_informer_handler_queue_depth{") and line.endswith(" 0.0")
+               for line in text.splitlines())
     async with served.session.get(served.url + "/healthz") as resp:
         assert resp.status == 200
 

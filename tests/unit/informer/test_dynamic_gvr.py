@@ -93,3 +93,76 @@ def test_snapshot_from_fake_documents_drops_subresources_and_keeps_kinds() -> No
     assert snap.versions["example.com"] == ("v1",)
     assert all("/" not in r.name for rs in snap.resources.values() for r in rs)
     assert disc.document("/apis/example.com/v0") is None
+
+
+def test_two_rules_picking_different_versions_keep_the_one_earlier_in_discovery_order() -> None:
+    watchable = frozenset({"get", "list", "watch"})
+    snap = DiscoverySnapshot(
+        versions={"g": ("v3", "v2", "v1")}, preferred={"g": "v2"},
+        resources={("g", v): (APIResource("things", "Thing", True, watchable),) for v in ("v3", "v2", "v1")})
+    # The preferred version beats any other; among the others, discovery's order decides.
+    assert resolve_rules([rule(["g"], ["v1"], ["things"]), rule(["g"], ["v2"], ["things"])], snap) == \
+        {GVR("g", "v2", "things")}
+    assert resolve_rules([rule(["g"], ["v1"], ["things"]), rule(["g"], ["v3"], ["things"])], snap) == \
+        {GVR("g", "v3", "things")}
+    assert resolve_rules([rule(["g"], ["v3"], ["things"]), rule(["g"], ["v1"], ["things"])], snap) == \
+        {GVR("g", "v3", "things")}
+    other = DiscoverySnapshot(versions={"g": ("v1",), "h": ("v3",)}, preferred={"h": "v3"},
+                              resources={("g", "v1"): (APIResource("things", "Thing", True, watchable),)})
+    assert resolve_rules([rule(["g"], ["v1"], ["things"])], other) == {GVR("g", "v1", "things")}
+
+
+def test_snapshot_from_raw_documents_keeps_order_preference_and_only_top_level_resources() -> None:
+    from webhook.informer.gvr import group_versions
+
+    core = {"versions": ["v1"]}
+    groups = {"groups": [
+        {"name": "apps", "versions": [{"version": "v1"}, {"version": "v1beta2"}],
+         "preferredVersion": {"version": "v1"}},
+        {"name": "x.io", "versions": [{"version": "v2"}]},  # no preferredVersion
+    ]}
+    lists = {
+        ("", "v1"): {"resources": [{"name": "pods", "kind": "Pod", "namespaced": True, "verbs": ["list", "watch"]},
+                                   {"name": "pods/status", "kind": "Pod", "namespaced": True, "verbs": ["get"]},
+                                   {"kind": "Nameless"}, "not a dict"]},
+        ("apps", "v1"): {"resources": [{"name": "deployments", "kind": "Deployment", "namespaced": True}]},
+    }
+    snap = snapshot_from_documents(core, groups, lists)
+    assert snap.versions == {"": ("v1",), "apps": ("v1", "v1beta2"), "x.io": ("v2",)}
+    assert snap.preferred == {"": "v1", "apps": "v1"}
+    assert snap.resources[("", "v1")] == (APIResource("pods", "Pod", True, frozenset({"list", "watch"})),)
+    assert snap.resources[("apps", "v1")] == (APIResource("deployments", "Deployment", True, frozenset()),)
+    assert snap.resource(GVR("", "v1", "nodes")) is None and snap.kind(GVR("", "v1", "nodes")) is None
+    assert snap.kind(GVR("", "v1", "pods")) == "Pod"
+    assert group_versions(core, groups) == [("", "v1"), ("apps", "v1"), ("apps", "v1beta2"), ("x.io", "v2")]
+    empty = snapshot_from_documents({}, {}, {})
+    assert empty.versions == {"": ()} and empty.preferred == {} and group_versions({}, {}) == []
+
+
+def test_resolution_prefers_the_preferred_version_wherever_discovery_lists_it_and_takes_each_resource_once() -> None:
+    watchable = frozenset({"list", "watch"})  # exactly what an informer needs
+    snap = DiscoverySnapshot(
+        versions={"g": ("v1beta1", "v1", "v2")}, preferred={"g": "v1"},
+        resources={("g", "v1beta1"): (APIResource("bindings", "Binding", True, frozenset({"create"})),
+                                      APIResource("things", "Thing", True, watchable)),
+                   ("g", "v1"): (APIResource("bindings", "Binding", True, frozenset({"create"})),
+                                 APIResource("things", "Thing", True, watchable)),
+                   ("g", "v2"): (APIResource("things", "Thing", True, watchable),)})
+    assert resolve_rule(rule(["g"], ["*"], ["*"]), snap) == {GVR("g", "v1", "things")}
+    assert resolve_rules([rule(["g"], ["v2"], ["things"]), rule(["g"], ["v1"], ["things"])], snap) == \
+        {GVR("g", "v1", "things")}
+    assert resolve_rules([rule(["g"], ["v2"], ["things"]), rule(["g"], ["v1beta1"], ["things"])], snap) == \
+        {GVR("g", "v1beta1", "things")}
+    assert snap.resource(GVR("g", "v9", "things")) is None
+
+
+def test_malformed_discovery_entries_are_skipped_or_empty() -> None:
+    from webhook.informer.gvr import group_versions
+
+    # A group without a name must not replace the core group (whose name is "").
+    groups = {"groups": [{"versions": [{"version": "v9"}]}, {"name": "g", "versions": [{}]}]}
+    lists = {("", "v1"): {"resources": [{"name": "pods"}]}}
+    snap = snapshot_from_documents({"versions": ["v1"]}, groups, lists)
+    assert snap.versions == {"": ("v1",), "g": ("",)}
+    assert snap.resources[("", "v1")] == (APIResource("pods", "", False, frozenset()),)
+    assert group_versions({}, groups) == [("g", "")]

@@ -32,12 +32,17 @@ def cm(name: str, rv: str, ns: str = "default", **data: str) -> dict[str, Any]:
 class ScriptedListerWatcher:
     """client-go's ``ListWatch{ListFunc, WatchFunc}``: scripted results, recorded options."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, watch_list: bool = False) -> None:
+        self.watch_list = watch_list
         self.lists: list[Any] = []  # ListResult or exception, consumed in order
         self.watches: list[Any] = []  # list of events/exceptions, or a callable
         self.list_calls: list[ListOptions] = []
         self.watch_calls: list[ListOptions] = []
         self.exhausted = asyncio.Event()
+
+    def is_watch_list_semantics_unsupported(self) -> bool:
+        # As client-go's fake clients: a scripted LIST/WATCH does not stream WatchList unless asked to.
+        return not self.watch_list
 
     async def list(self, options: ListOptions) -> ListResult:
         self.list_calls.append(options)
@@ -49,6 +54,8 @@ class ScriptedListerWatcher:
     def watch(self, options: ListOptions) -> AsyncIterator[WatchEvent]:
         self.watch_calls.append(options)
         script = self.watches.pop(0) if self.watches else None
+        if hasattr(script, "__aiter__"):
+            return script  # type: ignore[no-any-return]
         return self._stream(script)
 
     async def _stream(self, script: Any) -> AsyncIterator[WatchEvent]:
@@ -75,15 +82,22 @@ def make(lw: ScriptedListerWatcher, **kw: Any) -> tuple[SharedInformer, list[tup
         update=lambda old, new: events.append(("update", new["metadata"]["name"])),
         delete=lambda o: events.append(("delete", o.key if isinstance(o, DeletedFinalStateUnknown) else
                                         o["metadata"]["name"], isinstance(o, DeletedFinalStateUnknown))),
+        sync_calls="loop",
     ))
     return inf, events
+
+
+async def handlers_caught_up(inf: SharedInformer) -> None:
+    """Until every registration delivered everything queued (sync handlers run in worker threads)."""
+    async with asyncio.timeout(5):
+        while not inf.handlers_idle():
+            await asyncio.sleep(0.001)
 
 
 async def run_until_idle(inf: SharedInformer, lw: ScriptedListerWatcher) -> None:
     await inf.start()
     await asyncio.wait_for(lw.exhausted.wait(), 2)
-    for _ in range(5):
-        await asyncio.sleep(0)
+    await handlers_caught_up(inf)
     await inf.stop()
 
 
@@ -184,13 +198,13 @@ async def test_raising_handler_does_not_block_others_and_late_handler_gets_synth
     lw = ScriptedListerWatcher()
     lw.lists = [ListResult([cm("a", "1"), cm("b", "2")], "10")]
     inf, events = make(lw)
-    inf.add_event_handler(ResourceEventHandlerFuncs(add=lambda o, i: 1 / 0))
+    inf.add_event_handler(ResourceEventHandlerFuncs(add=lambda o, i: 1 / 0, sync_calls="loop"))
     await inf.start()
     await asyncio.wait_for(lw.exhausted.wait(), 2)
     late: list[str] = []
-    reg = inf.add_event_handler(ResourceEventHandlerFuncs(add=lambda o, i: late.append(o["metadata"]["name"])))
-    for _ in range(5):
-        await asyncio.sleep(0)
+    reg = inf.add_event_handler(ResourceEventHandlerFuncs(add=lambda o, i: late.append(o["metadata"]["name"])),
+                                sync_calls="thread")
+    await handlers_caught_up(inf)
     assert reg.has_synced() and sorted(late) == ["a", "b"]
     assert [e[0] for e in events] == ["add", "add"]
     await inf.stop()
@@ -210,9 +224,31 @@ def test_backoff_doubles_with_jitter_caps_and_resets() -> None:
     b = Backoff(clock=lambda: now[0], rng=lambda: 0.5)
     delays = [b.next_delay() for _ in range(8)]
     assert delays[:3] == pytest.approx([1.2, 2.4, 4.8])
-    assert delays[-1] == pytest.approx(45.0)  # 30 s cap, +50 % jitter
+    assert delays[-1] == pytest.approx(6.0)  # base held at cap/2 = 4 s, +50 % jitter: under the 8 s cap
     now[0] = 500.0
+    assert b.next_delay() == pytest.approx(1.2)  # 2 minutes without a failure: from the start again
+    b.next_delay()
+    b.reset()
     assert b.next_delay() == pytest.approx(1.2)
+
+
+def test_backoff_resets_after_exactly_two_minutes_without_failure_and_scales_jitter() -> None:
+    now = [0.0]
+    b = Backoff(clock=lambda: now[0], rng=lambda: 1.0, jitter=0.5)
+    assert [b.next_delay(), b.next_delay()] == pytest.approx([1.2, 2.4])  # base * (1 + 0.5 * rng)
+    now[0] = 119.9
+    assert b.next_delay() == pytest.approx(4.8)
+    now[0] = 119.9 + 120.0  # client-go's DelayWithReset(clock, 2m): two minutes to the tick
+    assert b.next_delay() == pytest.approx(1.2)
+    assert Backoff().reset_after == 120.0
+
+
+def test_backoff_jitter_stays_under_the_cap_and_keeps_its_spread() -> None:
+    low = Backoff(rng=lambda: 0.0)
+    high = Backoff(rng=lambda: 0.999)
+    for _ in range(20):
+        lo, hi = low.next_delay(), high.next_delay()
+    assert lo == pytest.approx(4.0) and 7.9 < hi < 8.0
 
 
 async def test_a_burst_of_costly_notifications_yields_the_event_loop_between_them() -> None:
@@ -240,8 +276,9 @@ async def test_a_burst_of_costly_notifications_yields_the_event_loop_between_the
 
     cheap_seen: list[int] = []
     inf = SharedInformer(lw, name="cm", reflector_options=ReflectorOptions(short_watch=0.0))
-    costly_reg = inf.add_event_handler(ResourceEventHandlerFuncs(add=costly))
-    cheap_reg = inf.add_event_handler(ResourceEventHandlerFuncs(add=lambda o, i: cheap_seen.append(turns)))
+    costly_reg = inf.add_event_handler(ResourceEventHandlerFuncs(add=costly), sync_calls="loop")
+    cheap_reg = inf.add_event_handler(ResourceEventHandlerFuncs(add=lambda o, i: cheap_seen.append(turns)),
+                                      sync_calls="loop")
     task = asyncio.get_running_loop().create_task(ticker())
     await inf.start()
     await asyncio.wait_for(lw.exhausted.wait(), 2)
