@@ -127,6 +127,9 @@ def add_parser(sub: Subparsers) -> None:
                    help=f"seconds a kept-alive connection may wait for its next request (default {d.idle_timeout:g})")
     p.add_argument("--max-connections", type=int_in_range(1, None), default=d.max_connections, metavar="N",
                    help=f"client connections open at once (default {d.max_connections})")
+    p.add_argument("--ready-max-staleness", type=seconds(allow_zero=True), default=d.ready_max_staleness,
+                   metavar="SECONDS", help="/readyz says not ready once a cache has heard nothing from the API "
+                                           f"server for this long (default {d.ready_max_staleness:g}; 0: never)")
     p.add_argument("--create-webhooks", action="store_true",
                    help="create a missing webhook configuration (needs RBAC create)")
     p.add_argument("--self-managed-certs", action="store_true",
@@ -328,6 +331,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         inline_work_budget=args.inline_work_budget, eval_memory_limit_bytes=args.eval_memory_limit,
         webhook_config_name=args.webhook_config_name, webhook_service=args.webhook_service,
         header_timeout=args.header_timeout, idle_timeout=args.idle_timeout, max_connections=args.max_connections,
+        ready_max_staleness=args.ready_max_staleness,
         shutdown_delay=(args.shutdown_delay if args.shutdown_delay is not None
                         else 0.0 if args.local else DEFAULTS.shutdown_delay),
         background_audit=args.background_audit and args.local is None, audit_max_objects=args.audit_max_objects,

@@ -29,10 +29,15 @@ async def healthz(request: web.Request) -> web.Response:
 async def readyz(request: web.Request) -> web.Response:
     """``GET /readyz``: 200 only when a review sent now would be answered from the loaded policies; JSON detail.
 
-    Ready means: every informer has synced, the policy handlers have delivered the
-    initial list into the index (``policiesLoaded``: the gate reviews pass, so a
-    ready server never answers a review 503), a certificate is loaded, and the
-    server is not shutting down. ``policies`` maps each policy key to ``{"ready", "reason"}``;
+    Ready means: every informer has synced and still hears the API server (a watch
+    open, or a list page or event within ``settings.ready_max_staleness`` seconds:
+    a replica cut off from it steps out of the Service while those that are not keep
+    answering, and after an outage comes back only once each cache lists or watches
+    again), the policy handlers have delivered the initial list into the index
+    (``policiesLoaded``: the gate reviews pass, so a ready server never answers a
+    review 503), a certificate is loaded, and the server is not shutting down.
+    Each cache's ``stalenessSeconds`` is 0 while its watch is open.
+    ``policies`` maps each policy key to ``{"ready", "reason"}``;
     ``unmatchablePolicies`` lists policies whose match rules are unreadable (they select nothing);
     ``references`` maps each cache of a policy's ``spec.references`` to ``synced``, ``syncing``,
     ``refused: <reason>`` or ``not running`` (reported, not required: ``onUnsynced`` answers for it);
@@ -40,17 +45,22 @@ async def readyz(request: web.Request) -> web.Response:
     ``apiServer`` has the API server's ``version`` and, when it is older than supported, ``unsupported``.
     """
     c = request.app[COMPONENTS]
+    max_staleness = c.settings.ready_max_staleness
     caches = {}
+    current = True
     for key, inf in c.factory.informers.items():
-        age = inf.cache_age()
+        age, stale = inf.cache_age(), inf.staleness()
         caches[key.resource] = {"synced": inf.has_synced(), "resourceVersion": inf.last_sync_resource_version,
-                                "objects": len(inf.indexer), "ageSeconds": None if age is None else round(age, 3)}
+                                "objects": len(inf.indexer), "ageSeconds": None if age is None else round(age, 3),
+                                "stalenessSeconds": None if stale is None else round(stale, 3)}
+        if max_staleness > 0 and not inf.healthy(max_staleness):
+            current = False
     policies = {s.key: {"ready": s.ready, "reason": s.result.condition["reason"]} for s in c.index.states()}
     loaded = c.policies_synced()
-    ready = (all(cache["synced"] for cache in caches.values()) and loaded and c.certs is not None
+    ready = (all(cache["synced"] for cache in caches.values()) and current and loaded and c.certs is not None
              and not c.server.shutting_down)
     body: dict[str, Any] = {
-        "ready": ready, "policiesLoaded": loaded, "certificateLoaded": c.certs is not None,
+        "ready": ready, "cachesCurrent": current, "policiesLoaded": loaded, "certificateLoaded": c.certs is not None,
         "shuttingDown": c.server.shutting_down, "caches": caches, "policies": policies,
         "unmatchablePolicies": c.index.unmatchable()}
     if c.certs is not None:

@@ -79,6 +79,9 @@ class Settings:
             API server's own 90 s, so the client always closes an idle connection first.
         max_connections: client connections open at once; at the cap a new one replaces the one that
             has waited longest for a request head.
+        ready_max_staleness: seconds the core caches may go without word from the API server (no watch
+            open, no list page) before ``/readyz`` says not ready, so the Service routes reviews to a
+            replica that still hears it (0: never).
     """
 
     local_dir: Path | None = None
@@ -120,6 +123,7 @@ class Settings:
     header_timeout: float = 10.0
     idle_timeout: float = 120.0
     max_connections: int = 512
+    ready_max_staleness: float = 30.0
 
 
 #: Every setting's default, in one place: ``tollgate serve``'s flags and the components read them from here

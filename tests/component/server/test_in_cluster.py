@@ -29,7 +29,9 @@ POLICIES = "clusteradmissionpolicies"
 
 
 @pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[tuple[FakeApiServer, str, aiohttp.ClientSession]]:
+async def cluster(tmp_path: Path, request: pytest.FixtureRequest
+                  ) -> AsyncIterator[tuple[FakeApiServer, str, aiohttp.ClientSession]]:
+    """The app on the fake API server; ``indirect`` parametrization sets ``ready_max_staleness``."""
     fake = FakeApiServer()
     await fake.start()
     fake.apply("namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}})
@@ -42,7 +44,8 @@ async def cluster(tmp_path: Path) -> AsyncIterator[tuple[FakeApiServer, str, aio
     paths = certs.write_certs(tmp_path, dns_names=["localhost"], days=1)
     client = api_client_for_url(fake.url)
     app = create_app(Settings(cert_file=paths.cert, key_file=paths.key, write_status=True, pod_name="replica-1",
-                              manage_webhooks=False, eval_workers=0),
+                              manage_webhooks=False, eval_workers=0,
+                              ready_max_staleness=getattr(request, "param", 30.0)),
                      api_client=client)
     runner, port = await serve_tls(app)
     ctx = ssl.create_default_context(cafile=str(paths.ca))
@@ -129,11 +132,49 @@ async def test_api_server_unreachable_after_sync_keeps_serving_from_cache(
     assert response["allowed"] is False and "no-privileged" in response["status"]["message"]
     async with session.get(url + "/readyz") as resp:
         detail = await resp.json()
-    assert resp.status == 200  # synced never reverts: keep serving what the cache knows
+    assert resp.status == 200  # within ready_max_staleness: keep serving what the cache knows
     assert detail["caches"]["clusteradmissionpolicies.tollgate.dev"]["ageSeconds"] >= 0.3
+    assert detail["caches"]["clusteradmissionpolicies.tollgate.dev"]["stalenessSeconds"] >= 0.3
     async with session.get(url + "/metrics") as resp:
-        assert 'tollgate_informer_cache_age_seconds{resource="namespaces"}' in await resp.text()
+        text = await resp.text()
+    assert 'tollgate_informer_cache_age_seconds{resource="namespaces"}' in text
+    assert 'tollgate_informer_staleness_seconds{resource="namespaces"}' in text
     await fake.accept_connections()
+
+
+async def readyz(session: aiohttp.ClientSession, url: str) -> tuple[int, dict[str, Any]]:
+    async with session.get(url + "/readyz") as resp:
+        return resp.status, await resp.json()
+
+
+@pytest.mark.parametrize("cluster", [1.0], indirect=True)
+async def test_cut_off_longer_than_ready_max_staleness_is_not_ready_but_still_answers(
+        cluster: tuple[FakeApiServer, str, Any]) -> None:
+    """Past ``ready_max_staleness`` without word from the API server, /readyz says 503 (the Service routes to
+    replicas that still hear it) while reviews are still answered from the cache; ready again once every
+    cache watches again."""
+    fake, url, session = cluster
+
+    async def ready() -> bool:
+        return (await readyz(session, url))[0] == 200
+
+    await until(ready)
+    await fake.refuse_connections()
+
+    async def not_ready() -> bool:
+        return (await readyz(session, url))[0] == 503
+
+    await until(not_ready, timeout=10)
+    status, detail = await readyz(session, url)
+    assert (status, detail["cachesCurrent"], detail["policiesLoaded"]) == (503, False, True)
+    assert max(c["stalenessSeconds"] for c in detail["caches"].values()) > 1.0
+    response = await decide(session, url, review(pod_create("p", True)))
+    assert response["allowed"] is False and "no-privileged" in response["status"]["message"]
+    await fake.accept_connections()
+    await until(ready, timeout=15)  # backoff is capped at 8 s
+    status, detail = await readyz(session, url)
+    assert detail["cachesCurrent"] is True
+    assert all(c["stalenessSeconds"] == 0 for c in detail["caches"].values())
 
 
 async def test_not_ready_until_the_api_server_answers(tmp_path: Path) -> None:

@@ -31,17 +31,21 @@ def test_defaults_are_the_settings_defaults(monkeypatch: pytest.MonkeyPatch) -> 
     assert (s.inline_work_budget, s.header_timeout, s.idle_timeout, s.max_connections) == (
         DEFAULTS.inline_work_budget, DEFAULTS.header_timeout, DEFAULTS.idle_timeout, DEFAULTS.max_connections)
     assert (s.webhook_config_name, s.webhook_service) == (DEFAULTS.webhook_config_name, DEFAULTS.webhook_service)
+    assert s.ready_max_staleness == DEFAULTS.ready_max_staleness == 30.0
 
 
 def test_bounds_and_names_reach_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     s = _settings(monkeypatch, "--inline-work-budget", "0", "--header-timeout", "3", "--idle-timeout", "30",
-                  "--max-connections", "64", "--webhook-config-name", "gate.example", "--webhook-service", "gate")
+                  "--max-connections", "64", "--webhook-config-name", "gate.example", "--webhook-service", "gate",
+                  "--ready-max-staleness", "0")
+    assert s.ready_max_staleness == 0
     assert (s.inline_work_budget, s.header_timeout, s.idle_timeout, s.max_connections) == (0, 3.0, 30.0, 64)
     assert (s.webhook_config_name, s.webhook_service) == ("gate.example", "gate")
 
 
 @pytest.mark.parametrize("argv", [["--max-connections", "0"], ["--header-timeout", "0"],
-                                  ["--webhook-service", "Not_A_Label"], ["--inline-work-budget", "-1"]])
+                                  ["--webhook-service", "Not_A_Label"], ["--inline-work-budget", "-1"],
+                                  ["--ready-max-staleness", "-1"]])
 def test_unusable_values_are_one_line_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["serve", "--local", str(EXAMPLES), *argv]) == 2
     err = capsys.readouterr().err
