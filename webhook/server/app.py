@@ -113,7 +113,7 @@ def build_components(settings: Settings, *, api_client: Any = None,
     events = PolicyEventHandler(index, writer.enqueue if writer is not None else None,
                                 forget=writer.forget if writer is not None else None,
                                 on_change=reconciler.trigger if reconciler is not None else None)
-    policies_synced.registrations.extend(inf.add_event_handler(events) for inf in policy_informers)
+    policies_synced.registrations.extend(inf.add_event_handler(events, name="policy-index") for inf in policy_informers)
 
     # One factory of dynamic informers (one budget, one LIST/WATCH per GVR) for spec.references and the
     # background audit.
@@ -124,7 +124,7 @@ def build_components(settings: Settings, *, api_client: Any = None,
                                                                            max_bytes=settings.audit_max_bytes))
         references = ReferenceInformers(dynamic)
         for inf in policy_informers:
-            inf.add_event_handler(references.handler())
+            inf.add_event_handler(references.handler(), name="references")
     lookups = InformerLookups(namespaces, configmaps, policies_synced,
                               references.informer if references is not None else lambda _ref: None)
     memo = DecisionMemo(settings.decision_memo_bytes) if settings.decision_memo_bytes > 0 else None
@@ -140,9 +140,9 @@ def build_components(settings: Settings, *, api_client: Any = None,
         background = BackgroundAudit(api_client, lookups, leader.elector.is_leader, factory=dynamic,
                                      discovery_interval=settings.discovery_interval)
         for inf in policy_informers:
-            inf.add_event_handler(background.policy_handler())
-        namespaces.add_event_handler(background.context_handler("namespaces"))
-        configmaps.add_event_handler(background.context_handler("configmaps"))
+            inf.add_event_handler(background.policy_handler(), name="background-audit")
+        namespaces.add_event_handler(background.context_handler("namespaces"), name="background-audit")
+        configmaps.add_event_handler(background.context_handler("configmaps"), name="background-audit")
         metrics.registry.register(background.collector())
     elif dynamic is not None:
         usage, refused = dynamic.usage, dynamic.refused

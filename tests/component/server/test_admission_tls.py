@@ -242,8 +242,8 @@ async def test_readyz_metrics_and_healthz(served: Served) -> None:
     assert 86400 - 600 < expiry <= 86400
     assert 'tollgate_informer_cache_age_seconds{resource="namespaces"}' in text
     assert 'tollgate_informer_staleness_seconds{resource="namespaces"}' in text
-    assert any(line.startswith("tollgate_informer_handler_queue_depth{") and line.endswith(" 0.0")
-               for line in text.splitlines())
+    assert ('tollgate_informer_handler_queue_depth{handler="policy-index",'
+            'resource="clusteradmissionpolicies.tollgate.dev"} 0.0') in text
     async with served.session.get(served.url + "/healthz") as resp:
         assert resp.status == 200
 
