@@ -5,20 +5,18 @@ Pure of transports: everything here talks to the API server through the
 """
 
 from webhook.informer.backoff import Backoff
-from webhook.informer.informer import (
+from webhook.informer.handlers import (
     AddNotification,
     DeleteNotification,
     HandlerRegistration,
-    InformerKey,
     Notification,
     ResourceEventHandler,
     ResourceEventHandlerFuncs,
-    SharedInformer,
-    SharedInformerFactory,
     SyncCalls,
     SyncHandlerError,
     UpdateNotification,
 )
+from webhook.informer.informer import InformerKey, SharedInformer, SharedInformerFactory
 from webhook.informer.reflector import Reflector, ReflectorOptions
 from webhook.informer.store import (
     NAMESPACE_INDEX,

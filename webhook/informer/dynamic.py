@@ -35,7 +35,8 @@ import orjson
 from webhook.aio import cancel_and_wait
 from webhook.informer.backoff import Backoff
 from webhook.informer.gvr import GVR, DiscoverySnapshot, RuleLike, resolve_rules
-from webhook.informer.informer import ResourceEventHandlerFuncs, SharedInformer
+from webhook.informer.handlers import ResourceEventHandlerFuncs
+from webhook.informer.informer import SharedInformer
 from webhook.informer.reflector import ReflectorOptions
 from webhook.informer.store import DeletedFinalStateUnknown, TransformFunc, drop_managed_fields
 from webhook.informer.types import KubeObject, ListerWatcher

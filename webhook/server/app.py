@@ -31,7 +31,7 @@ from webhook.caches.references import ReferenceInformers
 from webhook.files.local_source import LocalDirectoryListerWatcher
 from webhook.informer import InformerKey, ListerWatcher, SharedInformer, SharedInformerFactory
 from webhook.informer.dynamic import Budget, DynamicInformerFactory
-from webhook.informer.informer import HandlerRegistration
+from webhook.informer.handlers import HandlerRegistration
 from webhook.metrics import DecisionMemoCollector, DynamicInformerCollector, Metrics
 from webhook.policy import PolicyEventHandler, PolicyIndex
 from webhook.policy.memo import DecisionMemo

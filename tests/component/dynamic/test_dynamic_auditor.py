@@ -12,7 +12,7 @@ from webhook.audit.auditor import Auditor
 from webhook.audit.evaluate import audit_rules
 from webhook.informer.dynamic import DynamicInformers
 from webhook.informer.gvr import GVR, DiscoverySnapshot
-from webhook.informer.informer import AddNotification
+from webhook.informer.handlers import AddNotification
 from webhook.policy import InMemoryLookups
 from webhook.policy.model import Reference, parse_policy
 

@@ -30,7 +30,7 @@ from webhook.informer import (
     keep_fields,
 )
 from webhook.informer.errors import ApiStatusError, ConnectError, StreamError
-from webhook.informer.informer import SYNC_CALL_BUDGET
+from webhook.informer.handlers import SYNC_CALL_BUDGET
 from webhook.informer.reflector import INITIAL_EVENTS_END
 
 END = {"kind": "ConfigMap", "apiVersion": "v1",

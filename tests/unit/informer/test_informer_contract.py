@@ -121,7 +121,7 @@ async def test_queue_depth_counts_initial_adds_not_yet_delivered() -> None:
 async def test_slow_calls_count_only_slow_calls_on_the_loop() -> None:
     import time
 
-    from webhook.informer.informer import SYNC_CALL_BUDGET
+    from webhook.informer.handlers import SYNC_CALL_BUDGET
 
     lw = ScriptedListerWatcher()
     lw.lists = [ListResult([cm("a", "1"), cm("b", "2"), cm("c", "3")], "10")]

@@ -256,7 +256,7 @@ async def test_a_burst_of_costly_notifications_yields_the_event_loop_between_the
     # longer than HANDLER_TIME_SLICE yields before the next notification; cheap ones still go in one turn.
     import time
 
-    from webhook.informer.informer import HANDLER_TIME_SLICE
+    from webhook.informer.handlers import HANDLER_TIME_SLICE
 
     lw = ScriptedListerWatcher()
     lw.lists = [ListResult([cm(f"c{i}", str(i)) for i in range(6)], "10")]
