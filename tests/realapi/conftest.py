@@ -1,0 +1,113 @@
+"""Fixtures of the realapi suite: a real kube-apiserver and etcd, and Tollgate deployed against them.
+
+Every test here is marked ``realapi``. Without the binaries (``tests/realapi/install.sh``) they skip with
+one line saying how to install them; with ``TOLLGATE_REQUIRE_REALAPI=1`` (CI) a skip is a failure, and
+so is a run in which no realapi test passed.
+
+One API server and one Tollgate serve the whole session (starting them takes ~10 s): tests use unique
+namespaces (deleted namespaces stay Terminating: there is no namespace controller). Tests that stop
+the API server or change what every request sees are marked ``disruptive`` and run last.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.realapi.cluster import Binaries, Cluster, find_binaries
+from tests.realapi.tollgate import Deployment
+
+REQUIRED = os.environ.get("TOLLGATE_REQUIRE_REALAPI") == "1"
+HERE = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark everything under tests/realapi ``realapi``; move ``disruptive`` tests to the end, in file order."""
+    realapi = [i for i in items if Path(str(i.fspath)).is_relative_to(HERE)]
+    for item in realapi:
+        item.add_marker(pytest.mark.realapi)
+    items[:] = ([i for i in items if not i.get_closest_marker("disruptive")]
+                + [i for i in items if i.get_closest_marker("disruptive")])
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """In CI (``TOLLGATE_REQUIRE_REALAPI=1``) a skipped realapi test is a failed one."""
+    report = yield
+    if REQUIRED and report.skipped and item.get_closest_marker("realapi") and not hasattr(report, "wasxfail"):
+        report.outcome = "failed"
+        report.longrepr = f"realapi test skipped in CI (TOLLGATE_REQUIRE_REALAPI=1): {report.longrepr}"
+    return report
+
+
+_passed: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Remember the realapi tests that passed (for :func:`pytest_sessionfinish`)."""
+    if report.when == "call" and report.passed and "realapi" in report.keywords:
+        _passed.append(report.nodeid)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """In CI, fail the run when no realapi test passed (none collected, all deselected, ...)."""
+    if REQUIRED and not _passed and exitstatus in (0, 5):
+        print("\nTOLLGATE_REQUIRE_REALAPI=1 but no realapi test passed: failing", flush=True)
+        session.exitstatus = 1
+
+
+_measurements: list[str] = []
+
+
+@pytest.fixture(scope="session")
+def report() -> Callable[[str], None]:
+    """Record a measurement line, printed in the terminal summary (measured, never asserted)."""
+    return _measurements.append
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Print what the realapi tests measured."""
+    if _measurements:
+        terminalreporter.write_sep("-", "realapi measurements")
+        for line in _measurements:
+            terminalreporter.write_line(line)
+
+
+@pytest.fixture(scope="session")
+def binaries() -> Binaries:
+    """The installed kube-apiserver, kubectl, etcd and etcdctl; skip (fail in CI) without them."""
+    found = find_binaries()
+    if isinstance(found, str):
+        if REQUIRED:
+            pytest.fail(f"realapi: {found}", pytrace=False)
+        pytest.skip(f"realapi: {found}")
+    return found
+
+
+@pytest.fixture(scope="session")
+def cluster(binaries: Binaries, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """etcd and kube-apiserver for the session, stopped by PID at the end."""
+    c = Cluster(tmp_path_factory.mktemp("realapi"), binaries)
+    c.start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture(scope="session")
+def deployment(cluster: Cluster) -> Iterator[Deployment]:
+    """Tollgate installed from the shipped manifests, serving the shipped policies, webhooks registered by URL."""
+    d = Deployment(cluster, cluster.workdir)
+    try:
+        d.install()
+        d.start()
+        d.apply_policy_sets()
+        d.register_webhooks()
+        yield d
+    finally:
+        d.stop()
