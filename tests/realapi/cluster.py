@@ -233,6 +233,9 @@ class Cluster:
         self._apiserver: subprocess.Popen[bytes] | None = None
         self._ssl: ssl.SSLContext | None = None
         self.apiserver_starts = 0
+        #: (exec, /readyz answered) of every kube-apiserver start, ``time.time()`` seconds: while it starts it
+        #: refuses even authorized requests (403 until its RBAC caches have synced).
+        self.starting: list[tuple[float, float]] = []
 
     # -- lifecycle
 
@@ -309,6 +312,7 @@ class Cluster:
 
     def start_apiserver(self, *, timeout: float = 90.0) -> None:
         """Start kube-apiserver (same port, flags and etcd every time) and wait for /readyz."""
+        began = time.time()
         with self.apiserver_log.open("ab") as log:
             log.write(f"--- start {self.apiserver_starts + 1} at {time.time():.3f}\n".encode())
             log.flush()
@@ -321,15 +325,20 @@ class Cluster:
             return self.request("GET", "/readyz", timeout=2).status == 200
 
         wait_until(ready, timeout=timeout, what=f"kube-apiserver /readyz (log: {self.apiserver_log})", interval=0.2)
+        self.starting.append((began, time.time()))
 
-    def stop_apiserver(self) -> None:
-        """Stop kube-apiserver by PID (etcd keeps running)."""
-        stop_process(self._apiserver)
+    def stop_apiserver(self, *, grace: float = 20.0) -> None:
+        """Stop kube-apiserver by PID (etcd keeps running): SIGTERM, SIGKILL after ``grace`` seconds.
+
+        A 1.20 server holds open watches through its graceful shutdown (up to a minute): with clients
+        watching, a short ``grace`` is what ends it.
+        """
+        stop_process(self._apiserver, timeout=grace)
         self._apiserver = None
 
-    def restart_apiserver(self, *, down_seconds: float = 0.0) -> None:
+    def restart_apiserver(self, *, down_seconds: float = 0.0, grace: float = 20.0) -> None:
         """Stop kube-apiserver, stay down ``down_seconds``, start it again and wait for /readyz."""
-        self.stop_apiserver()
+        self.stop_apiserver(grace=grace)
         time.sleep(down_seconds)
         self.start_apiserver()
 

@@ -6,7 +6,8 @@ so is a run in which no realapi test passed.
 
 One API server and one Tollgate serve the whole session (starting them takes ~10 s): tests use unique
 namespaces (deleted namespaces stay Terminating: there is no namespace controller). Tests that stop
-the API server or change what every request sees are marked ``disruptive`` and run last.
+the API server are marked ``disruptive`` and run after the others; ``session_audit`` tests, which read
+everything Tollgate did in the session from the API server's audit log, run last.
 """
 
 from __future__ import annotations
@@ -26,12 +27,13 @@ HERE = Path(__file__).parent
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark everything under tests/realapi ``realapi``; move ``disruptive`` tests to the end, in file order."""
-    realapi = [i for i in items if Path(str(i.fspath)).is_relative_to(HERE)]
-    for item in realapi:
-        item.add_marker(pytest.mark.realapi)
-    items[:] = ([i for i in items if not i.get_closest_marker("disruptive")]
-                + [i for i in items if i.get_closest_marker("disruptive")])
+    """Mark everything under tests/realapi ``realapi``; run ``disruptive`` tests after the others and
+    ``session_audit`` tests (which read the whole session's audit log) last, each group in file order."""
+    for item in items:
+        if Path(str(item.fspath)).is_relative_to(HERE):
+            item.add_marker(pytest.mark.realapi)
+    items.sort(key=lambda i: 2 if i.get_closest_marker("session_audit") else
+               1 if i.get_closest_marker("disruptive") else 0)  # stable: file order within each group
 
 
 @pytest.hookimpl(wrapper=True)
@@ -107,7 +109,7 @@ def deployment(cluster: Cluster) -> Iterator[Deployment]:
         d.install()
         d.start()
         d.apply_policy_sets()
-        d.register_webhooks()
+        d.wait_for_webhooks()
         yield d
     finally:
         d.stop()
