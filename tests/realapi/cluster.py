@@ -254,9 +254,9 @@ class Cluster:
             raise
 
     def stop(self) -> None:
-        """Stop kube-apiserver, then etcd, by PID."""
-        stop_process(self._apiserver)
-        stop_process(self._etcd)
+        """Stop kube-apiserver, then etcd, by PID (SIGKILL after 10 s each)."""
+        stop_process(self._apiserver, timeout=10)
+        stop_process(self._etcd, timeout=10)
 
     def _start_etcd(self) -> None:
         data = self.workdir / "etcd-data"

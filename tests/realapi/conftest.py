@@ -13,7 +13,7 @@ everything Tollgate did in the session from the API server's audit log, run last
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,27 +36,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                1 if i.get_closest_marker("disruptive") else 0)  # stable: file order within each group
 
 
+#: realapi tests that passed against the API server (those using the ``cluster`` fixture).
+_passed: list[str] = []
+
+
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    """In CI (``TOLLGATE_REQUIRE_REALAPI=1``) a skipped realapi test is a failed one."""
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
+                              ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """In CI (``TOLLGATE_REQUIRE_REALAPI=1``) a skipped realapi test is a failed one; remember the passes."""
     report = yield
+    if report.when == "call" and report.passed and "cluster" in getattr(item, "fixturenames", ()):
+        _passed.append(item.nodeid)
     if REQUIRED and report.skipped and item.get_closest_marker("realapi") and not hasattr(report, "wasxfail"):
         report.outcome = "failed"
         report.longrepr = f"realapi test skipped in CI (TOLLGATE_REQUIRE_REALAPI=1): {report.longrepr}"
     return report
 
 
-_passed: list[str] = []
-
-
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Remember the realapi tests that passed (for :func:`pytest_sessionfinish`)."""
-    if report.when == "call" and report.passed and "realapi" in report.keywords:
-        _passed.append(report.nodeid)
-
-
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """In CI, fail the run when no realapi test passed (none collected, all deselected, ...)."""
+    """In CI, fail the run when no test passed against the API server (none collected, all deselected, ...)."""
     if REQUIRED and not _passed and exitstatus in (0, 5):
         print("\nTOLLGATE_REQUIRE_REALAPI=1 but no realapi test passed: failing", flush=True)
         session.exitstatus = 1
