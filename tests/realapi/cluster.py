@@ -20,6 +20,7 @@ import http.client
 import ipaddress
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -134,7 +135,7 @@ def _name(cn: str, org: str | None = None) -> x509.Name:
 
 
 def write_pki(directory: Path) -> None:
-    """CA, API server serving pair, admin client pair, service-account key pair, as PEM files in ``directory``."""
+    """CA, API server serving pair, admin client pair and bearer token, service-account key pair, in ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
     ca_key = _key()
     ca = _cert(_name("tollgate-realapi-ca"), ca_key, None, ca=True)
@@ -154,6 +155,9 @@ def write_pki(directory: Path) -> None:
     files["sa.key"] = _pem_key(sa_key)
     files["sa.pub"] = sa_key.public_key().public_bytes(serialization.Encoding.PEM,
                                                        serialization.PublicFormat.SubjectPublicKeyInfo)
+    files["admin.token"] = secrets.token_hex(24).encode()
+    # --token-auth-file: token,user,uid,"group,..." (for clients without client certificates, e.g. wrk)
+    files["tokens.csv"] = b'%s,admin,admin,"system:masters"\n' % files["admin.token"]
     for name, data in files.items():
         path = directory / name
         path.write_bytes(data)
@@ -291,7 +295,7 @@ class Cluster:
             "--advertise-address", "127.0.0.1", "--endpoint-reconciler-type", "none",
             "--tls-cert-file", str(self.pki / "apiserver.crt"),
             "--tls-private-key-file", str(self.pki / "apiserver.key"),
-            "--client-ca-file", str(self.pki / "ca.crt"),
+            "--client-ca-file", str(self.pki / "ca.crt"), "--token-auth-file", str(self.pki / "tokens.csv"),
             "--authorization-mode", "RBAC",
             "--service-account-issuer", "https://kubernetes.default.svc",
             "--service-account-key-file", str(self.pki / "sa.pub"),
@@ -392,6 +396,23 @@ class Cluster:
         if check and result.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} failed ({result.returncode}): {result.stderr}")
         return result
+
+    @property
+    def apiserver_pid(self) -> int:
+        """The running kube-apiserver's PID."""
+        assert self._apiserver is not None, "kube-apiserver is not running"
+        return self._apiserver.pid
+
+    @property
+    def etcd_pid(self) -> int:
+        """The running etcd's PID."""
+        assert self._etcd is not None, "etcd is not running"
+        return self._etcd.pid
+
+    @property
+    def admin_token(self) -> str:
+        """A bearer token of the same admin (``system:masters``), for clients without client certificates."""
+        return (self.pki / "admin.token").read_text().strip()
 
     def ssl_context(self) -> ssl.SSLContext:
         """TLS to the API server as the admin (client certificate)."""
