@@ -182,9 +182,12 @@ class Bench:
         data = json.loads(line[len("WRKJSON "):])
         non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out.stdout)
         errors = sum(data[k] for k in ("err_connect", "err_read", "err_write", "err_timeout"))
+        bad = [int(s) for s in data["bad_statuses"].split()]
         return {"requests": data["requests"], "seconds": data["duration_us"] / 1e6,
                 "p50_ms": data["lat_p50_us"] / 1000, "p99_ms": data["lat_p99_us"] / 1000,
-                "errors": errors + (int(non2xx.group(1)) if non2xx else 0)}
+                "errors": errors + (int(non2xx.group(1)) if non2xx else 0),
+                "error_statuses": {str(s): bad.count(s) for s in sorted(set(bad))},
+                "last_error": data["last_error"]}
 
     def point(self, scenario: str, conc: int, seconds: float) -> dict[str, Any]:
         self.switch(scenario)
@@ -282,7 +285,8 @@ def main() -> int:
                     points.setdefault((scenario, conc), []).append(p)
                     print(f"  c={conc} {scenario:8} {p['rps']:8.1f}/s p50 {p['p50_ms']:6.2f} ms p99 "
                           f"{p['p99_ms']:6.2f} ms cpu {p['cpu_us']} calls {p['webhook_call_ms']} "
-                          f"tollgate {p['tollgate_handling_ms']} errors {p['errors']} load {p['loadavg']:.1f}",
+                          f"tollgate {p['tollgate_handling_ms']} errors {p['errors']} {p['error_statuses']} "
+                          f"{p['last_error'][:160]} load {p['loadavg']:.1f}",
                           flush=True)
         rows = [median_point(points[(s, c)]) for c in CONCURRENCY for s in SCENARIOS]
         by = {(r["scenario"], r["c"]): r for r in rows}

@@ -129,8 +129,6 @@ def test_a_tenant_policy_judges_its_own_namespace_only(deployment: Deployment, t
     assert dry_run_configmap(deployment, neighbour, {"k": "v"}).status == 201
 
 
-@pytest.mark.xfail(strict=True, reason="#NN: a tenant AdmissionPolicy matches its own Namespace object (UPDATE/DELETE "
-                                       "of a Namespace carry request.namespace = its name)")
 def test_a_tenant_policy_does_not_judge_the_namespace_object_itself(deployment: Deployment, tenant: str) -> None:
     eventually(lambda: assert_denied_with(dry_run_configmap(deployment, tenant, {"k": "v"}),
                                           "realapi: tenant says no"))  # the policy is in force

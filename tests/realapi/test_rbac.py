@@ -31,7 +31,7 @@ def test_the_service_account_is_not_an_admin(deployment: Deployment) -> None:
 
 def test_tollgate_is_never_forbidden_anything_it_does(deployment: Deployment, report: Callable[[str], None]) -> None:
     """Every request Tollgate made in the session (informers, status, Lease, webhook configurations, reports,
-    discovery) is authorized by manifests/install and the background-audit and references overlays.
+    discovery) is authorized by manifests/install and the background-audit and references components.
 
     A starting kube-apiserver answers 403 to everyone until its RBAC caches have synced: requests received
     while it was starting are left out (and counted in the report)."""

@@ -1,8 +1,9 @@
 """Tollgate deployed against a :class:`~tests.realapi.cluster.Cluster`, as its own process, the way a user would.
 
 * the CRDs and the shipped install manifests (namespace, ServiceAccount, RBAC, the two webhook
-  configurations created empty) plus the RBAC of the overlays Tollgate's flags need
-  (``background-audit``, ``references``), read through their kustomizations;
+  configurations created empty) plus the kustomize components Tollgate's flags need
+  (``background-audit`` and ``references`` RBAC, the ``policy-reports`` CRDs), read through their
+  kustomizations;
 * a TokenRequest token for the ServiceAccount ``tollgate-system/tollgate``: Tollgate runs with exactly the
   shipped RBAC, under that identity;
 * ``tollgate certs --ip 127.0.0.1`` for the serving certificate; ``tollgate serve --kubeconfig ...`` on a
@@ -39,12 +40,13 @@ SA_USER = f"system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}"
 LEASE = "tollgate-status-writer"
 POLICY_KINDS = ("ClusterAdmissionPolicy", "AdmissionPolicy")
 POLICY_RESOURCES = {"ClusterAdmissionPolicy": "clusteradmissionpolicies", "AdmissionPolicy": "admissionpolicies"}
-#: What of manifests/install and the overlays can exist without a kubelet: no Deployment, Service or PDB
+#: What of manifests/install and the components can exist without a kubelet: no Deployment, Service or PDB
 #: (Tollgate runs as a local process instead).
 INSTALLED_KINDS = ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
                    "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
-#: The overlays whose RBAC the flags below need: --background-audit, and policies' spec.references.
-OVERLAYS = ("background-audit", "references")
+#: The kustomize components the flags below need: --background-audit (its RBAC and the PolicyReport CRDs),
+#: and the RBAC of the shipped policies' spec.references.
+COMPONENTS = ("background-audit", "policy-reports", "references")
 #: The policy sets a user applies (kustomizations under policies/); namespace team-a must exist first.
 POLICY_SETS = ("policies/pod-security/restricted", "policies/examples")
 
@@ -86,29 +88,34 @@ def load_yaml_documents(path: Path) -> list[dict[str, Any]]:
 
 
 def kustomize_resources(directory: Path) -> list[dict[str, Any]]:
-    """The documents a kustomization's ``resources`` name, recursively (files and directories).
+    """The documents a kustomization's (or component's) ``resources`` and ``components`` name, recursively.
 
-    Only ``resources`` is followed: generators, patches and image rewrites touch kinds these tests do not
+    Only those are followed: generators, patches and image rewrites touch kinds these tests do not
     apply (the Secret, the Deployment), and kubectl 1.20's built-in kustomize cannot read these files.
     """
     kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
     docs: list[dict[str, Any]] = []
-    for entry in kustomization.get("resources") or []:
+    for entry in [*(kustomization.get("resources") or []), *(kustomization.get("components") or [])]:
         path = (directory / entry).resolve()
         docs += kustomize_resources(path) if path.is_dir() else load_yaml_documents(path)
     return docs
 
 
+def component_documents() -> list[dict[str, Any]]:
+    """The documents of :data:`COMPONENTS`."""
+    return [d for c in COMPONENTS for d in kustomize_resources(REPO / "manifests" / "components" / c)]
+
+
 def crd_documents() -> list[dict[str, Any]]:
-    """The CustomResourceDefinitions of manifests/crds."""
-    return kustomize_resources(REPO / "manifests" / "crds")
+    """The CustomResourceDefinitions of manifests/crds and of the :data:`COMPONENTS`."""
+    docs = kustomize_resources(REPO / "manifests" / "crds") + component_documents()
+    return [d for d in docs if d.get("kind") == "CustomResourceDefinition"]
 
 
 def install_documents() -> list[dict[str, Any]]:
-    """manifests/install and the :data:`OVERLAYS`, without the CRDs and the kinds a kubelet would run."""
+    """manifests/install and the :data:`COMPONENTS`, without the CRDs and the kinds a kubelet would run."""
     docs = kustomize_resources(REPO / "manifests" / "install")
-    for overlay in OVERLAYS:
-        docs += [d for d in kustomize_resources(REPO / "manifests" / "overlays" / overlay) if d not in docs]
+    docs += [d for d in component_documents() if d not in docs]
     return [d for d in docs if d.get("kind") in INSTALLED_KINDS]
 
 
