@@ -15,6 +15,9 @@ rewriting both webhook configurations between points:
   tollgate  the same configurations pointing at ``tollgate serve`` (under its ServiceAccount, every policy of
             policies/pod-security/restricted and policies/examples, webhook management off so the
             configurations stay the bench's)
+  noop-validate, tollgate-validate
+            the same without the mutating configuration's webhooks: the validating path alone (what the
+            Pod Security policies cost without the add-default-labels example's mutation)
 
 Load: wrk, keep-alive HTTPS with a bearer token, one thread, c=1 and c=16; each request creates a compliant
 Pod (``generateName``: a new Pod every time), which Tollgate admits and mutates (add-default-labels). Every
@@ -56,7 +59,9 @@ from tests.realapi.tollgate import NAMESPACE, Deployment, Tollgate, tollgate_com
 BENCH = Path(__file__).resolve().parent
 TICK = os.sysconf("SC_CLK_TCK")
 WARMUP_S = 2
-SCENARIOS = ("none", "noop", "tollgate")
+SCENARIOS = ("none", "noop", "tollgate", "noop-validate", "tollgate-validate")
+#: (Tollgate, its floor) pairs whose ratios are reported.
+PAIRS = (("tollgate", "noop"), ("tollgate-validate", "noop-validate"))
 CONCURRENCY = (1, 16)
 BENCH_NAMESPACE = "bench"
 WEBHOOK_METRIC = "apiserver_admission_webhook_admission_duration_seconds"
@@ -130,6 +135,10 @@ class Bench:
         self.workdir = workdir
         self.configs = {"none": self.generated(None), "noop": self.generated(noop.url),
                         "tollgate": self.generated(tollgate.url)}
+        for name in ("noop", "tollgate"):
+            self.configs[f"{name}-validate"] = [
+                {**c, "webhooks": c["webhooks"] if c["kind"] == "ValidatingWebhookConfiguration" else []}
+                for c in self.configs[name]]
         pod = compliant_pod(BENCH_NAMESPACE, "unused")
         del pod["metadata"]["name"]
         pod["metadata"]["generateName"] = "bench-"
@@ -194,7 +203,7 @@ class Bench:
         self.wrk(conc, WARMUP_S)
         pids = dict(self.pids)
         if scenario != "none":
-            proc = (self.tollgate if scenario == "tollgate" else self.noop).proc
+            proc = (self.tollgate if scenario.startswith("tollgate") else self.noop).proc
             assert proc is not None
             pids["webhook server"] = proc.pid
         cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
@@ -279,25 +288,26 @@ def main() -> int:
         points: dict[tuple[str, int], list[dict[str, Any]]] = {}
         for conc in CONCURRENCY:
             for rep in range(args.repeat):
-                order = SCENARIOS[rep % 3:] + SCENARIOS[:rep % 3]
+                shift = rep % len(SCENARIOS)
+                order = SCENARIOS[shift:] + SCENARIOS[:shift]
                 for scenario in order:
                     p = bench.point(scenario, conc, args.seconds)
                     points.setdefault((scenario, conc), []).append(p)
-                    print(f"  c={conc} {scenario:8} {p['rps']:8.1f}/s p50 {p['p50_ms']:6.2f} ms p99 "
+                    print(f"  c={conc} {scenario:17} {p['rps']:8.1f}/s p50 {p['p50_ms']:6.2f} ms p99 "
                           f"{p['p99_ms']:6.2f} ms cpu {p['cpu_us']} calls {p['webhook_call_ms']} "
                           f"tollgate {p['tollgate_handling_ms']} errors {p['errors']} {p['error_statuses']} "
                           f"{p['last_error'][:160]} load {p['loadavg']:.1f}",
                           flush=True)
         rows = [median_point(points[(s, c)]) for c in CONCURRENCY for s in SCENARIOS]
         by = {(r["scenario"], r["c"]): r for r in rows}
-        ratios = {c: {"p50": round(by[("tollgate", c)]["p50_ms"] / by[("noop", c)]["p50_ms"], 2),
-                      "p99": round(by[("tollgate", c)]["p99_ms"] / by[("noop", c)]["p99_ms"], 2),
-                      "throughput": round(by[("tollgate", c)]["rps"] / by[("noop", c)]["rps"], 2)}
-                  for c in CONCURRENCY}
+        ratios = {f"{a}/{b} c={c}": {"p50": round(by[(a, c)]["p50_ms"] / by[(b, c)]["p50_ms"], 2),
+                                     "p99": round(by[(a, c)]["p99_ms"] / by[(b, c)]["p99_ms"], 2),
+                                     "throughput": round(by[(a, c)]["rps"] / by[(b, c)]["rps"], 2)}
+                  for c in CONCURRENCY for a, b in PAIRS}
         print()
         print(table(rows))
-        for c, r in ratios.items():
-            print(f"tollgate / noop at c={c}: p50 {r['p50']}x, p99 {r['p99']}x, throughput {r['throughput']}x")
+        for name, r in ratios.items():
+            print(f"{name}: p50 {r['p50']}x, p99 {r['p99']}x, throughput {r['throughput']}x")
         if args.json:
             args.json.write_text(json.dumps({
                 "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
