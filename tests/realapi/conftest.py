@@ -32,6 +32,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if Path(str(item.fspath)).is_relative_to(HERE):
             item.add_marker(pytest.mark.realapi)
+            if not item.get_closest_marker("timeout"):  # the first test also pays for the session's set-up
+                item.add_marker(pytest.mark.timeout(180))
     items.sort(key=lambda i: 2 if i.get_closest_marker("session_audit") else
                1 if i.get_closest_marker("disruptive") else 0)  # stable: file order within each group
 
