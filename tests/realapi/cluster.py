@@ -13,7 +13,6 @@ Terminating, there is no default ServiceAccount (the ServiceAccount admission pl
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import datetime
 import http.client
@@ -27,7 +26,7 @@ import socket
 import ssl
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -448,19 +447,3 @@ class Cluster:
             with contextlib.suppress(ValueError):
                 events.append(json.loads(line))
         return events
-
-
-def b64(data: bytes) -> str:
-    """Base64 of ``data`` as text."""
-    return base64.b64encode(data).decode("ascii")
-
-
-@contextlib.contextmanager
-def running_cluster(workdir: Path, binaries: Binaries, **kwargs: Any) -> Iterator[Cluster]:
-    """A started :class:`Cluster`, stopped (by PID) on exit."""
-    cluster = Cluster(workdir, binaries, **kwargs)
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()

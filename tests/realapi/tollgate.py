@@ -9,7 +9,7 @@
 * ``tollgate certs --ip 127.0.0.1`` for the serving certificate; ``tollgate serve --kubeconfig ...`` on a
   free 127.0.0.1 port, stopped by PID;
 * the webhook configurations written by Tollgate's leader (``serve --webhook-url``: clientConfig.url on
-  127.0.0.1), which :meth:`Deployment.webhooks_as_generated` compares with ``tollgate webhook-config --url``.
+  127.0.0.1), which :meth:`Deployment.webhook_differences` compares with ``tollgate webhook-config --url``.
 
 Nothing here imports ``webhook``: Tollgate is a program under test.
 """
@@ -173,16 +173,15 @@ class Tollgate:
         return [*tollgate_command(), "serve", "--kubeconfig", str(self.kubeconfig), "--cert-dir", str(self.cert_dir),
                 "--host", "127.0.0.1", "--port", str(self.port), "--shutdown-delay", "0", *self.args]
 
-    def start(self, *, wait_ready: bool = True) -> None:
+    def start(self) -> None:
         """Start it; wait until ``/readyz`` answers 200 (or the process exits: RuntimeError with its log)."""
         env = {**os.environ, "POD_NAME": self.identity, "POD_NAMESPACE": NAMESPACE,
                "POD_SERVICE_ACCOUNT": SERVICE_ACCOUNT, "PYTHONUNBUFFERED": "1"}
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
                                          start_new_session=True)
-        if wait_ready:
-            wait_until(lambda: self._alive() and self.get("/readyz")[0] == 200, timeout=60,
-                       what=f"Tollgate /readyz (log: {self.log})")
+        wait_until(lambda: self._alive() and self.get("/readyz")[0] == 200, timeout=60,
+                   what=f"Tollgate /readyz (log: {self.log})")
 
     def _alive(self) -> bool:
         if self.proc is None or self.proc.poll() is not None:
@@ -370,9 +369,3 @@ class Deployment:
         wait_until(lambda: self.known_to_tollgate(key), timeout=30, what=f"Tollgate to cache policy {key}")
         self.wait_for_webhooks()
         return policy
-
-    def delete_policy(self, name: str, *, namespace: str | None = None) -> None:
-        """Delete a policy made by :meth:`add_policy`."""
-        kind = "admissionpolicy" if namespace else "clusteradmissionpolicy"
-        self.kubectl("delete", kind, name, *(["-n", namespace] if namespace else []), "--ignore-not-found",
-                     check=True)
