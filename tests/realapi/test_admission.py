@@ -77,9 +77,6 @@ def test_warn_policy_warning_is_shown_by_kubectl(deployment: Deployment, namespa
     assert f"Warning: disallow-latest-tag: {messages(policy)[0]}" in result.stderr, result.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="#NN: a 1.20 server sends pods/ephemeralcontainers with an EphemeralContainers "
-                                       "object (the Pod only from 1.22): every Pod Security policy errors (no "
-                                       "'spec') and the update is denied per failurePolicy, not by the rule")
 def test_ephemeral_container_is_judged_through_the_subresource(deployment: Deployment, namespace: str) -> None:
     """An ephemeral container may not escalate privileges either (restricted set). A 1.20 server forbids
     securityContext on ephemeral containers itself, so the container here simply leaves it unset, which

@@ -181,8 +181,6 @@ def test_readyz_does_not_say_ready_while_the_caches_are_cut_off(outage: Outage) 
     assert not early, f"ready {early} s after the API server returned, before every informer was back on it"
 
 
-@pytest.mark.xfail(strict=True, reason="#NN: the leader elector logs a multi-KB traceback at error level on every "
-                                       "retry while the API server is away")
 def test_the_outage_is_logged_without_tracebacks(deployment: Deployment, outage: Outage) -> None:
     assert deployment.tollgate is not None
     during = deployment.tollgate.log_text()[outage.log_offset:]

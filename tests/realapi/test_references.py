@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import pytest
-
 from tests.realapi.helpers import (
     DENIED,
     assert_admitted,
@@ -39,8 +37,6 @@ def test_unique_ingress_host_reads_the_ingress_informer(deployment: Deployment) 
     assert_admitted(deployment.kubectl("create", "-f", "-", obj=ingress(unique("blog"), second, other_host)))
 
 
-@pytest.mark.xfail(strict=True, reason="#NN: a denial with reason Invalid is answered 422 without details: kubectl "
-                                       "1.20 prints only 'The request is invalid', not Tollgate's message")
 def test_an_invalid_denial_shows_its_message_in_kubectl(deployment: Deployment) -> None:
     """unique-ingress-host denies with ``reason: Invalid``; the user must still read why."""
     first, second = new_namespace(deployment, "inv"), new_namespace(deployment, "inv")

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from tests.realapi.helpers import new_namespace, unique
 from tests.realapi.test_policies import forbidden_key
 from tests.realapi.tollgate import SA_USER, Deployment, eventually
@@ -40,8 +38,6 @@ def configuration_writes(deployment: Deployment) -> list[str]:
             and (e.get("objectRef") or {}).get("resource", "").endswith("webhookconfigurations")]
 
 
-@pytest.mark.xfail(strict=True, reason="#NN: where the server drops matchConditions (before 1.28) the reconciler "
-                                       "rewrites both configurations on every policy change, for ever")
 def test_a_policy_change_that_keeps_the_rules_writes_no_configuration(deployment: Deployment) -> None:
     namespace = new_namespace(deployment, "reconcile")
     name = unique("reconcile")
