@@ -13,7 +13,7 @@ One scenario (a module fixture) records what happened; each test asserts one pro
    requests through the API server are decided until one follows the edit;
 5. Tollgate's requests to the restarted server are read from the audit log.
 
-Marked ``disruptive``: the suite runs it after every other test.
+Marked ``disruptive``: the suite runs it after the other tests (only the ``session_audit`` checks come later).
 """
 
 from __future__ import annotations
