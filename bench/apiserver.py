@@ -1,0 +1,327 @@
+"""What a user feels: Pod creates through a real kube-apiserver, without webhooks, with a no-op webhook, with Tollgate.
+
+    python bench/apiserver.py [--quick] [--json out.json]
+
+Needs tests/realapi/install.sh (kube-apiserver 1.20 and etcd) and wrk (``apt-get install wrk``).
+
+One run, one API server (etcd, kube-apiserver without audit log, on 127.0.0.1), Tollgate's manifests and the
+policy sets of policies/ installed as a user would (tests/realapi/tollgate.py), and three scenarios switched by
+rewriting both webhook configurations between points:
+
+  none      no webhooks: the API server's own cost of a Pod create (admission plugins, etcd write)
+  noop      the configurations Tollgate generates for the shipped policies (``tollgate webhook-config --url``),
+            pointing at the bare aiohttp server of bench/reference/ (orjson + uvloop), which allows everything
+            without a patch: the API server's cost of calling the webhooks, the floor
+  tollgate  the same configurations pointing at ``tollgate serve`` (under its ServiceAccount, every policy of
+            policies/pod-security/restricted and policies/examples, webhook management off so the
+            configurations stay the bench's)
+  noop-validate, tollgate-validate
+            the same without the mutating configuration's webhooks: the validating path alone (what the
+            Pod Security policies cost without the add-default-labels example's mutation)
+
+Load: wrk, keep-alive HTTPS with a bearer token, one thread, c=1 and c=16; each request creates a compliant
+Pod (``generateName``: a new Pod every time), which Tollgate admits and mutates (add-default-labels). Every
+point gets WARMUP_S seconds of unmeasured load, then --seconds measured; points are repeated (--repeat,
+scenarios rotated per repetition) and the median reported, Pods deleted after each point. Nothing is pinned:
+kube-apiserver, etcd, the webhook server and wrk share the machine's cores, as they would share a small
+node; the 1-minute load average is recorded per point (other work on the machine shows there). Reported per
+point: throughput (creates/s), p50/p99 latency, CPU microseconds per create of kube-apiserver, etcd and the
+webhook server (utime+stime from /proc), the mean duration of each webhook call as the API server measured
+it (``apiserver_admission_webhook_admission_duration_seconds``) and Tollgate's
+own handling per endpoint (``tollgate_admission_duration_seconds``), and the ratios tollgate/noop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.e2e.test_e2e import compliant_pod  # noqa: E402
+from tests.realapi.cluster import Cluster, find_binaries, free_port, stop_process, wait_until  # noqa: E402
+from tests.realapi.tollgate import NAMESPACE, Deployment, Tollgate, tollgate_command  # noqa: E402
+
+BENCH = Path(__file__).resolve().parent
+TICK = os.sysconf("SC_CLK_TCK")
+WARMUP_S = 2
+SCENARIOS = ("none", "noop", "tollgate", "noop-validate", "tollgate-validate")
+#: (Tollgate, its floor) pairs whose ratios are reported.
+PAIRS = (("tollgate", "noop"), ("tollgate-validate", "noop-validate"))
+CONCURRENCY = (1, 16)
+BENCH_NAMESPACE = "bench"
+WEBHOOK_METRIC = "apiserver_admission_webhook_admission_duration_seconds"
+TOLLGATE_METRIC = "tollgate_admission_duration_seconds"
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+def histogram_sums(text: str, metric: str, label: str) -> dict[str, tuple[float, float]]:
+    """``{label value: (sum, count)}`` of a Prometheus histogram, summed over its other labels."""
+    out: dict[str, list[float]] = {}
+    for line in text.splitlines():
+        for suffix, index in (("_sum", 0), ("_count", 1)):
+            if line.startswith(metric + suffix + "{"):
+                key = re.search(rf'{label}="([^"]*)"', line)
+                entry = out.setdefault(key.group(1) if key else "", [0.0, 0.0])
+                entry[index] += float(line.rsplit(" ", 1)[1])
+    return {k: (v[0], v[1]) for k, v in out.items()}
+
+
+def mean_ms(before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]]) -> dict[str, float]:
+    """Mean of each histogram over the interval, in milliseconds."""
+    out = {}
+    for key, (total, count) in after.items():
+        t0, c0 = before.get(key, (0.0, 0.0))
+        if count > c0:
+            out[key] = round((total - t0) / (count - c0) * 1000, 3)
+    return out
+
+
+class NoopServer:
+    """bench/reference/server_aiohttp.py (orjson + uvloop), serving with Tollgate's certificate."""
+
+    def __init__(self, cert_dir: Path, workdir: Path) -> None:
+        self.dir = workdir / "noop-certs"
+        self.dir.mkdir(exist_ok=True)
+        shutil.copy(cert_dir / "tls.crt", self.dir / "server.crt")
+        shutil.copy(cert_dir / "tls.key", self.dir / "server.key")
+        self.port = free_port()
+        self.url = f"https://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(BENCH / "reference" / "server_aiohttp.py"), "--port", str(self.port),
+             "--certdir", str(self.dir), "--json", "orjson", "--loop", "uvloop"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().decode()
+        if not line.startswith("READY"):
+            raise RuntimeError(f"the no-op server did not start: {line!r}")
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+
+
+class Bench:
+    def __init__(self, cluster: Cluster, deployment: Deployment, tollgate: Tollgate, noop: NoopServer,
+                 workdir: Path) -> None:
+        self.cluster, self.deployment, self.tollgate, self.noop = cluster, deployment, tollgate, noop
+        self.workdir = workdir
+        self.configs = {"none": self.generated(None), "noop": self.generated(noop.url),
+                        "tollgate": self.generated(tollgate.url)}
+        for name in ("noop", "tollgate"):
+            self.configs[f"{name}-validate"] = [
+                {**c, "webhooks": c["webhooks"] if c["kind"] == "ValidatingWebhookConfiguration" else []}
+                for c in self.configs[name]]
+        pod = compliant_pod(BENCH_NAMESPACE, "unused")
+        del pod["metadata"]["name"]
+        pod["metadata"]["generateName"] = "bench-"
+        self.body = workdir / "pod.json"
+        self.body.write_text(json.dumps(pod))
+        self.pids = {"kube-apiserver": cluster.apiserver_pid, "etcd": cluster.etcd_pid}
+
+    def generated(self, url: str | None) -> list[dict[str, Any]]:
+        """The configurations ``tollgate webhook-config --url URL`` prints (no webhooks without a URL)."""
+        policies = self.workdir / "policies.yaml"
+        policies.write_text(yaml.safe_dump_all(self.deployment.live_policies()))
+        out = subprocess.run([*tollgate_command(), "webhook-config", "--policies", str(policies),
+                              "--url", url or "https://127.0.0.1:1", "--namespace", NAMESPACE,
+                              "--ca-bundle", str(self.deployment.cert_dir / "ca.crt")],
+                             check=True, capture_output=True, text=True).stdout
+        configs = [d for d in yaml.safe_load_all(out) if d]
+        if url is None:
+            for config in configs:
+                config["webhooks"] = []
+        return configs
+
+    def switch(self, scenario: str) -> None:
+        """Write the scenario's configurations (GET + PUT) and check that the API server applies them."""
+        for config in self.configs[scenario]:
+            path = f"/apis/admissionregistration.k8s.io/v1/{config['kind'].lower()}s/{config['metadata']['name']}"
+            live = self.cluster.request("GET", path).json()
+            live["webhooks"] = config["webhooks"]
+            answer = self.cluster.request("PUT", path, live)
+            assert answer.status == 200, answer.body
+
+        def applied() -> bool:  # Tollgate's mutation (add-default-labels) shows only with Tollgate
+            answer = self.cluster.request("POST", f"/api/v1/namespaces/{BENCH_NAMESPACE}/pods?dryRun=All",
+                                          json.loads(self.body.read_text()))
+            assert answer.status == 201, answer.body[:300]
+            labelled = "tollgate.dev/managed" in (answer.json()["metadata"].get("labels") or {})
+            return labelled == (scenario == "tollgate")
+
+        wait_until(applied, timeout=30, what=f"the API server to apply the {scenario} webhook configurations")
+        time.sleep(1.0)  # both configurations' informers, not only the mutating one's
+
+    def wrk(self, conc: int, seconds: float) -> dict[str, Any]:
+        out = subprocess.run(
+            ["wrk", "-t1", f"-c{conc}", f"-d{round(seconds)}s", "--latency", "-s", str(BENCH / "apiserver.lua"),
+             f"{self.cluster.url}/api/v1/namespaces/{BENCH_NAMESPACE}/pods"],
+            capture_output=True, text=True, timeout=seconds + 60,
+            env={**os.environ, "BODY_FILE": str(self.body), "TOKEN": self.cluster.admin_token})
+        line = next((ln for ln in out.stdout.splitlines() if ln.startswith("WRKJSON ")), None)
+        if line is None:
+            raise RuntimeError(f"wrk gave no summary (rc={out.returncode}): {out.stdout[-300:]} {out.stderr[-300:]}")
+        data = json.loads(line[len("WRKJSON "):])
+        non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out.stdout)
+        errors = sum(data[k] for k in ("err_connect", "err_read", "err_write", "err_timeout"))
+        bad = [int(s) for s in data["bad_statuses"].split()]
+        return {"requests": data["requests"], "seconds": data["duration_us"] / 1e6,
+                "p50_ms": data["lat_p50_us"] / 1000, "p99_ms": data["lat_p99_us"] / 1000,
+                "errors": errors + (int(non2xx.group(1)) if non2xx else 0),
+                "error_statuses": {str(s): bad.count(s) for s in sorted(set(bad))},
+                "last_error": data["last_error"]}
+
+    def point(self, scenario: str, conc: int, seconds: float) -> dict[str, Any]:
+        self.switch(scenario)
+        self.wrk(conc, WARMUP_S)
+        pids = dict(self.pids)
+        if scenario != "none":
+            proc = (self.tollgate if scenario.startswith("tollgate") else self.noop).proc
+            assert proc is not None
+            pids["webhook server"] = proc.pid
+        cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        api0 = histogram_sums(self.cluster.request("GET", "/metrics").body.decode(), WEBHOOK_METRIC, "name")
+        tg0 = histogram_sums(self.tollgate.get("/metrics")[1], TOLLGATE_METRIC, "endpoint")
+        result = self.wrk(conc, seconds)
+        cpu1 = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        api1 = histogram_sums(self.cluster.request("GET", "/metrics").body.decode(), WEBHOOK_METRIC, "name")
+        tg1 = histogram_sums(self.tollgate.get("/metrics")[1], TOLLGATE_METRIC, "endpoint")
+        n = max(result["requests"], 1)
+        result.update(scenario=scenario, c=conc, loadavg=os.getloadavg()[0],
+                      rps=round(result["requests"] / result["seconds"], 1),
+                      cpu_us={k: round((cpu1[k] - cpu0[k]) / n * 1e6) for k in pids},
+                      webhook_call_ms=mean_ms(api0, api1), tollgate_handling_ms=mean_ms(tg0, tg1))
+        answer = self.cluster.request("DELETE", f"/api/v1/namespaces/{BENCH_NAMESPACE}/pods", timeout=300)
+        assert answer.status == 200, answer.body[:300]
+        return result
+
+
+def median_point(points: list[dict[str, Any]]) -> dict[str, Any]:
+    def med(key: str) -> float:
+        return round(statistics.median(p[key] for p in points), 3)
+
+    def med_dict(key: str) -> dict[str, float]:
+        keys = {k for p in points for k in p[key]}
+        return {k: round(statistics.median(p[key].get(k, 0) for p in points), 3) for k in sorted(keys)}
+
+    return {"scenario": points[0]["scenario"], "c": points[0]["c"], "runs": len(points), "rps": med("rps"),
+            "p50_ms": med("p50_ms"), "p99_ms": med("p99_ms"), "errors": sum(p["errors"] for p in points),
+            "requests": sum(p["requests"] for p in points), "cpu_us": med_dict("cpu_us"),
+            "webhook_call_ms": med_dict("webhook_call_ms"), "tollgate_handling_ms": med_dict("tollgate_handling_ms")}
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| scenario | c | creates/s | p50 ms | p99 ms | CPU µs/create: apiserver / etcd / webhook | "
+             "webhook calls as the API server timed them, ms | errors |",
+             "|---|--:|--:|--:|--:|--|--|--:|"]
+    for r in rows:
+        cpu = r["cpu_us"]
+        calls = ", ".join(f"{k} {v}" for k, v in r["webhook_call_ms"].items()) or "-"
+        lines.append(f"| {r['scenario']} | {r['c']} | {r['rps']:,.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | "
+                     f"{cpu.get('kube-apiserver', 0):,.0f} / {cpu.get('etcd', 0):,.0f} / "
+                     f"{cpu.get('webhook server', 0):,.0f} | {calls} | {r['errors']} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="one repetition of 5 s per point")
+    parser.add_argument("--seconds", type=int, default=10, help="measured seconds per point (default 10)")
+    parser.add_argument("--repeat", type=int, default=3, help="repetitions per point (default 3)")
+    parser.add_argument("--json", type=Path, help="write the results here")
+    args = parser.parse_args()
+    if args.quick:
+        args.seconds, args.repeat = 5, 1
+    binaries = find_binaries()
+    if isinstance(binaries, str):
+        print(f"bench/apiserver.py: {binaries}", file=sys.stderr)
+        return 2
+    if shutil.which("wrk") is None:
+        print("bench/apiserver.py: wrk not found (apt-get install wrk)", file=sys.stderr)
+        return 2
+    workdir = Path(tempfile.mkdtemp(prefix="tollgate-bench-apiserver-"))
+    cluster = Cluster(workdir, binaries, audit=False)
+    deployment = Deployment(cluster, workdir)
+    noop: NoopServer | None = None
+    tollgate: Tollgate | None = None
+    try:
+        cluster.start()
+        deployment.install()
+        deployment.apply_policy_sets()
+        deployment.kubectl("create", "namespace", BENCH_NAMESPACE, check=True)
+        tollgate = Tollgate(cluster, workdir, deployment.sa_kubeconfig, deployment.cert_dir,
+                            args=["--no-manage-webhooks"])
+        tollgate.start()
+        noop = NoopServer(deployment.cert_dir, workdir)
+        noop.start()
+        bench = Bench(cluster, deployment, tollgate, noop, workdir)
+        calls = {c["kind"]: [h["name"] for h in c["webhooks"]] for c in bench.configs["tollgate"]}
+        print(f"webhook entries (a 1.20 server drops matchConditions: each is called for every Pod create): {calls}",
+              flush=True)
+        points: dict[tuple[str, int], list[dict[str, Any]]] = {}
+        for conc in CONCURRENCY:
+            for rep in range(args.repeat):
+                shift = rep % len(SCENARIOS)
+                order = SCENARIOS[shift:] + SCENARIOS[:shift]
+                for scenario in order:
+                    p = bench.point(scenario, conc, args.seconds)
+                    points.setdefault((scenario, conc), []).append(p)
+                    print(f"  c={conc} {scenario:17} {p['rps']:8.1f}/s p50 {p['p50_ms']:6.2f} ms p99 "
+                          f"{p['p99_ms']:6.2f} ms cpu {p['cpu_us']} calls {p['webhook_call_ms']} "
+                          f"tollgate {p['tollgate_handling_ms']} errors {p['errors']} {p['error_statuses']} "
+                          f"{p['last_error'][:160]} load {p['loadavg']:.1f}",
+                          flush=True)
+        rows = [median_point(points[(s, c)]) for c in CONCURRENCY for s in SCENARIOS]
+        by = {(r["scenario"], r["c"]): r for r in rows}
+        ratios = {f"{a}/{b} c={c}": {"p50": round(by[(a, c)]["p50_ms"] / by[(b, c)]["p50_ms"], 2),
+                                     "p99": round(by[(a, c)]["p99_ms"] / by[(b, c)]["p99_ms"], 2),
+                                     "throughput": round(by[(a, c)]["rps"] / by[(b, c)]["rps"], 2)}
+                  for c in CONCURRENCY for a, b in PAIRS}
+        print()
+        print(table(rows))
+        for name, r in ratios.items():
+            print(f"{name}: p50 {r['p50']}x, p99 {r['p99']}x, throughput {r['throughput']}x")
+        if args.json:
+            args.json.write_text(json.dumps({
+                "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                            "python": platform.python_version(), "cpu": cpu_model()},
+                "seconds": args.seconds, "repeat": args.repeat, "warmup_s": WARMUP_S, "webhooks": calls,
+                "rows": rows, "ratios": ratios, "points": [p for ps in points.values() for p in ps]}, indent=1))
+        return 0
+    finally:
+        if noop is not None:
+            noop.stop()
+        if tollgate is not None:
+            tollgate.stop()
+        cluster.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
