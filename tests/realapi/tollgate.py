@@ -294,7 +294,9 @@ class Deployment:
         """``tollgate serve`` under the ServiceAccount, with background audit, its leader keeping the webhook
         configurations by URL; waits for /readyz."""
         self.tollgate = Tollgate(self.cluster, self.workdir, self.sa_kubeconfig, self.cert_dir)
-        self.tollgate.args = ["--background-audit", "--webhook-url", self.tollgate.url, *args]
+        # --ready-max-staleness 5: the outage scenario sees /readyz step out within its 15 s.
+        self.tollgate.args = ["--background-audit", "--webhook-url", self.tollgate.url,
+                              "--ready-max-staleness", "5", *args]
         self.tollgate.start()
         return self.tollgate
 
