@@ -23,6 +23,7 @@ from webhook.policy.cel.scope import reset_scope, set_current_scope
 from webhook.policy.compiler import CompiledPolicy
 from webhook.policy.engine.context import RequestContext
 from webhook.policy.engine.outcome import EvaluationError, MutationOutcome, error_result, label, record
+from webhook.policy.engine.patch import json_patch
 from webhook.policy.engine.prepare import Run, prepare
 from webhook.policy.engine.validate import check_budget, plan_of
 from webhook.policy.engine.values import json_value, value
@@ -106,7 +107,7 @@ def evaluate_mutating(request: dict[str, Any], policies: Sequence[CompiledPolicy
     """Apply every selected policy's mutations, tenants first (see :func:`mutation_order`).
 
     Each policy sees the object as the previous ones left it. Returns one
-    JSONPatch: ``jsonpatch.make_patch(original, final)``. A mutation that
+    JSONPatch from ``original`` to the final object (:func:`~webhook.policy.engine.patch.json_patch`). A mutation that
     errors, does not apply, or changes the object's identity is handled per
     ``failurePolicy``; an Ignore-d policy's changes are dropped. With ``work_budget``, a request whose
     estimated work exceeds it raises :class:`~webhook.policy.budget.OverBudget` before anything is
@@ -151,5 +152,5 @@ def evaluate_mutating(request: dict[str, Any], policies: Sequence[CompiledPolicy
             out.code, out.reason = result.code, result.reason
             return out
     if current is not original:
-        out.patch = jsonpatch.make_patch(original, current).patch
+        out.patch = json_patch(original, current)
     return out
