@@ -7,7 +7,8 @@ does not touch as the same object (:mod:`webhook.policy.merge`), and a JSONPatch
 subtrees equal, so :func:`json_patch` walks the objects' maps itself, skips a member that is the same
 object or serializes to the same JSON (orjson: ``true``, ``1`` and ``1.0`` stay different, as they do
 for ``make_patch``, where Python's ``==`` would call them equal), and hands only what differs below a
-map (a list, a scalar, a changed type) to ``jsonpatch.make_patch``, with that subtree's path as prefix.
+map or a list of unchanged length (a list that grew or shrank, a scalar, a changed type) to
+``jsonpatch.make_patch``, with that subtree's path as prefix.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ def json_patch(src: Any, dst: Any) -> list[dict[str, Any]]:
 
     Returns:
         The operations, ``[]`` when the two are equal. Applying them to ``src`` gives a document equal to
-        ``dst``. Within a map the operations are per member; a list that differs gets
-        ``jsonpatch.make_patch``'s operations for that list (its ``path`` and ``from`` prefixed).
+        ``dst``. Within a map the operations are per member, within a list of unchanged length per
+        element; a list whose length changed gets ``jsonpatch.make_patch``'s operations for that list
+        (its ``path`` and ``from`` prefixed).
     """
     ops: list[dict[str, Any]] = []
     _diff(src, dst, "", ops)
@@ -50,6 +52,13 @@ def _diff(src: Any, dst: Any, path: str, ops: list[dict[str, Any]]) -> None:
             old = src[key]
             if old is not value:
                 _diff(old, value, f"{path}/{escape(key)}", ops)
+        return
+    if type(src) is list and type(dst) is list and len(src) == len(dst):
+        # Elements changed in place (every container's imagePullPolicy set): per index, as for a map's
+        # members. make_patch would search the list for moved runs (250 us for two containers).
+        for i, (old, value) in enumerate(zip(src, dst, strict=True)):
+            if old is not value:
+                _diff(old, value, f"{path}/{i}", ops)
         return
     try:
         if orjson.dumps(src) == orjson.dumps(dst):
