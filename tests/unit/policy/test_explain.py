@@ -255,3 +255,17 @@ def test_an_explanation_over_its_budget_is_refused_before_anything_is_evaluated(
         explain_validating(req, [p], LOOKUPS, work_budget=work - 1)
     assert refused.value.work == work
     assert explain_validating(req, [p], LOOKUPS, work_budget=work).policies[0].result == "pass"
+
+
+def test_each_mutating_policy_of_a_chain_shows_its_own_patch() -> None:
+    first = _compiled(policy("a-label", mutations=[{"patchType": "ApplyConfiguration", "applyConfiguration": {
+        "expression": "{'metadata': {'labels': {'a': 'x'}}}"}}]))
+    second = _compiled(policy("b-label", mutations=[{"patchType": "ApplyConfiguration", "applyConfiguration": {
+        "expression": "{'metadata': {'labels': {'b': object.metadata.?labels.?a.orValue('none')}}}"}}]))
+    req = request(pod(labels={"keep": "1"}))
+    explained = explain_mutating(req, [first, second], LOOKUPS)  # evaluation order, as the index gives it
+    assert explained.patch == evaluate_mutating(req, [first, second], LOOKUPS).patch
+    assert [(t.policy, t.patch) for t in explained.policies] == [
+        ("a-label", [{"op": "add", "path": "/metadata/labels/a", "value": "x"}]),
+        ("b-label", [{"op": "add", "path": "/metadata/labels/b", "value": "x"}]),  # it saw a-label's change
+    ]

@@ -153,14 +153,13 @@ def match_trace(spec: PolicySpec, ctx: RequestContext) -> MatchTrace:
             trace.reason = f"no resource rule selects {request}"
         return trace
     selecting = next(r for r in (as_pod if view is View.POD_TEMPLATE else rules) if r.matched)
-    how = " (autogen.podControllers)" if view is View.POD_TEMPLATE else ""
     if has_selectors(spec):
         trace.selectors = _selector_checks(spec, ctx)
         if not selectors_match(spec, coords, ctx.request, ctx.namespace_object):
             failing = next((s for s in trace.selectors if not s.matched), None)
-            trace.reason = (f"{request}: selected by {selecting.path}{how}, but "
+            trace.reason = (f"{request}: selected by {selecting.path}, but "
                             f"{failing.path if failing else 'a selector'} does not match")
             return trace
     trace.selected = True
-    trace.reason = f"{request}: selected by {selecting.path}{how}"
+    trace.reason = f"{request}: selected by {selecting.path}"
     return trace

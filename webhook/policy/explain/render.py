@@ -92,6 +92,8 @@ def render_policy(trace: PolicyTrace, depth: int = 0) -> list[str]:
         lines.append(f"{inner}auditAnnotations:")
         for a in trace.annotations:
             lines.append(f"{inner}{_STEP}{a.key} = {_value(a.evaluated.value, a.evaluated.error)}")
+    if trace.patch is not None:
+        lines.append(f"{inner}patch: {show(trace.patch).text()}")
     for w in trace.warnings:
         lines.append(f"{inner}warning: {_one_line(w)}")
     return lines

@@ -250,6 +250,8 @@ class PolicyTrace:
         variables: each variable (evaluated when the validations are).
         validations: each validation.
         annotations: each auditAnnotation.
+        patch: for ``mutate``: what the policy changed, as a JSONPatch from the object it received (None when
+            it changed nothing, or when the chain's changes are not split per policy).
         warnings: the warnings evaluating it adds to the response.
     """
 
@@ -265,6 +267,7 @@ class PolicyTrace:
     variables: list[VariableTrace] = field(default_factory=list)
     validations: list[ValidationTrace] = field(default_factory=list)
     annotations: list[AnnotationTrace] = field(default_factory=list)
+    patch: list[dict[str, Any]] | None = None
     warnings: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -283,6 +286,8 @@ class PolicyTrace:
                            ("validations", self.validations), ("auditAnnotations", self.annotations)):
             if items:
                 out[key] = [i.as_dict() for i in items]
+        if self.patch is not None:
+            out["patch"] = show(self.patch).as_dict()
         if self.warnings:
             out["warnings"] = self.warnings
         return out
