@@ -4,6 +4,10 @@ JUnit follows the schema CI systems read (Jenkins, GitLab, GitHub test
 reporters): one ``<testsuite>`` per TestSuite file (``tollgate test`` for
 ad-hoc runs), one ``<testcase>`` per row, a ``<failure>`` for an unmet
 expectation (ad-hoc: a ``fail`` or ``error`` row) carrying the mismatch.
+
+With ``--explain`` a row carries its policy's trace: JSON and YAML rows have it under
+``explanation``, JUnit test cases print it in ``<system-out>``, and after a table
+:func:`explanations` prints it as a tree per row.
 """
 
 from __future__ import annotations
@@ -14,7 +18,8 @@ from collections.abc import Sequence
 
 import yaml
 
-from webhook.files.testsuite import Row
+from webhook.files.testsuite import Row, describe_key
+from webhook.policy.explain import render_policy
 
 FORMATS = ("table", "json", "yaml", "junit")
 
@@ -53,6 +58,23 @@ def table(rows: Sequence[Row]) -> str:
     return "\n".join(line.rstrip() for line in lines) + "\n"
 
 
+def explanation(row: Row) -> str:
+    """One row's explanation as text: a heading naming the policy, resource and operation, then its trees."""
+    where = describe_key((row.kind, row.namespace, row.name))
+    verdict = f"{row.result}, expected {row.expected}" if row.expected is not None else row.result
+    lines = [f"=== {row.policy} on {where} ({row.request}): {verdict}"]
+    if not row.explanation:
+        lines.append("  not evaluated: the request has no object to mutate and the policy only mutates")
+    for trace in row.explanation or []:
+        lines += render_policy(trace, 1)
+    return "\n".join(lines) + "\n"
+
+
+def explanations(rows: Sequence[Row]) -> str:
+    """Every explained row's tree (see :func:`explanation`), separated by blank lines; ``""`` when none is."""
+    return "".join("\n" + explanation(r) for r in rows if r.explanation is not None)
+
+
 def junit(rows: Sequence[Row]) -> str:
     """JUnit XML: ``<testsuites>`` → ``<testsuite name=FILE>`` → ``<testcase>`` (+ ``<failure>``)."""
     root = ET.Element("testsuites", name="tollgate test")
@@ -71,7 +93,9 @@ def junit(rows: Sequence[Row]) -> str:
                 text = r.mismatch or f"{r.result}: {r.message}"
                 failure = ET.SubElement(case, "failure", message=text, type=r.result)
                 failure.text = f"expected: {r.expected or 'pass'}\ngot: {r.result}\nmessage: {r.message}\n"
-            elif r.message:
+            if r.explanation is not None:
+                ET.SubElement(case, "system-out").text = explanation(r)
+            elif r.ok and r.message:
                 ET.SubElement(case, "system-out").text = f"{r.result}: {r.message}"
         total += len(members)
         failed += len(bad)

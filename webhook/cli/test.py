@@ -54,6 +54,11 @@ TestSuite file (paths relative to the suite file; see docs/writing-policies.md):
 Output: --output table|json|yaml|junit. json/yaml rows: {"policy", "kind", "namespace", "name",
 "result", "message"}, plus for suites {"suite", "operation", "expected", "ok", "mismatch"} and "subResource" when set.
 
+--explain: after the table, a tree per row: why the policy matched or not (each resource rule, the
+selectors and the labels they saw), each matchCondition, variable and validation with its value and
+message, and for a false or failed expression the values of its top-level operands. json/yaml rows
+carry it as "explanation", junit test cases in <system-out>.
+
 Input: YAML or JSON, multi-document; a List (kubectl get -o yaml|json) stands for its items;
 - is standard input, and <(kubectl get pods -o yaml) works too.
 
@@ -99,6 +104,8 @@ def add_parser(sub: Subparsers) -> None:
     p.add_argument("-o", "--output", choices=report.FORMATS, default="table", help="output format (default table)")
     p.add_argument("--fail-only", action="store_true",
                    help="show only unmet expectations (ad-hoc: only fail and error rows)")
+    p.add_argument("--explain", action="store_true",
+                   help="explain each row: why the policy matched, every value it computed, why it failed")
 
 
 def _stdin_uses(args: argparse.Namespace) -> int:
@@ -123,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
         errors += search.errors
         for suite in search.suites:
             try:
-                outcome = run_suite(suite, params_selector=args.params_selector)
+                outcome = run_suite(suite, params_selector=args.params_selector, explain=args.explain)
             except (InputError, ValueError) as e:
                 errors.append(str(e))  # this suite is unusable; the others still run
                 continue
@@ -135,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
                 policies=args.policy, resources=args.resource, configmaps=args.configmap,
                 namespaces=args.namespace_file, old_resources=args.old_resource, operation=args.operation,
                 user_info={"username": args.username, "groups": [g for g in args.groups.split(",") if g]},
-                params_selector=args.params_selector, references=args.reference)
+                params_selector=args.params_selector, references=args.reference, explain=args.explain)
         except (InputError, ValueError) as e:
             print(f"tollgate test: {e}", file=sys.stderr)
             return ExitStatus.USAGE
@@ -143,7 +150,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"tollgate test: warning: {w}", file=sys.stderr)
     bad = [r for r in rows if not r.ok]
     if rows or not errors:
-        sys.stdout.write(report.render(bad if args.fail_only else rows, args.output))
+        shown = bad if args.fail_only else rows
+        sys.stdout.write(report.render(shown, args.output))
+        if args.explain and args.output == "table":
+            sys.stdout.write(report.explanations(shown))
         sys.stdout.flush()
         _summary(rows, bad, suites=bool(args.suites))
     for line in errors:

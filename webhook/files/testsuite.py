@@ -39,6 +39,7 @@ import jsonpatch
 from webhook.files.checks import compile_for_evaluation, schema_problems
 from webhook.files.yamlio import STDIN, Document, InputError, load_file, load_paths, yaml_files
 from webhook.policy import CompiledPolicy, InMemoryLookups, Result, evaluate_mutating, evaluate_validating
+from webhook.policy.explain import PolicyTrace, explain_mutating, explain_validating
 from webhook.policy.labelquery import parse_label_selector_text
 from webhook.policy.model import Reference
 from webhook.policy.resources import resource_for_kind
@@ -56,7 +57,8 @@ class Row:
 
     Ad-hoc rows carry the first six fields; TestSuite rows also the suite file,
     the operation and subresource, the expected result and ``mismatch`` (``""``
-    when the expectation holds, else why not).
+    when the expectation holds, else why not). With ``--explain``, ``explanation`` holds the
+    policy's trace on the resource: one per endpoint that evaluated it (``mutate``, then ``validate``).
     """
 
     policy: str
@@ -70,6 +72,7 @@ class Row:
     expected: str | None = None
     mismatch: str = ""
     sub_resource: str = ""
+    explanation: list[PolicyTrace] | None = None
 
     @property
     def request(self) -> str:
@@ -88,7 +91,8 @@ class Row:
 
         ``{"policy", "kind", "namespace", "name", "result", "message"}``, plus for a
         suite row ``"suite", "operation", "expected", "ok", "mismatch"`` and, when
-        the test names one, ``"subResource"``.
+        the test names one, ``"subResource"``; with ``--explain`` ``"explanation"``: a list of
+        :meth:`PolicyTrace.as_dict`.
         """
         out: dict[str, Any] = {"policy": self.policy, "kind": self.kind, "namespace": self.namespace,
                                "name": self.name, "result": self.result, "message": self.message}
@@ -97,6 +101,8 @@ class Row:
                        mismatch=self.mismatch)
             if self.sub_resource:
                 out["subResource"] = self.sub_resource
+        if self.explanation is not None:
+            out["explanation"] = [t.as_dict() for t in self.explanation]
         return out
 
 
@@ -189,6 +195,8 @@ class Evaluation:
 
     outcomes: dict[str, PolicyOutcome]
     patched: dict[str, Any] | None
+    #: With ``explain``: each policy's traces (its mutating step, then its validating one).
+    explanations: dict[str, list[PolicyTrace]] = field(default_factory=dict)
 
 
 class AdmissionChain:
@@ -200,16 +208,18 @@ class AdmissionChain:
         configmaps: ConfigMaps standing in for the params cache (already selected).
         objects: reference → its objects, standing in for the caches of ``spec.references``
             (see :func:`reference_objects`).
+        explain: also explain each policy's step (:mod:`webhook.policy.explain`), on the request it saw.
     """
 
     def __init__(self, policies: Sequence[LoadedPolicy], *, namespaces: Iterable[dict[str, Any]] = (),
                  configmaps: Iterable[dict[str, Any]] = (),
-                 objects: Mapping[Reference, list[dict[str, Any]]] | None = None) -> None:
+                 objects: Mapping[Reference, list[dict[str, Any]]] | None = None, explain: bool = False) -> None:
         # The order of the mutating chain: namespaced policies first, the platform's last (policy-api.md).
         self.policies = sorted(policies, key=lambda p: (not p.namespaced, p.name))
         self.namespaces = list(namespaces)
         self.configmaps = list(configmaps)
         self.objects = dict(objects or {})
+        self.explain = explain
 
     def _lookups(self, request: dict[str, Any]) -> InMemoryLookups:
         namespaces = self.namespaces
@@ -222,6 +232,7 @@ class AdmissionChain:
         """Mutations in chain order, then validations on the mutated object; an outcome for every policy."""
         lookups = self._lookups(request)
         found_by_policy: dict[str, list[PolicyOutcome]] = {p.name: [] for p in self.policies}
+        explained: dict[str, list[PolicyTrace]] = {p.name: [] for p in self.policies} if self.explain else {}
         current = request.get("object")
         # The API server's order: tenants' AdmissionPolicies, then ClusterAdmissionPolicies, each in name order.
         chain = sorted(self.policies, key=lambda p: (not p.namespaced, p.compiled.spec.name,
@@ -230,6 +241,9 @@ class AdmissionChain:
             if not policy.compiled.mutating or not isinstance(current, dict):
                 continue
             step = evaluate_mutating({**request, "object": current}, [policy.compiled], lookups)
+            if self.explain:
+                explained[policy.name] += explain_mutating({**request, "object": current}, [policy.compiled],
+                                                           lookups).policies
             found = found_by_policy[policy.name]
             for r in step.results:
                 if str(r.result) == "pass" and step.patch:
@@ -243,6 +257,8 @@ class AdmissionChain:
             if not policy.compiled.validating:
                 continue
             outcome = evaluate_validating(validated, [policy.compiled], lookups)
+            if self.explain:
+                explained[policy.name] += explain_validating(validated, [policy.compiled], lookups).policies
             for r in outcome.results:
                 result = str(r.result)
                 if result == "fail":
@@ -257,7 +273,7 @@ class AdmissionChain:
                 continue
             worst = Result.worst(v.result for v in found)
             out[name] = PolicyOutcome(str(worst), "; ".join(v.message for v in found if v.message))
-        return Evaluation(out, current if isinstance(current, dict) else None)
+        return Evaluation(out, current if isinstance(current, dict) else None, explained)
 
 
 def evaluate_pair(policy: CompiledPolicy, request: dict[str, Any], lookups: InMemoryLookups) -> tuple[str, str]:
@@ -418,8 +434,8 @@ def index_resources(docs: Iterable[Document]) -> dict[tuple[str, str, str], Docu
 
 def run_adhoc(*, policies: list[Path], resources: list[Path], configmaps: list[Path], namespaces: list[Path],
               old_resources: list[Path], operation: str, user_info: dict[str, Any], params_selector: str,
-              references: Sequence[Path] = ()) -> tuple[list[Row], list[str]]:
-    """Every policy against every resource (``tollgate test -p ... -r ...``).
+              references: Sequence[Path] = (), explain: bool = False) -> tuple[list[Row], list[str]]:
+    """Every policy against every resource (``tollgate test -p ... -r ...``); with ``explain``, rows carry traces.
 
     Returns:
         ``(rows, warnings)``: rows in resource order, policies in name order.
@@ -430,7 +446,7 @@ def run_adhoc(*, policies: list[Path], resources: list[Path], configmaps: list[P
     loaded = load_policies(policies)
     params, warnings = select_params(load_kind(configmaps, "ConfigMap"), params_selector)
     chain = AdmissionChain(loaded, namespaces=[d.obj for d in load_kind(namespaces, "Namespace")], configmaps=params,
-                          objects=reference_objects(load_resources(references)))
+                          objects=reference_objects(load_resources(references)), explain=explain)
     olds = index_resources(load_resources(old_resources))
     rows = []
     names = sorted(p.name for p in loaded)
@@ -441,7 +457,8 @@ def run_adhoc(*, policies: list[Path], resources: list[Path], configmaps: list[P
                                                       old_object=old))
         for name in names:
             outcome = evaluation.outcomes[name]
-            rows.append(Row(name, key[0], key[1], key[2], outcome.result, outcome.message, operation=operation))
+            rows.append(Row(name, key[0], key[1], key[2], outcome.result, outcome.message, operation=operation,
+                            explanation=evaluation.explanations.get(name) if explain else None))
     return rows, warnings
 
 
@@ -544,8 +561,10 @@ class SuiteRun:
         return [r for r in self.rows if not r.ok]
 
 
-def run_suite(suite: Document, *, params_selector: str) -> SuiteRun:
+def run_suite(suite: Document, *, params_selector: str, explain: bool = False) -> SuiteRun:
     """Run one TestSuite document: every ``results`` entry becomes a row with ``mismatch`` set when it fails.
+
+    With ``explain``, each row carries its policy's trace on its resource.
 
     Raises:
         InputError: the suite violates its schema, or names a policy, resource or file that is not there.
@@ -558,7 +577,8 @@ def run_suite(suite: Document, *, params_selector: str) -> SuiteRun:
     loaded = load_policies(_files(suite, "policies"))
     params, out.warnings = select_params(load_kind(_files(suite, "configMaps"), "ConfigMap"), params_selector)
     chain = AdmissionChain(loaded, namespaces=[d.obj for d in load_kind(_files(suite, "namespaces"), "Namespace")],
-                          configmaps=params, objects=reference_objects(load_resources(_files(suite, "references"))))
+                          configmaps=params, objects=reference_objects(load_resources(_files(suite, "references"))),
+                          explain=explain)
     resources = index_resources(load_resources(_files(suite, "resources")))
     olds = index_resources(load_resources(_files(suite, "oldResources")))
     names = sorted(p.name for p in loaded)
@@ -585,7 +605,8 @@ def run_suite(suite: Document, *, params_selector: str) -> SuiteRun:
         evaluation = cache[memo]
         outcome = evaluation.outcomes[exp["policy"]]
         row = Row(exp["policy"], key[0], key[1], key[2], outcome.result, outcome.message, suite=suite.source,
-                  operation=operation, expected=exp["result"], sub_resource=sub_resource)
+                  operation=operation, expected=exp["result"], sub_resource=sub_resource,
+                  explanation=evaluation.explanations.get(exp["policy"]) if explain else None)
         row.mismatch = _mismatch(suite, i, exp, row, evaluation)
         out.rows.append(row)
     return out
