@@ -269,3 +269,29 @@ def test_each_mutating_policy_of_a_chain_shows_its_own_patch() -> None:
         ("a-label", [{"op": "add", "path": "/metadata/labels/a", "value": "x"}]),
         ("b-label", [{"op": "add", "path": "/metadata/labels/b", "value": "x"}]),  # it saw a-label's change
     ]
+
+
+def test_operands_and_values_are_bounded() -> None:
+    from webhook.policy.explain.explainer import MAX_OPERANDS_PER_EXPLANATION
+    from webhook.policy.explain.operands import MAX_OPERANDS
+    from webhook.policy.explain.shown import MAX_ITEMS, MAX_STRING
+
+    chain = " && ".join(f"object.metadata.name == 'n{i}'" for i in range(MAX_OPERANDS + 3))
+    many = _compiled(policy("many", validations=[{"expression": chain}] * 10))
+    req = request(pod(name="x" * (MAX_STRING + 50), images=tuple(f"i{i}" for i in range(MAX_ITEMS + 5))))
+    trace = explain_validating(req, [many], LOOKUPS).policies[0]
+    first = trace.validations[0].evaluated
+    assert len(first.operands) == MAX_OPERANDS and first.more_operands == 3
+    evaluated = [o for v in trace.validations for o in v.evaluated.operands if o.value is not None]
+    assert len(evaluated) == MAX_OPERANDS_PER_EXPLANATION
+    assert trace.validations[-1].evaluated.operands[0].note is not None
+
+    checks = _compiled(policy("checks", validations=[{"expression": "object.metadata.name == 'short'"},
+                                                     {"expression": "object.spec.containers.all(c, c.name == '')"}]))
+    name, containers = explain_validating(req, [checks], LOOKUPS).policies[0].validations
+    (long_name,) = name.evaluated.operands
+    assert long_name.value is not None and long_name.value.truncated and long_name.value.size == MAX_STRING + 50
+    assert long_name.value.value == "x" * MAX_STRING + "…"
+    rng, _failing = containers.evaluated.operands
+    assert rng.value is not None and rng.value.truncated and rng.value.size == MAX_ITEMS + 5
+    assert len(rng.value.value) == MAX_ITEMS + 1 and rng.value.value[-1] == "… 5 more"

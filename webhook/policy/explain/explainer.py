@@ -57,11 +57,15 @@ from webhook.policy.model import Reference
 from webhook.policy.plan import Plan, build_plan
 from webhook.policy.vocabulary import Endpoint, PolicyResult, Result
 
-__all__ = ["EXPLAIN_WORK_FACTOR", "explain", "explain_mutating", "explain_validating", "explain_work"]
+__all__ = ["EXPLAIN_WORK_FACTOR", "MAX_OPERANDS_PER_EXPLANATION", "MAX_SPLIT_PATCHES", "explain", "explain_mutating",
+           "explain_validating", "explain_work"]
 
 #: How much more an explanation may evaluate than the decision: every program once, and the operands of
 #: the false or failed ones (each a part of its expression) once more.
 EXPLAIN_WORK_FACTOR = 2
+#: Most operands one explanation evaluates (each is compiled and evaluated on its own); later ones are listed
+#: without a value.
+MAX_OPERANDS_PER_EXPLANATION = 64
 #: Most policies of a mutating chain whose own patch is shown: each is found by evaluating the chain up to
 #: that policy again (so the chain's semantics are kept exactly), which costs another chain evaluation.
 MAX_SPLIT_PATCHES = 8
@@ -100,6 +104,7 @@ class _Explainer:
 
     def __init__(self, ctx: RequestContext) -> None:
         self.ctx = ctx
+        self.operands_left = MAX_OPERANDS_PER_EXPLANATION
 
     # ------------------------------------------------------------------ expressions
 
@@ -115,6 +120,10 @@ class _Explainer:
             if operand.role in (Role.THEN, Role.ELSE) and taken is not None and operand.role != taken:
                 trace.note = "branch not taken"
                 continue
+            if self.operands_left <= 0:
+                trace.note = f"not evaluated: the explanation's {MAX_OPERANDS_PER_EXPLANATION} operands are shown"
+                continue
+            self.operands_left -= 1
             try:
                 program = compile_expression(operand.source, "(operand)", expect=(), known_variables=known,
                                              references=references)

@@ -107,6 +107,8 @@ def render_explanation(explanation: Explanation) -> str:
     decision = "allowed" if explanation.allowed else "denied"
     lines = [f"{r.get('kind')}{sub} {where} {r.get('operation')} by {r.get('username') or '(no user)'} on "
              f"/{explanation.endpoint}: {decision}"]
+    if explanation.note:
+        lines.append(f"{_STEP}note: {explanation.note}")
     if explanation.message:
         lines.append(f"{_STEP}message: {_one_line(explanation.message)}")
     if explanation.patch is not None:

@@ -306,6 +306,7 @@ class Explanation:
         warnings: ``response.warnings``.
         policies: one trace per policy explained, in evaluation order.
         patch: for ``mutate``: the response's JSONPatch (RFC 6902), None when nothing changed.
+        note: what the decision covers when it is not the whole answer (only some policies explained).
     """
 
     request: dict[str, Any]
@@ -315,10 +316,13 @@ class Explanation:
     warnings: list[str] = field(default_factory=list)
     policies: list[PolicyTrace] = field(default_factory=list)
     patch: list[dict[str, Any]] | None = None
+    note: str = ""
 
     def as_dict(self) -> dict[str, Any]:
-        """``{"request", "endpoint", "allowed", "message"?, "warnings"?, "policies"}``."""
+        """``{"request", "endpoint", "allowed", "note"?, "message"?, "warnings"?, "policies", "patch"?}``."""
         out: dict[str, Any] = {"request": self.request, "endpoint": self.endpoint, "allowed": self.allowed}
+        if self.note:
+            out["note"] = self.note
         if self.message:
             out["message"] = self.message
         if self.warnings:
