@@ -22,6 +22,7 @@ from typing import Any
 
 from aiohttp import web
 
+from webhook.admission.explain import ExplainEndpoint
 from webhook.admission.handler import AdmissionHandler
 from webhook.admission.lifecycle import evaluation_pool_ctx
 from webhook.admission.server import AdmissionServer
@@ -186,6 +187,9 @@ def create_app(settings: Settings, *, api_client: Any = None,
                                                    inline_work_budget=settings.inline_work_budget or None))
     app.on_response_prepare.append(c.server.on_response_prepare)  # Connection: close once shutting down
     app.add_routes(c.server.routes())
+    if settings.explain:  # POST /explain, guarded as reviews are (webhook.admission.explain)
+        app.add_routes(ExplainEndpoint(c.server.handler, c.metrics, work_budget=settings.inline_work_budget,
+                                       max_body_bytes=min(settings.max_request_bytes, 1024 * 1024)).routes())
     app.add_routes(health.routes())
     return app
 

@@ -82,6 +82,8 @@ class Settings:
         ready_max_staleness: seconds the core caches may go without word from the API server (no watch
             open, no list page) before ``/readyz`` says not ready, so the Service routes reviews to a
             replica that still hears it (0: never).
+        explain: serve ``POST /explain``, the explanation of one AdmissionReview (``--explain``;
+            :mod:`webhook.admission.explain`).
     """
 
     local_dir: Path | None = None
@@ -124,6 +126,7 @@ class Settings:
     idle_timeout: float = 120.0
     max_connections: int = 512
     ready_max_staleness: float = 30.0
+    explain: bool = False
 
 
 #: Every setting's default, in one place: ``tollgate serve``'s flags and the components read them from here
