@@ -135,6 +135,9 @@ def add_parser(sub: Subparsers) -> None:
     p.add_argument("--self-managed-certs", action="store_true",
                    help="keep the CA and serving certificate in the Secret tollgate-tls, written into --cert-dir; "
                         "the leader rotates them and patches the caBundle")
+    p.add_argument("--explain", action="store_true",
+                   help="serve POST /explain: why each policy decided one AdmissionReview as it did, with the "
+                        "values it computed (rate- and size-limited; needs --client-ca in a cluster)")
     p.add_argument("--log-level", default=DEFAULT_LOG_LEVEL, help=f"(default {DEFAULT_LOG_LEVEL})")
 
 
@@ -302,6 +305,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_serve(args: argparse.Namespace) -> int:
+    if args.explain and args.local is None and args.client_ca is None:
+        raise UsageError("--explain in a cluster needs --client-ca: an explanation shows the params, referenced "
+                         "objects and Namespace labels the policies read, so only clients with a certificate "
+                         "signed by that CA may ask for one")
     cert, key, ca = _resolve_certs(args)
     if args.self_managed_certs:
         if args.local is not None or args.cert_dir is None:
@@ -335,7 +342,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         shutdown_delay=(args.shutdown_delay if args.shutdown_delay is not None
                         else 0.0 if args.local else DEFAULTS.shutdown_delay),
         background_audit=args.background_audit and args.local is None, audit_max_objects=args.audit_max_objects,
-        decision_memo_bytes=args.decision_memo_bytes,
+        decision_memo_bytes=args.decision_memo_bytes, explain=args.explain,
     )
     runner: Callable[[Coroutine[Any, Any, None]], None]
     try:
