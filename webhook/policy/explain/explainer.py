@@ -60,9 +60,10 @@ from webhook.policy.vocabulary import Endpoint, PolicyResult, Result
 __all__ = ["EXPLAIN_WORK_FACTOR", "MAX_OPERANDS_PER_EXPLANATION", "MAX_SPLIT_PATCHES", "explain", "explain_mutating",
            "explain_validating", "explain_work"]
 
-#: How much more an explanation may evaluate than the decision: every program once, and the operands of
-#: the false or failed ones (each a part of its expression) once more.
-EXPLAIN_WORK_FACTOR = 2
+#: How much more an explanation may evaluate than the decision: every program once; the top-level operands of a
+#: false or failed one, which are disjoint parts of it (at most the program again); and for an operand that is an
+#: ``all()``, the filter of the elements failing its predicate (at most that operand again).
+EXPLAIN_WORK_FACTOR = 3
 #: Most operands one explanation evaluates (each is compiled and evaluated on its own); later ones are listed
 #: without a value.
 MAX_OPERANDS_PER_EXPLANATION = 64

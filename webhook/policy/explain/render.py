@@ -6,8 +6,10 @@ answers. Each value is one line, cut to :data:`~webhook.policy.explain.shown.MAX
 
 from __future__ import annotations
 
+import json
 import re
 
+from webhook.policy.explain.operands import Role
 from webhook.policy.explain.shown import Shown, show
 from webhook.policy.explain.trace import Evaluated, Explanation, OperandTrace, PolicyTrace
 
@@ -31,8 +33,9 @@ def _value(value: Shown | None, error: str | None, note: str | None = None) -> s
 
 
 def _operand(o: OperandTrace) -> str:
-    what = {"operand": "", "range": "range ", "condition": "condition ", "then": "then ", "else": "else ",
-            "bound": ""}.get(o.role, f"{o.role} of ")
+    what = {Role.OPERAND: "", Role.RANGE: "range ", Role.CONDITION: "condition ", Role.THEN: "then ",
+            Role.ELSE: "else ", Role.BOUND: "", Role.FAILING: "elements failing ",
+            Role.MATCHING: "elements satisfying "}.get(o.role, f"{o.role}: ")
     return f"{what}{_one_line(o.text)} = {_value(o.value, o.error, o.note)}"
 
 
@@ -62,7 +65,8 @@ def render_policy(trace: PolicyTrace, depth: int = 0) -> list[str]:
         why = f"  ({r.mismatch})" if r.mismatch else ""
         lines.append(f"{inner}{_STEP}{mark} {r.path}: {r.rule}{why}")
     for s in match.selectors:
-        seen = "; ".join(f"{of}: {labels if labels is not None else 'none'}" for of, labels in s.seen)
+        seen = "; ".join(f"{of}: {json.dumps(labels, sort_keys=True) if labels is not None else 'none'}"
+                         for of, labels in s.seen)
         mark = "matches " if s.matched else "no match"
         lines.append(f"{inner}{_STEP}{mark} {s.path} {s.selector}" + (f"  (labels of {seen})" if seen else "")
                      + (f"  ({s.note})" if s.note else ""))

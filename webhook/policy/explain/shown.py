@@ -4,7 +4,8 @@ An explanation prints values an author's expressions computed over objects of an
 value is cut to a bounded copy: at most :data:`MAX_ITEMS` entries per list or map, strings of at most
 :data:`MAX_STRING` characters, :data:`MAX_DEPTH` levels; its one-line text is at most
 :data:`MAX_TEXT` characters. What was cut is marked (``"…": "3 more"`` in a map, ``"… 3 more"`` in a
-list, ``…`` at the end of a string) and ``truncated`` is set.
+list, ``…`` at the end of a string) and ``truncated`` is set. Map keys are sorted (CEL maps have no
+order), so an explanation reads the same every time.
 """
 
 from __future__ import annotations
@@ -93,7 +94,8 @@ class _Cutter:
             return _MORE
         if isinstance(value, dict):
             out: dict[str, Any] = {}
-            for i, (k, v) in enumerate(value.items()):
+            # Keys sorted: cel-cpp's maps have no stable order, an explanation must read the same every time.
+            for i, (k, v) in enumerate(sorted(value.items(), key=lambda kv: str(kv[0]))):
                 if i == MAX_ITEMS:
                     self.truncated = True
                     out[_MORE] = f"{len(value) - MAX_ITEMS} more"
