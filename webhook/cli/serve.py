@@ -275,7 +275,9 @@ async def _run_app(app: Any, settings: Settings, ca_file: Path | None) -> None:
               f"Try it (a privileged Pod with a :latest image):\n\n"
               f"  curl -s {cacert} -H 'Content-Type: application/json' "
               f"--data @{sample} https://{host}:{settings.port}/validate\n\n"
-              f"Mutating endpoint: same with /mutate. Readiness: https://{host}:{settings.port}/readyz\n",
+              f"Mutating endpoint: same with /mutate. Readiness: https://{host}:{settings.port}/readyz\n"
+              + ("Explain the decision: the same with '.../explain?format=text' in place of .../validate\n"
+                 if settings.explain else ""),
               file=sys.stderr, flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
