@@ -295,3 +295,15 @@ def test_operands_and_values_are_bounded() -> None:
     rng, _failing = containers.evaluated.operands
     assert rng.value is not None and rng.value.truncated and rng.value.size == MAX_ITEMS + 5
     assert len(rng.value.value) == MAX_ITEMS + 1 and rng.value.value[-1] == "… 5 more"
+
+
+def test_a_variable_that_errors_is_shown_with_its_error_and_operands_and_decides_nothing_unread() -> None:
+    p = _compiled(policy("v", variables=[{"name": "first", "expression": "object.spec.containers[5].name"},
+                                         {"name": "count", "expression": "size(object.spec.containers)"}],
+                         validations=[{"expression": "variables.count <= 3"}]))
+    trace = explain_validating(request(pod()), [p], LOOKUPS).policies[0]
+    first, count = trace.variables
+    assert first.evaluated.error == "variables.first: Index error: index=5 size=1"
+    assert [o.text for o in first.evaluated.operands] == ["object.spec.containers[5]"]
+    assert count.evaluated.value is not None and count.evaluated.value.value == 1
+    assert trace.result == "pass"  # the engine never reads the broken variable

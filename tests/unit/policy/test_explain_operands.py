@@ -44,7 +44,9 @@ def _tree(text: str) -> Any:
       ("has(object.spec)", Role.OPERAND)]),
     ("a[0] == b['x)']", [("a[0]", Role.OPERAND), ("b['x)']", Role.OPERAND)]),
     ("r'\\d(' == x", [("x", Role.OPERAND)]),
-    ("object.metadata.name", []),
+    ("object.metadata.name", [("object.metadata", Role.OPERAND)]),
+    ("has(object.spec.x)", [("object.spec", Role.OPERAND)]),
+    ("variables.ok", []),
     ("true", []),
     ("a &&", []),  # does not parse: no operands, never an exception
 ])

@@ -24,6 +24,7 @@ Explaining costs more than deciding (every program runs, and the operands of fai
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -64,6 +65,8 @@ __all__ = ["EXPLAIN_WORK_FACTOR", "MAX_OPERANDS_PER_EXPLANATION", "MAX_SPLIT_PAT
 #: false or failed one, which are disjoint parts of it (at most the program again); and for an operand that is an
 #: ``all()``, the filter of the elements failing its predicate (at most that operand again).
 EXPLAIN_WORK_FACTOR = 3
+#: cel-cpp's status codes, which the engine leaves out of its messages (as here for a variable's error).
+_STATUS = re.compile(r"\b(?:INVALID_ARGUMENT|NOT_FOUND|OUT_OF_RANGE|UNKNOWN|INTERNAL): ")
 #: Most operands one explanation evaluates (each is compiled and evaluated on its own); later ones are listed
 #: without a value.
 MAX_OPERANDS_PER_EXPLANATION = 64
@@ -229,7 +232,7 @@ class _Explainer:
             try:
                 evaluated.value = show(scope.variable(variable.name))
             except (RuntimeError, KeyError) as e:
-                evaluated.error = str(e).strip("'")
+                evaluated.error = _STATUS.sub("", str(e).strip("'"))
                 evaluated.operands, evaluated.more_operands = self.operands(
                     variable.expression, run.activation, known, policy.spec.references)
             trace.variables.append(VariableTrace(variable.name, evaluated))

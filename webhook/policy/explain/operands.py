@@ -296,6 +296,10 @@ class _Finder:
         if node.kind == "comprehension":
             self.comprehension(node, nested=False)
             return
+        if node.kind == "select" and node.target is not None:
+            if node.target.kind != "ident":  # object, request, variables...: not worth showing whole
+                self.add(node.target, Role.OPERAND)
+            return
         if node.kind != "call":
             return
         if node.name in _LOGICAL and node.target is None:
