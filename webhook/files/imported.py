@@ -1,0 +1,186 @@
+"""Imported policies among documents read from files: Kubernetes admission policies and Kyverno CEL policies.
+
+``tollgate test``, ``lint``, ``audit`` read these beside Tollgate's own kinds. The documents of every
+file given are converted together (a binding and its policy may be in different files), with
+:mod:`webhook.policy.imports`; each resulting policy is an :class:`ImportedDocument`: a
+:class:`~webhook.files.yamlio.Document` whose ``obj`` is the ``ClusterAdmissionPolicy`` object the
+server would serve and whose locations are its sources' (a compile error in
+``spec.validations[0].expression`` names the line of the ValidatingAdmissionPolicy's expression; a
+problem with ``spec.paramRef`` the binding's line), so every message names the author's file, line,
+document and field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from webhook.files.yamlio import Document, InputError, load_paths, parse_path
+from webhook.policy.imports.catalog import import_policies
+from webhook.policy.imports.imported import Imported, Problem, SourceRef
+from webhook.policy.imports.kinds import IMPORT_KINDS, import_kind_of
+from webhook.policy.imports.provenance import IMPORT_ERROR_ANNOTATION
+from webhook.policy.vocabulary import POLICY_KINDS
+
+__all__ = ["IMPORTED_KIND_NAMES", "ImportedDocument", "ImportedPolicies", "import_documents", "is_imported_kind",
+           "policy_documents"]
+
+#: The kinds imported, for messages (``no policy found``).
+IMPORTED_KIND_NAMES = tuple(k.kind for k in IMPORT_KINDS)
+
+
+def is_imported_kind(doc: Document) -> bool:
+    """Whether ``doc`` is of a kind Tollgate imports (any version: an unread version is a problem, not skipped)."""
+    return import_kind_of(doc.obj) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class ImportedDocument(Document):
+    """The policy an import gives, located at its source documents.
+
+    ``obj`` is the ``ClusterAdmissionPolicy`` object; ``source``, ``index``, ``node`` and ``item``
+    are those of the source policy's document (the binding's when the policy is missing).
+
+    Attributes:
+        imported: the conversion (its problems and notes).
+        located: each source object's document.
+    """
+
+    imported: Imported | None = field(default=None, compare=False)
+    located: Mapping[SourceRef, Document] = field(default_factory=dict, compare=False)
+
+    def _at(self, path: Sequence[str | int]) -> tuple[Document, tuple[str | int, ...]]:
+        assert self.imported is not None
+        source, source_path = self.imported.origin(path)
+        doc = self.located.get(source)
+        if doc is None:
+            doc = next(iter(self.located.values()))
+            source_path = ()
+        return doc, source_path
+
+    def where(self, path: Sequence[str | int] = ()) -> str:
+        """``file:line: document N`` of the source field ``path`` of the policy object came from."""
+        doc, source_path = self._at(path)
+        return doc.where(source_path)
+
+    @property
+    def display_name(self) -> str:
+        """``ValidatingAdmissionPolicy require-labels (binding require-labels-prod)``, ``ValidatingPolicy x``."""
+        assert self.imported is not None
+        binding = self.imported.binding
+        return f"{self.imported.policy}" + (f" (binding {binding.name})" if binding is not None else "")
+
+    def locate(self, problem: Problem) -> str:
+        """One line: the problem at its source document's line of its field."""
+        doc = self.located.get(problem.source)
+        if doc is None:
+            return str(problem)
+        return f"{doc.where(parse_path(problem.path))}: {problem}"
+
+    def unmarked(self) -> ImportedDocument:
+        """The same document without its import problem, so compiling it finds its CEL errors too (lint)."""
+        meta = dict(self.obj.get("metadata") or {})
+        meta["annotations"] = {k: v for k, v in (meta.get("annotations") or {}).items()
+                               if k != IMPORT_ERROR_ANNOTATION}
+        return dataclasses.replace(self, obj={**self.obj, "metadata": meta})
+
+    @property
+    def problems(self) -> list[str]:
+        """The import's problems, located (``[]`` when it can be honoured)."""
+        return [self.locate(p) for p in self.imported.problems] if self.imported is not None else []
+
+
+@dataclass(slots=True)
+class ImportedPolicies:
+    """What the imported kinds among some documents give.
+
+    Attributes:
+        documents: one :class:`ImportedDocument` per policy (per binding; per Kyverno policy).
+        problems: documents that cannot be imported at all: without a name, or defined twice (located).
+        notes: how fields are honoured differently, and policies no binding names.
+        count: how many documents were of an imported kind.
+    """
+
+    documents: list[ImportedDocument] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    count: int = 0
+
+
+def import_documents(docs: Iterable[Document]) -> ImportedPolicies:
+    """Convert the documents of imported kinds among ``docs`` (others are ignored) together.
+
+    A second document with the kind and name of an earlier one is a problem and is left out, as
+    ``tollgate test`` refuses a Tollgate policy defined twice.
+    """
+    out = ImportedPolicies()
+    by_ref: dict[SourceRef, Document] = {}
+    for doc in docs:
+        kind = import_kind_of(doc.obj)
+        if kind is None:
+            continue
+        out.count += 1
+        meta = doc.obj.get("metadata")
+        name = meta.get("name") if isinstance(meta, dict) else None
+        if not isinstance(name, str) or not name:
+            out.problems.append(doc.problem(("metadata", "name"), f"{kind.kind}: required field is missing"))
+            continue
+        ref = SourceRef(kind.kind, name)
+        if ref in by_ref:
+            out.problems.append(f"{doc.where()}: {ref}: defined twice (first in {by_ref[ref].where()})")
+            continue
+        by_ref[ref] = doc
+    result = import_policies(d.obj for d in by_ref.values())
+    for imported in result.policies:
+        located = {s: by_ref[s] for s in imported.sources if s in by_ref}
+        first = located[imported.binding] if imported.missing_policy and imported.binding else located[imported.policy]
+        out.documents.append(ImportedDocument(first.source, first.index, imported.obj, first.node, first.item,
+                                              imported=imported, located=located))
+        out.notes += list(imported.notes)
+    out.notes += result.notes
+    return out
+
+
+def policy_documents(paths: Iterable[Path], notes: list[str] | None = None) -> list[Document]:
+    """Every Tollgate policy document in the files, then every imported policy (for ``tollgate audit``).
+
+    Args:
+        paths: files and directories.
+        notes: when given, collects the imports' notes.
+
+    Raises:
+        InputError: unusable files, or an imported document without a name or defined twice.
+    """
+    docs = list(load_paths(paths))
+    imported = import_documents(docs)
+    if imported.problems:
+        raise InputError(imported.problems[0])
+    if notes is not None:
+        notes += imported.notes
+    return [d for d in docs if d.kind in POLICY_KINDS] + list(imported.documents)
+
+
+def import_problems(docs: Iterable[Document]) -> tuple[list[str], int]:
+    """Every problem of the imported kinds among ``docs`` (``tollgate lint``), one line each, and how many there were.
+
+    Problems: documents without a name or defined twice; whatever a conversion cannot honour, at
+    its source field's line; and every compile error of its expressions (the server's compiler, at
+    the author's line; with import problems, only CEL errors, as for a spec with schema violations).
+    """
+    from webhook.files.checks import compile_problems  # checks calls this module: imported on use
+
+    imported = import_documents(docs)
+    problems = list(imported.problems)
+    for doc in imported.documents:
+        found = [p for p in doc.problems if p not in problems]  # a policy's own problem, once for all its bindings
+        problems += found
+        if doc.imported is None or doc.imported.missing_policy:
+            continue
+        for found_line in compile_problems(doc.unmarked(), spec_checked=not found):
+            # An expression is the policy's, whatever binding: named by the policy, reported once.
+            line = found_line.replace(f"{doc.display_name}: ", f"{doc.imported.policy}: ", 1)
+            if line not in problems:
+                problems.append(line)
+    return problems, imported.count
