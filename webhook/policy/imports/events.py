@@ -47,6 +47,10 @@ class ImportEventHandler:
     Not thread-safe: one writer (the informers' handler tasks on one event loop).
     """
 
+    #: Runs on the event loop (the informer's ``sync_calls``): its handlers maintain the index the request
+    #: path reads.
+    sync_calls = "loop"
+
     def __init__(self, handlers: Iterable[PolicyHandler] = ()) -> None:
         self.catalog = Catalog()
         self._handlers: list[PolicyHandler] = list(handlers)
