@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.unit.policy.helpers import pod, request
 from tests.unit.policy.imports_helpers import map_binding, map_policy, vap, vap_binding
@@ -13,6 +15,8 @@ from webhook.policy.imports.catalog import import_policies
 from webhook.policy.imports.imported import Imported, SourceRef
 from webhook.policy.imports.provenance import IMPORT_ERROR_ANNOTATION, IMPORTED_FROM_ANNOTATION
 from webhook.policy.index import PolicyIndex
+from webhook.policy.interop import export_policy
+from webhook.policy.model import parse_policy
 from webhook.policy.vocabulary import policy_key
 
 PARAMS = {"apiVersion": "v1", "kind": "ConfigMap"}
@@ -234,3 +238,41 @@ def test_reinvocation_if_needed_is_a_note_a_bad_value_a_problem() -> None:
 def test_a_mutating_binding_has_no_validation_actions() -> None:
     imported = one(map_policy(), map_binding(validationActions=["Deny"]))
     assert problems(imported) == [("MutatingAdmissionPolicyBinding add-team-all", "spec.validationActions")]
+
+
+ROOT_EXAMPLES = Path(__file__).resolve().parents[3] / "policies" / "examples"
+
+
+def _exportable() -> list[dict[str, Any]]:
+    docs = [yaml.safe_load((ROOT_EXAMPLES / name / "policy.yaml").read_text())
+            for name in ("always-pull-images", "gatekeeper-gpu-shared-memory", "gatekeeper-required-labels")]
+    every_field = {
+        "apiVersion": "tollgate.dev/v1alpha1", "kind": "ClusterAdmissionPolicy", "metadata": {"name": "every-field"},
+        "spec": {"failurePolicy": "Ignore", "validationActions": ["Warn", "Audit"],
+                 "match": {"resourceRules": [{"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE"],
+                                              "resources": ["deployments", "deployments/scale"],
+                                              "scope": "Namespaced"}],
+                           "excludeResourceRules": [{"apiGroups": ["apps"], "apiVersions": ["*"],
+                                                     "operations": ["*"], "resources": ["deployments/scale"]}],
+                           "namespaceSelector": {"matchLabels": {"env": "prod"}},
+                           "objectSelector": {"matchExpressions": [{"key": "skip", "operator": "DoesNotExist"}]}},
+                 "paramRef": {"name": "limits", "namespace": "tollgate-system", "parameterNotFoundAction": "Allow"},
+                 "matchConditions": [{"name": "not-dry-run", "expression": "request.dryRun != true"}],
+                 "variables": [{"name": "replicas", "expression": "object.spec.?replicas.orValue(1)"}],
+                 "validations": [{"expression": "variables.replicas <= int(params.data.max)", "reason": "Forbidden",
+                                  "messageExpression": "'at most ' + params.data.max + ' replicas'"}],
+                 "auditAnnotations": [{"key": "replicas", "valueExpression": "string(variables.replicas)"}]}}
+    return [*docs, every_field]
+
+
+@pytest.mark.parametrize("original", _exportable(), ids=lambda d: d["metadata"]["name"])
+def test_the_export_mapping_reversed_gives_the_policy_back(original: dict[str, Any]) -> None:
+    exported = export_policy(original)
+    assert exported.objects and not exported.blockers
+    (imported,) = import_policies(exported.objects).policies
+    assert not imported.problems
+    before, after = parse_policy(original), parse_policy(imported.obj)
+    for field in ("failure_policy", "validation_actions", "resource_rules", "exclude_resource_rules",
+                  "namespace_selector", "object_selector", "match_conditions", "param_ref", "variables",
+                  "validations", "audit_annotations", "mutations"):
+        assert getattr(after, field) == getattr(before, field), field

@@ -21,9 +21,14 @@ MutatingAdmissionPolicy                   a note when ``IfNeeded``: Tollgate inv
 ``reinvocationPolicy``
 ========================================  ==============================================================
 
+The field-for-field part is :mod:`webhook.policy.interop`'s export mapping (``POLICY_FIELDS``,
+``BINDING_FIELDS``, ``PARAM_REF_FIELDS``) applied in reverse, so export and import cannot drift: a
+policy exported and imported again is the policy it was (its test).
+
 A ValidatingAdmissionPolicy has no field for background scans: as Tollgate's own policies (and
 Kyverno's reports of them, off by default), it is audited when asked, by the annotation
 ``policies.tollgate.dev/background: "true"`` on the policy or the binding (the binding's wins).
+
 Refused, each a :class:`~webhook.policy.imports.imported.Problem` naming the field: a ``paramKind``
 other than ``v1 ConfigMap`` (Tollgate's params cache), ``paramRef.selector`` (the API server
 evaluates the policy once per selected object; Tollgate binds one object), ``paramKind`` without a
@@ -49,6 +54,7 @@ from webhook.policy.imports.kinds import ImportKind
 from webhook.policy.imports.libraries import unsupported_calls
 from webhook.policy.imports.matching import Intersection, intersect, parse_match
 from webhook.policy.imports.provenance import imported_name
+from webhook.policy.interop import BINDING_FIELDS, PARAM_REF_FIELDS, POLICY_FIELDS
 
 __all__ = ["BACKGROUND_ANNOTATION", "convert_binding", "expressions"]
 
@@ -60,8 +66,35 @@ _POLICY_FIELDS = {
 }
 _BINDING_FIELDS = {False: ("policyName", "paramRef", "matchResources", "validationActions"),
                    True: ("policyName", "paramRef", "matchResources")}
-#: Expression-holding fields copied as written (their paths stay the source's own).
-_COPIED = ("matchConditions", "variables", "validations", "auditAnnotations", "mutations")
+#: The policy's fields copied as written: :data:`~webhook.policy.interop.POLICY_FIELDS` (the export mapping) in
+#: reverse, but the match rules, which are intersected with the binding's (:mod:`.matching`).
+POLICY_COPIED = tuple((tollgate, kubernetes) for tollgate, kubernetes in POLICY_FIELDS
+                      if not tollgate.startswith("spec.match."))
+
+
+def get_path(obj: Any, path: str) -> Any:
+    """The value at a dotted ``path`` (``spec.paramRef.name``) of a raw object, or None."""
+    for part in path.split("."):
+        if not isinstance(obj, dict) or part not in obj:
+            return None
+        obj = obj[part]
+    return obj
+
+
+def set_path(obj: dict[str, Any], path: str, value: Any) -> None:
+    """Set a dotted ``path`` of a raw object, creating the objects on the way."""
+    *parents, last = path.split(".")
+    for part in parents:
+        obj = obj.setdefault(part, {})
+    obj[last] = value
+
+
+def copy_fields(source: dict[str, Any], target: dict[str, Any], mapping: tuple[tuple[str, str], ...]) -> None:
+    """Every field of ``source`` present at a mapping's Kubernetes path, set at its Tollgate path of ``target``."""
+    for tollgate, kubernetes in mapping:
+        value = get_path(source, kubernetes)
+        if value is not None:
+            set_path(target, tollgate, value)
 
 
 def expressions(spec: dict[str, Any]) -> list[tuple[str, str]]:
@@ -149,10 +182,9 @@ def _params(policy_spec: dict[str, Any], binding_spec: dict[str, Any], policy: S
                                 "required: Allow or Deny"))
     if problems:
         return None, problems, []
-    out: dict[str, Any] = {"name": name, "parameterNotFoundAction": action}
-    if namespace:
-        out["namespace"] = namespace
-    return out, [], []
+    out: dict[str, Any] = {}
+    copy_fields({"spec": binding_spec}, out, PARAM_REF_FIELDS)  # the export's paramRef mapping, in reverse
+    return out["spec"]["paramRef"], [], []
 
 
 def _match(policy_spec: dict[str, Any], binding_spec: dict[str, Any], policy: SourceRef, binding: SourceRef
@@ -216,9 +248,9 @@ def convert_binding(kind: ImportKind, binding_obj: dict[str, Any], policy_kind: 
     problems = (check_version(policy_kind, policy_obj, policy) + check_fields(policy_spec, _POLICY_FIELDS[mutating],
                                                                               policy) + problems)
     notes: list[str] = []
-    spec: dict[str, Any] = {}
-    if "failurePolicy" in policy_spec:
-        spec["failurePolicy"] = policy_spec["failurePolicy"]
+    internal: dict[str, Any] = {"spec": {}}
+    copy_fields(policy_obj, internal, POLICY_COPIED)
+    spec: dict[str, Any] = internal["spec"]
     if mutating:
         spec["validationActions"] = ["Deny"]
         reinvocation = policy_spec.get("reinvocationPolicy", "Never")
@@ -229,9 +261,13 @@ def convert_binding(kind: ImportKind, binding_obj: dict[str, Any], policy_kind: 
             problems.append(Problem(policy, "spec.reinvocationPolicy",
                                     f"must be Never or IfNeeded, got {reinvocation!r}"))
     else:
-        spec["validationActions"], found = validation_actions(binding_spec.get("validationActions"),
-                                                              "spec.validationActions", binding, required=True)
-        problems += found
+        for tollgate_path, binding_path in BINDING_FIELDS:  # the export's binding mapping, in reverse
+            value = get_path(binding_obj, binding_path)
+            if tollgate_path == "spec.validationActions":
+                value, found = validation_actions(value, binding_path, binding, required=True)
+                problems += found
+            if value is not None:
+                set_path(internal, tollgate_path, value)
         background, found = _background(policy_obj, binding_obj, policy, binding)
         problems += found
         spec["background"] = background
@@ -244,9 +280,6 @@ def convert_binding(kind: ImportKind, binding_obj: dict[str, Any], policy_kind: 
     notes += noted
     if param_ref is not None:
         spec["paramRef"] = param_ref
-    for field in _COPIED:
-        if field in policy_spec:
-            spec[field] = policy_spec[field]
     conditions = policy_spec.get("matchConditions")
     authored = len(conditions) if isinstance(conditions, list) else 0
     if both is not None and both.condition is not None and isinstance(conditions, list | None):
