@@ -195,5 +195,5 @@ def lint_paths(paths: Iterable[Path], warnings: list[str] | None = None) -> tupl
                     if warnings is not None and not found:
                         warnings += document_warnings(doc)
     # Imported kinds (ValidatingAdmissionPolicy and its binding, Kyverno's CEL policies): across every file.
-    found, imported = import_problems(every)
+    found, imported = import_problems(every, warnings)
     return problems + found, checked + imported

@@ -16,9 +16,10 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from webhook.files.yamlio import Document, InputError, load_paths, parse_path
-from webhook.policy.imports.catalog import import_policies
+from webhook.policy.imports.catalog import UNBOUND, import_policies
 from webhook.policy.imports.imported import Imported, Problem, SourceRef
 from webhook.policy.imports.kinds import IMPORT_KINDS, import_kind_of
 from webhook.policy.imports.provenance import IMPORT_ERROR_ANNOTATION
@@ -46,10 +47,13 @@ class ImportedDocument(Document):
     Attributes:
         imported: the conversion (its problems and notes).
         located: each source object's document.
+        unbound: a policy no binding names, converted with a stand-in binding so that lint checks it
+            (the stand-in's own problems are not the author's).
     """
 
     imported: Imported | None = field(default=None, compare=False)
     located: Mapping[SourceRef, Document] = field(default_factory=dict, compare=False)
+    unbound: bool = field(default=False, compare=False)
 
     def _at(self, path: Sequence[str | int]) -> tuple[Document, tuple[str | int, ...]]:
         assert self.imported is not None
@@ -73,8 +77,13 @@ class ImportedDocument(Document):
         return f"{self.imported.policy}" + (f" (binding {binding.name})" if binding is not None else "")
 
     def locate(self, problem: Problem) -> str:
-        """One line: the problem at its source document's line of its field."""
-        doc = self.located.get(problem.source)
+        """One line: the problem (or note) at its source document's line of its field."""
+        return self.locate_in(self.located, problem)
+
+    @staticmethod
+    def locate_in(located: Mapping[SourceRef, Document], problem: Problem) -> str:
+        """:meth:`locate` over a mapping of source documents."""
+        doc = located.get(problem.source)
         if doc is None:
             return str(problem)
         return f"{doc.where(parse_path(problem.path))}: {problem}"
@@ -89,7 +98,10 @@ class ImportedDocument(Document):
     @property
     def problems(self) -> list[str]:
         """The import's problems, located (``[]`` when it can be honoured)."""
-        return [self.locate(p) for p in self.imported.problems] if self.imported is not None else []
+        if self.imported is None:
+            return []
+        stand_in = self.imported.binding if self.unbound else None
+        return [self.locate(p) for p in self.imported.problems if p.source != stand_in]
 
 
 @dataclass(slots=True)
@@ -109,11 +121,33 @@ class ImportedPolicies:
     count: int = 0
 
 
-def import_documents(docs: Iterable[Document]) -> ImportedPolicies:
+def _stand_in_binding(policy: dict[str, Any], ref: SourceRef) -> dict[str, Any] | None:
+    """A binding for a policy no binding names, so that its own fields and expressions can be checked."""
+    kind = next((k for k in IMPORT_KINDS if k.binds == ref.kind), None)
+    if kind is None:
+        return None
+    spec: dict[str, Any] = {"policyName": ref.name}
+    if not kind.mutating:
+        spec["validationActions"] = ["Deny"]
+    if (policy.get("spec") or {}).get("paramKind") is not None:
+        spec["paramRef"] = {"name": "params", "parameterNotFoundAction": "Deny"}
+    return {"apiVersion": policy.get("apiVersion"), "kind": kind.kind, "metadata": {"name": STAND_IN}, "spec": spec}
+
+
+#: The name of the binding :func:`import_documents` stands in for a policy no binding names.
+STAND_IN = "(no binding)"
+
+
+def import_documents(docs: Iterable[Document], *, check_unbound: bool = False) -> ImportedPolicies:
     """Convert the documents of imported kinds among ``docs`` (others are ignored) together.
 
     A second document with the kind and name of an earlier one is a problem and is left out, as
     ``tollgate test`` refuses a Tollgate policy defined twice.
+
+    Args:
+        docs: the documents.
+        check_unbound: also give a policy no binding names, with a stand-in binding (``tollgate lint``
+            checks its fields and expressions; it selects nothing anywhere).
     """
     out = ImportedPolicies()
     by_ref: dict[SourceRef, Document] = {}
@@ -138,9 +172,23 @@ def import_documents(docs: Iterable[Document]) -> ImportedPolicies:
         first = located[imported.binding] if imported.missing_policy and imported.binding else located[imported.policy]
         out.documents.append(ImportedDocument(first.source, first.index, imported.obj, first.node, first.item,
                                               imported=imported, located=located))
-        out.notes += list(imported.notes)
-    out.notes += result.notes
+        out.notes += [_note(located.get(n.source), n.source, n.path, n.message) for n in imported.notes]
+    out.notes += [_note(by_ref.get(ref), ref, "", UNBOUND) for ref in result.unbound]
+    for ref in result.unbound if check_unbound else ():
+        stand_in = _stand_in_binding(by_ref[ref].obj, ref)
+        if stand_in is None:
+            continue
+        (alone,) = import_policies([by_ref[ref].obj, stand_in]).policies
+        doc = by_ref[ref]
+        out.documents.append(ImportedDocument(doc.source, doc.index, alone.obj, doc.node, doc.item, imported=alone,
+                                              located={ref: doc}, unbound=True))
     return out
+
+
+def _note(doc: Document | None, source: SourceRef, path: str, message: str) -> str:
+    """``file:line: document N: Kind name: note: path: message`` (as lint's warnings read)."""
+    where = f"{doc.where(parse_path(path))}: " if doc is not None else ""
+    return f"{where}{source}: note: {path + ': ' if path else ''}{message}"
 
 
 def policy_documents(paths: Iterable[Path], notes: list[str] | None = None) -> list[Document]:
@@ -162,25 +210,36 @@ def policy_documents(paths: Iterable[Path], notes: list[str] | None = None) -> l
     return [d for d in docs if d.kind in POLICY_KINDS] + list(imported.documents)
 
 
-def import_problems(docs: Iterable[Document]) -> tuple[list[str], int]:
+def import_problems(docs: Iterable[Document], warnings: list[str] | None = None) -> tuple[list[str], int]:
     """Every problem of the imported kinds among ``docs`` (``tollgate lint``), one line each, and how many there were.
 
     Problems: documents without a name or defined twice; whatever a conversion cannot honour, at
     its source field's line; and every compile error of its expressions (the server's compiler, at
     the author's line; with import problems, only CEL errors, as for a spec with schema violations).
-    """
-    from webhook.files.checks import compile_problems  # checks calls this module: imported on use
 
-    imported = import_documents(docs)
+    Args:
+        docs: the documents (other kinds are ignored).
+        warnings: when given, collects the notes (``warning: note: ...``, at their field's line) and, for a
+            sound policy, :func:`~webhook.files.checks.document_warnings` (list merges an ApplyConfiguration
+            cannot know).
+    """
+    from webhook.files.checks import compile_problems, document_warnings  # checks calls this module
+
+    imported = import_documents(docs, check_unbound=True)
     problems = list(imported.problems)
     for doc in imported.documents:
         found = [p for p in doc.problems if p not in problems]  # a policy's own problem, once for all its bindings
         problems += found
         if doc.imported is None or doc.imported.missing_policy:
             continue
-        for found_line in compile_problems(doc.unmarked(), spec_checked=not found):
+        compiled = compile_problems(doc.unmarked(), spec_checked=not found)
+        for found_line in compiled:
             # An expression is the policy's, whatever binding: named by the policy, reported once.
             line = found_line.replace(f"{doc.display_name}: ", f"{doc.imported.policy}: ", 1)
             if line not in problems:
                 problems.append(line)
+        if warnings is not None and not found and not compiled:
+            warnings += [w for w in document_warnings(doc) if w not in warnings]
+    if warnings is not None:
+        warnings += [note for note in imported.notes if note not in warnings]
     return problems, imported.count

@@ -336,7 +336,7 @@ def _imported_policies(docs: list[Document]) -> list[LoadedPolicy]:
     if imported.problems:
         raise InputError(imported.problems[0])
     for note in imported.notes:
-        print(f"tollgate test: note: {note}", file=sys.stderr)
+        print(f"tollgate test: {note}", file=sys.stderr)
     out = []
     for doc in imported.documents:
         compiled, error = compile_for_evaluation(doc)

@@ -116,5 +116,40 @@ def test_test_prints_the_notes(tmp_path: Path, capsys: pytest.CaptureFixture[str
     pod = tmp_path / "pod.yaml"
     pod.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: []}\n")
     assert main(["test", "-p", str(policy), "-r", str(pod)]) == 0
-    assert ("tollgate test: note: ValidatingPolicy x: spec.webhookConfiguration.timeoutSeconds: not per policy"
-            in capsys.readouterr().err)
+    assert (f"tollgate test: {policy}:5: document 1: ValidatingPolicy x: note: spec.webhookConfiguration."
+            "timeoutSeconds: not per policy" in capsys.readouterr().err)
+
+
+def test_lint_warns_of_notes_and_list_merges_without_failing(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "map.yaml").write_text("""\
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicy
+metadata: {name: m}
+spec:
+  reinvocationPolicy: IfNeeded
+  matchConstraints:
+    resourceRules: [{apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [pods]}]
+  mutations:
+  - patchType: ApplyConfiguration
+    applyConfiguration:
+      expression: "Object{spec: Object.spec{tolerations: [Object.spec.tolerations{key: 'a'}]}}"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicyBinding
+metadata: {name: mb}
+spec: {policyName: m}
+---
+""" + POLICY)
+    assert main(["lint", str(tmp_path)]) == 1  # the ValidatingAdmissionPolicy's CEL error; warnings never fail
+    out = capsys.readouterr().out.splitlines()
+    assert f"{tmp_path}/map.yaml:5: document 1: MutatingAdmissionPolicy m: note: spec.reinvocationPolicy: " \
+           "IfNeeded: Tollgate invokes the mutations once per request (a later mutation never reinvokes them)" in out
+    assert f"{tmp_path}/map.yaml:18: document 3: ValidatingAdmissionPolicy need-team: note: no binding names it, " \
+           "so it selects nothing (as on the API server)" in out
+    assert any(line.startswith(f"{tmp_path}/map.yaml:11: document 1: MutatingAdmissionPolicy m (binding mb): warning: "
+                               "spec.mutations[0].applyConfiguration.expression: pods: .spec.tolerations is atomic")
+               for line in out)
+    # A policy no binding names is still checked: its CEL error, at its line.
+    assert f"{tmp_path}/map.yaml:27: document 3: ValidatingAdmissionPolicy need-team: " \
+           "spec.validations[1].expression: ERROR: <input>:1:7: undeclared reference to 'objekt.metadata'" in out

@@ -104,7 +104,7 @@ def test_params_tollgate_cannot_read_are_refused_naming_the_field(kind: Any, ref
 def test_a_param_ref_without_param_kind_is_ignored_as_the_api_server_does() -> None:
     imported = one(vap(), vap_binding(paramRef=dict(REF)))
     assert not imported.problems and "paramRef" not in imported.obj["spec"]
-    assert imported.notes and "spec.paramRef: ignored" in imported.notes[0]
+    assert imported.notes and "spec.paramRef: ignored" in str(imported.notes[0])
 
 
 def test_a_binding_narrows_the_policy_rules_and_selectors() -> None:
@@ -230,7 +230,9 @@ def test_a_mutating_policy_and_its_binding_mutate() -> None:
 
 
 def test_reinvocation_if_needed_is_a_note_a_bad_value_a_problem() -> None:
-    assert "invokes the mutations once" in one(map_policy(reinvocationPolicy="IfNeeded"), map_binding()).notes[0]
+    (note,) = one(map_policy(reinvocationPolicy="IfNeeded"), map_binding()).notes
+    assert (note.path, str(note.source)) == ("spec.reinvocationPolicy", "MutatingAdmissionPolicy add-team")
+    assert "invokes the mutations once" in note.message
     bad = one(map_policy(reinvocationPolicy="Always"), map_binding())
     assert problems(bad) == [("MutatingAdmissionPolicy add-team", "spec.reinvocationPolicy")]
 

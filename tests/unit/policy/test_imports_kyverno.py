@@ -75,7 +75,7 @@ def test_background_off_and_admission_off() -> None:
     assert spec["background"] is False
     audit_only = one(kyverno_vpol(evaluation={"admission": {"enabled": False}}))
     assert audit_only.obj["spec"]["validationActions"] == ["Audit"]
-    assert "validationActions [Audit]" in audit_only.notes[0]
+    assert "validationActions [Audit]" in str(audit_only.notes[0])
 
 
 def test_pod_rules_are_evaluated_on_kyvernos_pod_controllers_only() -> None:

@@ -151,12 +151,13 @@ def _background(policy_obj: dict[str, Any], binding_obj: dict[str, Any], policy:
 
 
 def _params(policy_spec: dict[str, Any], binding_spec: dict[str, Any], policy: SourceRef, binding: SourceRef
-            ) -> tuple[dict[str, Any] | None, list[Problem], list[str]]:
+            ) -> tuple[dict[str, Any] | None, list[Problem], list[Problem]]:
     """The Tollgate ``paramRef`` from the policy's ``paramKind`` and the binding's ``paramRef``."""
     kind, ref = policy_spec.get("paramKind"), binding_spec.get("paramRef")
     problems: list[Problem] = []
     if kind is None:
-        note = [f"{binding}: spec.paramRef: ignored: {policy} has no spec.paramKind (the API server ignores it too)"]
+        note = [Problem(binding, "spec.paramRef", f"ignored: {policy} has no spec.paramKind (the API server ignores "
+                                                  "it too)")]
         return None, [], note if ref is not None else []
     if not isinstance(kind, dict) or (kind.get("apiVersion"), kind.get("kind")) != ("v1", "ConfigMap"):
         shown = f"{kind.get('apiVersion')} {kind.get('kind')}" if isinstance(kind, dict) else repr(kind)
@@ -247,7 +248,7 @@ def convert_binding(kind: ImportKind, binding_obj: dict[str, Any], policy_kind: 
     policy_spec = spec_of(policy_obj)
     problems = (check_version(policy_kind, policy_obj, policy) + check_fields(policy_spec, _POLICY_FIELDS[mutating],
                                                                               policy) + problems)
-    notes: list[str] = []
+    notes: list[Problem] = []
     internal: dict[str, Any] = {"spec": {}}
     copy_fields(policy_obj, internal, POLICY_COPIED)
     spec: dict[str, Any] = internal["spec"]
@@ -255,8 +256,9 @@ def convert_binding(kind: ImportKind, binding_obj: dict[str, Any], policy_kind: 
         spec["validationActions"] = ["Deny"]
         reinvocation = policy_spec.get("reinvocationPolicy", "Never")
         if reinvocation == "IfNeeded":
-            notes.append(f"{policy}: spec.reinvocationPolicy: IfNeeded: Tollgate invokes the mutations once per "
-                         "request (a later mutation never reinvokes them)")
+            notes.append(Problem(policy, "spec.reinvocationPolicy", "IfNeeded: Tollgate invokes the mutations once "
+                                                                    "per request (a later mutation never reinvokes "
+                                                                    "them)"))
         elif reinvocation != "Never":
             problems.append(Problem(policy, "spec.reinvocationPolicy",
                                     f"must be Never or IfNeeded, got {reinvocation!r}"))

@@ -18,9 +18,11 @@ from webhook.policy.imports.imported import Imported, Problem, SourceRef
 from webhook.policy.imports.kinds import IMPORT_KINDS, KYVERNO_GROUP, ImportKind, import_kind_of
 from webhook.policy.imports.kyverno import convert_kyverno
 
-__all__ = ["Catalog", "ImportResult", "import_policies"]
+__all__ = ["UNBOUND", "Catalog", "ImportResult", "import_policies"]
 
 _KINDS = {k.kind: k for k in IMPORT_KINDS}
+#: What a Kubernetes policy without a binding does.
+UNBOUND = "no binding names it, so it selects nothing (as on the API server)"
 
 
 @dataclass(slots=True)
@@ -30,12 +32,17 @@ class ImportResult:
     Attributes:
         policies: one :class:`Imported` per binding and per Kyverno policy, in (kind, name) order.
         problems: objects that cannot be imported at all (no ``metadata.name``).
-        notes: policies without a binding (they enforce nothing, as on the API server).
+        unbound: Kubernetes policies no binding names (they enforce nothing, as on the API server).
     """
 
     policies: list[Imported] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    unbound: list[SourceRef] = field(default_factory=list)
+
+    @property
+    def notes(self) -> list[str]:
+        """One line per unbound policy."""
+        return [f"{ref}: {UNBOUND}" for ref in self.unbound]
 
 
 class Catalog:
@@ -138,6 +145,5 @@ def import_policies(objects: Iterable[dict[str, Any]]) -> ImportResult:
         imported = catalog.convert(ref)
         if imported is not None:
             result.policies.append(imported)
-    result.notes += [f"{ref}: no binding names it, so it selects nothing (as on the API server)"
-                     for ref in catalog.unbound()]
+    result.unbound = catalog.unbound()
     return result

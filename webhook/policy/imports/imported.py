@@ -65,7 +65,7 @@ class Imported:
         policy: the source policy (for a binding whose policy is missing: the policy it names).
         binding: the source binding, or None (Kyverno).
         problems: what keeps it from being honoured, in field order.
-        notes: how fields are honoured differently, one line each (``Kind name: path: ...``).
+        notes: how fields are honoured differently (a :class:`Problem`'s shape: source, path, what).
         authored_conditions: how many of ``obj``'s matchConditions are the source's own (those after
             them were generated from the match rules).
         missing_policy: the binding names a policy that is not there (``policy`` is the name it gives).
@@ -75,7 +75,7 @@ class Imported:
     policy: SourceRef
     binding: SourceRef | None = None
     problems: tuple[Problem, ...] = ()
-    notes: tuple[str, ...] = ()
+    notes: tuple[Problem, ...] = ()
     authored_conditions: int = 0
     missing_policy: bool = False
 

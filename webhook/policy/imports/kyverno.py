@@ -153,7 +153,7 @@ def _references(spec: dict[str, Any], source: SourceRef) -> tuple[list[dict[str,
 
 
 def _evaluation(spec: dict[str, Any], kind: ImportKind, source: SourceRef, problems: list[Problem],
-                notes: list[str]) -> tuple[bool, bool]:
+                notes: list[Problem]) -> tuple[bool, bool]:
     """``(admission enabled, background enabled)``; problems for what Tollgate cannot do."""
     mode = _get(spec, "evaluation", "mode")
     if mode not in (None, "", "Kubernetes"):
@@ -162,37 +162,41 @@ def _evaluation(spec: dict[str, Any], kind: ImportKind, source: SourceRef, probl
     admission = _flag(spec, ("evaluation", "admission", "enabled"), True, source, problems)
     background = _flag(spec, ("evaluation", "background", "enabled"), True, source, problems)
     if _get(spec, "evaluation", "background", "interval") is not None:
-        notes.append(f"{source}: spec.evaluation.background.interval: Tollgate's background audit re-evaluates on "
-                     "every change of a policy or object it reads, not on a per-policy schedule")
+        notes.append(Problem(source, "spec.evaluation.background.interval", "Tollgate's background audit "
+                             "re-evaluates on every change of a policy or object it reads, not on a per-policy "
+                             "schedule"))
     if kind.mutating:
         if _flag(spec, ("evaluation", "mutateExisting", "enabled"), False, source, problems):
             problems.append(Problem(source, "spec.evaluation.mutateExisting.enabled",
                                     "Tollgate never mutates stored objects, only admission requests"))
         elif spec.get("targetMatchConstraints") is not None:
-            notes.append(f"{source}: spec.targetMatchConstraints: ignored (it selects what mutateExisting mutates, "
-                         "which is off)")
+            notes.append(Problem(source, "spec.targetMatchConstraints", "ignored (it selects what mutateExisting "
+                                                                         "mutates, which is off)"))
         if not admission:
             problems.append(Problem(source, "spec.evaluation.admission.enabled",
                                     "false: a MutatingPolicy that does not mutate admission requests only mutates "
                                     "stored objects, which Tollgate never does"))
     elif not admission:
-        notes.append(f"{source}: spec.evaluation.admission.enabled: false: evaluated at admission with "
-                     "validationActions [Audit] (its result only annotates the request; PolicyReports come from "
-                     "the background audit)")
+        notes.append(Problem(source, "spec.evaluation.admission.enabled", "false: evaluated at admission with "
+                             "validationActions [Audit] (its result only annotates the request; PolicyReports come "
+                             "from the background audit)"))
     return admission, background
 
 
-def _notes(spec: dict[str, Any], kind: ImportKind, source: SourceRef) -> list[str]:
+def _notes(spec: dict[str, Any], kind: ImportKind, source: SourceRef) -> list[Problem]:
     notes = []
     if _get(spec, "webhookConfiguration", "timeoutSeconds") is not None:
-        notes.append(f"{source}: spec.webhookConfiguration.timeoutSeconds: not per policy in Tollgate (the webhook "
-                     "configuration's timeoutSeconds applies)")
+        notes.append(Problem(source, "spec.webhookConfiguration.timeoutSeconds", "not per policy in Tollgate (the "
+                                                                                 "webhook configuration's "
+                                                                                 "timeoutSeconds applies)"))
     generated = "mutatingAdmissionPolicy" if kind.mutating else "validatingAdmissionPolicy"
     if _get(spec, "autogen", generated, "enabled") is True:
-        notes.append(f"{source}: spec.autogen.{generated}.enabled: Tollgate serves the policy itself and generates "
-                     "no Kubernetes admission policy from it")
+        notes.append(Problem(source, f"spec.autogen.{generated}.enabled", "Tollgate serves the policy itself and "
+                                                                          "generates no Kubernetes admission policy "
+                                                                          "from it"))
     if kind.mutating and spec.get("reinvocationPolicy") == "IfNeeded":
-        notes.append(f"{source}: spec.reinvocationPolicy: IfNeeded: Tollgate invokes the mutations once per request")
+        notes.append(Problem(source, "spec.reinvocationPolicy", "IfNeeded: Tollgate invokes the mutations once per "
+                                                                "request"))
     return notes
 
 
