@@ -60,13 +60,14 @@ from webhook.audit.evaluate import (
 )
 from webhook.audit.reports import SUMMARY_RESULTS, build_reports
 from webhook.cli.command import ExitStatus, Subparsers, UsageError, add_command
+from webhook.files.imported import policy_documents
 from webhook.files.testsuite import (
     load_kind,
     load_resources,
     reference_objects,
     select_params,
 )
-from webhook.files.yamlio import Document, InputError, load_paths
+from webhook.files.yamlio import Document, InputError
 from webhook.informer.dynamic import DEFAULT_EXCLUDE
 from webhook.informer.gvr import GVR, DiscoverySnapshot, resolve_rules
 from webhook.policy import InMemoryLookups
@@ -74,7 +75,7 @@ from webhook.policy.labelquery import parse_label_selector_text
 from webhook.policy.lookups import Lookups
 from webhook.policy.model import Reference
 from webhook.policy.resources import CONFIGMAPS, NAMESPACES, Resource
-from webhook.policy.vocabulary import POLICY_KINDS, Result
+from webhook.policy.vocabulary import Result
 from webhook.server.settings import DEFAULTS
 
 if TYPE_CHECKING:  # webhook.kube is imported only when a cluster is audited (it loads kubernetes_asyncio)
@@ -360,8 +361,7 @@ def run(args: argparse.Namespace) -> int:
     now = int(time.time())
     result = Run()
     try:
-        decide_policies((d for d in load_paths(args.policy) if d.kind in POLICY_KINDS), result,
-                        every_policy=args.all, now=now)
+        decide_policies(policy_documents(args.policy, result.notes), result, every_policy=args.all, now=now)
         if result.audited:
             if args.resource is not None:
                 audit_files(result, args.resource, args.configmap, args.namespace_file,

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from webhook.files import schema
+from webhook.files.imported import import_problems
 from webhook.files.yamlio import Document, InputError, load_file, parse_path, yaml_files
 from webhook.policy import CompiledPolicy, compile_policy
 from webhook.policy.cel.env import compile_expression
@@ -177,6 +178,7 @@ def lint_paths(paths: Iterable[Path], warnings: list[str] | None = None) -> tupl
     """
     problems: list[str] = []
     checked = 0
+    every: list[Document] = []
     for root in paths:
         for path in yaml_files(root):
             try:
@@ -184,6 +186,7 @@ def lint_paths(paths: Iterable[Path], warnings: list[str] | None = None) -> tupl
             except InputError as e:
                 problems.append(str(e))
                 continue
+            every += docs
             for doc in docs:
                 if schema.has_schema(doc.obj):
                     checked += 1
@@ -191,4 +194,6 @@ def lint_paths(paths: Iterable[Path], warnings: list[str] | None = None) -> tupl
                     problems += found
                     if warnings is not None and not found:
                         warnings += document_warnings(doc)
-    return problems, checked
+    # Imported kinds (ValidatingAdmissionPolicy and its binding, Kyverno's CEL policies): across every file.
+    found, imported = import_problems(every, warnings)
+    return problems + found, checked + imported

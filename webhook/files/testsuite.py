@@ -37,6 +37,7 @@ from typing import Any
 import jsonpatch
 
 from webhook.files.checks import compile_for_evaluation, schema_problems
+from webhook.files.imported import IMPORTED_KIND_NAMES, import_documents, is_imported_kind
 from webhook.files.yamlio import STDIN, Document, InputError, load_file, load_paths, yaml_files
 from webhook.policy import CompiledPolicy, InMemoryLookups, Result, evaluate_mutating, evaluate_validating
 from webhook.policy.explain import PolicyTrace, explain_mutating, explain_validating
@@ -311,7 +312,8 @@ def load_policies(paths: Iterable[Path]) -> list[LoadedPolicy]:
     paths = list(paths)
     out: list[LoadedPolicy] = []
     seen: dict[tuple[str, str], Document] = {}
-    for doc in load_paths(paths):
+    docs = list(load_paths(paths))
+    for doc in docs:
         if doc.kind not in POLICY_KINDS:
             continue
         problems = schema_problems(doc)
@@ -329,8 +331,39 @@ def load_policies(paths: Iterable[Path]) -> list[LoadedPolicy]:
             raise InputError(f"{doc.where()}: {doc.display_name}: defined twice (first in {seen[key].where()})")
         seen[key] = doc
         out.append(LoadedPolicy(doc, compiled))
+    out += _imported_policies(docs)
     if not out:
-        raise InputError(f"no ClusterAdmissionPolicy or AdmissionPolicy in {', '.join(map(str, paths))}")
+        raise InputError(f"no ClusterAdmissionPolicy or AdmissionPolicy (nor any of {', '.join(IMPORTED_KIND_NAMES)}) "
+                         f"in {', '.join(map(str, paths))}")
+    return out
+
+
+def _imported_policies(docs: list[Document]) -> list[LoadedPolicy]:
+    """The policies the imported kinds among ``docs`` give (see :mod:`webhook.files.imported`), compiled.
+
+    As for a Tollgate policy: one that cannot be honoured is not Ready, reported with a warning, and
+    answers what it selects per its failurePolicy; one whose match rules cannot be read (a binding
+    without its policy) is unusable input.
+
+    Raises:
+        InputError: an imported document without a name, defined twice, or selecting nothing readable.
+    """
+    imported = import_documents(docs)
+    if imported.problems:
+        raise InputError(imported.problems[0])
+    for note in imported.notes:
+        print(f"tollgate test: {note}", file=sys.stderr)
+    out = []
+    for doc in imported.documents:
+        compiled, error = compile_for_evaluation(doc)
+        problems = doc.problems or [str(error)]
+        if compiled is None:
+            raise InputError(problems[0])
+        if error is not None:
+            for line in problems:
+                print(f"tollgate test: warning: {line} (not Ready: the requests it selects are answered per its "
+                      f"failurePolicy)", file=sys.stderr)
+        out.append(LoadedPolicy(doc, compiled))
     return out
 
 
@@ -376,7 +409,7 @@ def load_resources(paths: Iterable[Path]) -> list[Document]:
     """
     out = []
     for doc in load_paths(paths):
-        if doc.kind in POLICY_KINDS or doc.kind == "TestSuite":
+        if doc.kind in POLICY_KINDS or doc.kind == "TestSuite" or is_imported_kind(doc):
             continue
         if not doc.kind:
             raise InputError(doc.problem(("kind",), "required field is missing"))

@@ -25,6 +25,7 @@ from webhook.policy import projection
 from webhook.policy.cel import cost, typed_literals
 from webhook.policy.cel.env import MAX_EXPRESSION_LENGTH, ResourceCall, T, environment
 from webhook.policy.cel.rewrites import inline_variables, referenced_variables, rewrite_for_runtime
+from webhook.policy.imports.provenance import import_error
 from webhook.policy.model import (
     PolicySpec,
     PolicySpecError,
@@ -368,11 +369,16 @@ def compile_policy(obj: dict[str, Any]) -> CompileResult:
 
     Returns:
         ``CompileResult``: when anything is wrong, ``policy`` is None, the
-        condition is ``Ready=False`` (reason ``InvalidSpec`` or
-        ``CompileError``) and ``matchable`` carries the error if the match
-        rules are readable.
+        condition is ``Ready=False`` (reason ``InvalidSpec``, ``CompileError``,
+        or ``ImportError`` for an imported policy that cannot be honoured, see
+        :mod:`webhook.policy.imports`) and ``matchable`` carries the error if the
+        match rules are readable.
     """
     generation = (obj.get("metadata") or {}).get("generation")
+    imported_problem = import_error(obj)
+    if imported_problem is not None:
+        return CompileResult(None, ready_condition(False, "ImportError", imported_problem, generation),
+                             _broken(obj, imported_problem))
     try:
         spec = parse_policy(obj)
     except PolicySpecError as e:

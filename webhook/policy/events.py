@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from webhook.policy.imports.provenance import import_error
 from webhook.policy.index import PolicyIndex, policy_key
 
 log = logging.getLogger("tollgate.policy")
@@ -76,9 +77,12 @@ class PolicyEventHandler:
             self.on_change()
 
     def on_update(self, old: dict[str, Any], new: dict[str, Any]) -> None:
-        """Recompile only when the spec changed (status writes also arrive as updates)."""
+        """Recompile only when what compiling reads changed: the spec, or an imported policy's problem.
+
+        Status writes also arrive as updates, and change neither.
+        """
         state = self.index.state(policy_key(new))
-        if old.get("spec") == new.get("spec") and state is not None:
+        if old.get("spec") == new.get("spec") and import_error(old) == import_error(new) and state is not None:
             if self.status_sink is not None:
                 self.status_sink(new, state.result.condition)  # no I/O: drops a write the leader made
             return

@@ -3,9 +3,9 @@
 ``create_app(settings, api_client=...)`` constructs, in this order and up front,
 the metrics, the policy index, the informers (over kubernetes_asyncio in a
 cluster, or YAML files with ``--local``: :mod:`webhook.server.sources`), the
-policy event handler, the lookups, the admission handler and server, the
-certificate reloader, and — in a cluster, when anything is leader-only — the
-elector and what the leader runs (:mod:`webhook.server.leadership`).
+policy event handler, the imported kinds' informers (:mod:`webhook.server.imports`),
+the lookups, the admission handler and server, the certificate reloader, and —
+in a cluster, when anything is leader-only — the elector and what the leader runs (:mod:`webhook.server.leadership`).
 ``cleanup_ctx`` only starts and stops them (aiohttp's app-factory style), so a
 component is stopped if and only if it was started. The probes and
 ``/metrics`` are :mod:`webhook.server.health`; the long-running tasks
@@ -35,10 +35,12 @@ from webhook.informer.dynamic import Budget, DynamicInformerFactory
 from webhook.informer.handlers import HandlerRegistration
 from webhook.metrics import DecisionMemoCollector, DynamicInformerCollector, Metrics
 from webhook.policy import PolicyEventHandler, PolicyIndex
+from webhook.policy.imports.events import ImportEventHandler
 from webhook.policy.memo import DecisionMemo
 from webhook.policy.resources import CLUSTER_POLICIES, CONFIGMAPS, NAMESPACED_POLICIES, NAMESPACES
 from webhook.server import health
 from webhook.server.components import CERTS, COMPONENTS, Components
+from webhook.server.imports import ImportSources, QueuedHandler, cluster_discovery, cluster_probe, local_discovery
 from webhook.server.leadership import bootstrap_certificates, leadership, needs_leader
 from webhook.server.settings import Settings
 from webhook.server.sources import gvr_lister_watcher_factory, lister_watcher_factory
@@ -55,17 +57,22 @@ class PoliciesSynced:
 
     Asked several times per review. HasSynced is sticky (client-go): once true it stays true, so it is
     remembered.
+
+    Args:
+        informers: the policy informers.
+        also: more conditions (the imported kinds' informers, :meth:`ImportSources.synced`).
     """
 
-    def __init__(self, informers: tuple[SharedInformer, ...]) -> None:
+    def __init__(self, informers: tuple[SharedInformer, ...], also: tuple[Callable[[], bool], ...] = ()) -> None:
         self._informers = informers
         self.registrations: list[HandlerRegistration] = []
+        self.also = list(also)
         self._synced = False
 
     def __call__(self) -> bool:
         if not self._synced:
             self._synced = (all(inf.has_synced() for inf in self._informers)
-                            and all(r.has_synced() for r in self.registrations))
+                            and all(r.has_synced() for r in self.registrations) and all(c() for c in self.also))
         return self._synced
 
 
@@ -105,7 +112,18 @@ def build_components(settings: Settings, *, api_client: Any = None,
                         factory.informer(InformerKey(NAMESPACED_POLICIES.informer_resource)))
     policies_synced = PoliciesSynced(policy_informers)
 
-    leader = (leadership(settings, api_client, metrics, policy_informers, policies_synced)
+    # Kubernetes' and Kyverno's policies (webhook.server.imports): read from the same place as the others.
+    imports = ImportEventHandler()
+    import_sources = None
+    if lister_watcher_for is None and (settings.local_dir is not None or api_client is not None):
+        local = settings.local_dir is not None
+        import_sources = ImportSources(
+            factory, imports, discover=local_discovery if local else cluster_discovery(api_client),
+            probe=None if local else cluster_probe(lister_watcher_factory(settings, api_client, [])),
+            interval=0.0 if local else settings.discovery_interval)
+        policies_synced.also.append(import_sources.synced)
+
+    leader = (leadership(settings, api_client, metrics, policy_informers, policies_synced, imported=imports.objects)
               if api_client is not None and needs_leader(settings) else None)
     writer = leader.status_writer if leader else None
     reconciler = leader.reconciler if leader else None
@@ -115,10 +133,13 @@ def build_components(settings: Settings, *, api_client: Any = None,
                                 forget=writer.forget if writer is not None else None,
                                 on_change=reconciler.trigger if reconciler is not None else None)
     policies_synced.registrations.extend(inf.add_event_handler(events, name="policy-index") for inf in policy_informers)
+    # Imported policies: no status is written (their sources belong to the API server or to Kyverno).
+    imports.add_handler(PolicyEventHandler(index, on_change=reconciler.trigger if reconciler is not None else None))
 
     # One factory of dynamic informers (one budget, one LIST/WATCH per GVR) for spec.references and the
     # background audit.
     gvr_lister_watcher = gvr_lister_watcher_factory(settings, api_client, local_sources)
+    queued: list[QueuedHandler] = []  # the async handlers of imported policies, fed through their own queues
     dynamic = references = None
     if gvr_lister_watcher is not None:
         dynamic = DynamicInformerFactory(gvr_lister_watcher, budget=Budget(max_objects=settings.audit_max_objects,
@@ -126,6 +147,7 @@ def build_components(settings: Settings, *, api_client: Any = None,
         references = ReferenceInformers(dynamic)
         for inf in policy_informers:
             inf.add_event_handler(references.handler(), name="references")
+        queued.append(QueuedHandler(references.handler(), "imported-references"))
     lookups = InformerLookups(namespaces, configmaps, policies_synced,
                               references.informer if references is not None else lambda _ref: None)
     memo = DecisionMemo(settings.decision_memo_bytes) if settings.decision_memo_bytes > 0 else None
@@ -142,6 +164,7 @@ def build_components(settings: Settings, *, api_client: Any = None,
                                      discovery_interval=settings.discovery_interval)
         for inf in policy_informers:
             inf.add_event_handler(background.policy_handler(), name="background-audit")
+        queued.append(QueuedHandler(background.policy_handler(), "imported-audit"))
         namespaces.add_event_handler(background.context_handler("namespaces"), name="background-audit")
         configmaps.add_event_handler(background.context_handler("configmaps"), name="background-audit")
         metrics.registry.register(background.collector())
@@ -150,6 +173,10 @@ def build_components(settings: Settings, *, api_client: Any = None,
         metrics.registry.register(DynamicInformerCollector(
             lambda: {str(g): (u.objects, u.bytes) for g, u in usage().items()},
             lambda: {str(g): r for g, r in refused.items()}))
+    for q in queued:
+        imports.add_handler(q)
+        if import_sources is not None:
+            import_sources.queued.append(q)
     # Until the policy caches sync, reviews get 503: the API server applies the webhook's own failurePolicy.
     server = AdmissionServer(handler, metrics, max_request_bytes=settings.max_request_bytes,
                              default_timeout=settings.default_timeout, ready=policies_synced)
@@ -158,7 +185,8 @@ def build_components(settings: Settings, *, api_client: Any = None,
         configmaps=configmaps, policy_informers=policy_informers, policies_synced=policies_synced, server=server,
         certs=certs, plans_pending=plans_pending, local_sources=local_sources,
         elector=leader.elector if leader else None, status_writer=writer, reconciler=reconciler,
-        cert_manager=leader.cert_manager if leader else None, background=background, references=references)
+        cert_manager=leader.cert_manager if leader else None, background=background, references=references,
+        imports=import_sources)
 
 
 def create_app(settings: Settings, *, api_client: Any = None,
@@ -224,6 +252,8 @@ def _informers_ctx(c: Components) -> Callable[[web.Application], AsyncIterator[N
         for component in started:
             await component.start()
         await c.factory.start()
+        if c.imports is not None:
+            await c.imports.start()  # after the factory's start: it adds informers as discovery finds the kinds
         if c.background is not None:
             await c.background.start()
         try:
@@ -231,6 +261,8 @@ def _informers_ctx(c: Components) -> Callable[[web.Application], AsyncIterator[N
         finally:
             if c.background is not None:
                 await c.background.stop()
+            if c.imports is not None:
+                await c.imports.stop()
             await c.factory.stop()
             if c.references is not None:
                 await c.references.stop()  # after the policy informers: no handler call comes any more

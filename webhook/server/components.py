@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # imported where built, so --local never loads the API client
     from webhook.kube.status import StatusWriter
     from webhook.kube.webhook_reconciler import WebhookConfigReconciler
     from webhook.server.audit_stack import BackgroundAudit
+    from webhook.server.imports import ImportSources
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -60,6 +61,8 @@ class Components:
             ``unsupported`` (one line: what is lost); filled at start (see :mod:`webhook.kube.version`).
         references: the informers of the policies' ``spec.references``, or None when
             there is nowhere to list them from (tests that give only ``lister_watcher_for``).
+        imports: the informers of the imported kinds (Kubernetes' admission policies, Kyverno's CEL
+            policies; :mod:`webhook.server.imports`), or None (tests that give only ``lister_watcher_for``).
     """
 
     settings: Settings
@@ -80,6 +83,7 @@ class Components:
     cert_manager: SelfManagedCerts | None = None
     background: BackgroundAudit | None = None
     references: ReferenceInformers | None = None
+    imports: ImportSources | None = None
     api_server: dict[str, Any] = field(default_factory=dict)
 
     def local_file_errors(self) -> dict[str, str]:

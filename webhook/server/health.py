@@ -42,7 +42,9 @@ async def readyz(request: web.Request) -> web.Response:
     ``references`` maps each cache of a policy's ``spec.references`` to ``synced``, ``syncing``,
     ``refused: <reason>`` or ``not running`` (reported, not required: ``onUnsynced`` answers for it);
     with ``--local``, ``localFileErrors`` maps each file that stopped parsing to its error; in a cluster,
-    ``apiServer`` has the API server's ``version`` and, when it is older than supported, ``unsupported``.
+    ``apiServer`` has the API server's ``version`` and, when it is older than supported, ``unsupported``;
+    ``imports`` has the imported kinds watched (kind → apiVersion), those refused, and each imported
+    policy's problems (see :mod:`webhook.server.imports`).
     """
     c = request.app[COMPONENTS]
     max_staleness = c.settings.ready_max_staleness
@@ -71,6 +73,9 @@ async def readyz(request: web.Request) -> web.Response:
     if c.api_server:
         # Reported, not part of readiness: an older API server still sends reviews (see webhook.kube.version).
         body["apiServer"] = dict(c.api_server)
+    if c.imports is not None:
+        # Imported policies get no status on their sources (the API server's or Kyverno's objects): it is here.
+        body["imports"] = c.imports.status()
     if c.local_sources:
         # A file that stopped parsing keeps its last good objects (as an API server refuses a bad write).
         body["localFileErrors"] = c.local_file_errors()

@@ -73,7 +73,8 @@ async def bootstrap_certificates(settings: Settings, api_client: Any) -> None:
 
 
 def leadership(settings: Settings, api_client: Any, metrics: Metrics, policy_informers: tuple[SharedInformer, ...],
-               synced: Callable[[], bool]) -> Leadership:
+               synced: Callable[[], bool], *,
+               imported: Callable[[], list[dict[str, Any]]] = lambda: []) -> Leadership:
     """The Lease elector and what only the leader does, as ``settings`` asks.
 
     Args:
@@ -82,6 +83,7 @@ def leadership(settings: Settings, api_client: Any, metrics: Metrics, policy_inf
         metrics: the app's metrics.
         policy_informers: the policies the webhook configurations are generated from.
         synced: whether the policy caches have synced (the reconciler waits for it).
+        imported: the imported policies' objects, routed by the webhook configurations too.
     """
     from webhook.kube.leader import LeaderElectionConfig, LeaderElector
     from webhook.kube.status import StatusWriter
@@ -110,7 +112,7 @@ def leadership(settings: Settings, api_client: Any, metrics: Metrics, policy_inf
             api_client, WebhookTarget(name=settings.webhook_config_name, url=settings.webhook_url,
                                       service=settings.webhook_service,
                                       namespace=settings.namespace, service_account=settings.service_account),
-            policies=lambda: parsed_specs([o for inf in policy_informers for o in inf.indexer.list()]),
+            policies=lambda: parsed_specs([o for inf in policy_informers for o in inf.indexer.list()] + imported()),
             is_leader=is_leader, synced=synced, ca_bundle=ca_bundle, create_missing=settings.create_webhooks,
             metrics=metrics.webhook_configs)
 

@@ -1,8 +1,9 @@
 """Where the informers list and watch: YAML files with ``--local``, else the API server.
 
 Two factories for :func:`webhook.server.app.build_components`: one for the
-fixed informers (Namespaces, params ConfigMaps, both policy kinds), one for the
-dynamic informers of ``spec.references`` and background audit (any GVR).
+fixed informers (Namespaces, params ConfigMaps, both policy kinds, and the
+imported kinds: :func:`import_informer_key`), one for the dynamic informers of
+``spec.references`` and background audit (any GVR).
 """
 
 from __future__ import annotations
@@ -13,11 +14,20 @@ from typing import Any
 from webhook.files.local_source import LocalDirectory, LocalDirectoryListerWatcher
 from webhook.informer import InformerKey, ListerWatcher
 from webhook.informer.gvr import GVR
+from webhook.policy.imports.kinds import IMPORT_KINDS, ImportKind
 from webhook.policy.resources import CLUSTER_POLICIES, CONFIGMAPS, NAMESPACED_POLICIES, NAMESPACES
 from webhook.server.settings import Settings
 
 _BY_INFORMER_RESOURCE = {r.informer_resource: r for r in (NAMESPACES, CONFIGMAPS, CLUSTER_POLICIES,
                                                             NAMESPACED_POLICIES)}
+
+
+def import_informer_key(kind: ImportKind, version: str) -> InformerKey:
+    """The informer of an imported kind in one version: ``resource.version.group`` (kubectl's fully qualified form)."""
+    return InformerKey(f"{kind.plural}.{version}.{kind.group}")
+
+
+_IMPORTED = {import_informer_key(k, v).resource: (k, v) for k in IMPORT_KINDS for v in k.versions}
 
 
 def _directory(settings: Settings, local_sources: list[LocalDirectoryListerWatcher]) -> LocalDirectory:
@@ -45,6 +55,13 @@ def lister_watcher_factory(settings: Settings, api_client: Any,
         root, poll = settings.local_dir, settings.local_poll_interval
 
         def local(key: InformerKey) -> ListerWatcher:
+            imported = _IMPORTED.get(key.resource)
+            if imported is not None:
+                # Every version of the kind: the importer reads each and names a version it does not.
+                source = LocalDirectoryListerWatcher(root, kinds={imported[0].kind}, poll_interval=poll,
+                                                     directory=_directory(settings, local_sources))
+                local_sources.append(source)
+                return source
             r = _BY_INFORMER_RESOURCE[key.resource]
             source = LocalDirectoryListerWatcher(root, kinds={r.kind}, poll_interval=poll,
                                                  default_namespace="default" if r.namespaced else None,
@@ -58,6 +75,10 @@ def lister_watcher_factory(settings: Settings, api_client: Any,
     from webhook.kube.listwatch import KubeListerWatcher
 
     def kube(key: InformerKey) -> ListerWatcher:
+        imported = _IMPORTED.get(key.resource)
+        if imported is not None:
+            kind, version = imported
+            return KubeListerWatcher(api_client, group=kind.group, version=version, plural=kind.plural)
         r = _BY_INFORMER_RESOURCE[key.resource]
         return KubeListerWatcher(api_client, group=r.group, version=r.version, plural=r.plural,
                                  namespace=key.namespace)

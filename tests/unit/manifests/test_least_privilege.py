@@ -33,6 +33,7 @@ import yaml
 
 from tests.unit.manifests.kustomize import deployments
 from tests.unit.manifests.rbac import grants, rbac_problems
+from webhook.policy.imports.kinds import IMPORT_KINDS
 
 ROOT = Path(__file__).resolve().parents[3]
 MANIFESTS = ROOT / "manifests"
@@ -56,6 +57,11 @@ ALLOWED_CLUSTER: dict[tuple[str, str], frozenset[str]] = {
     ("tollgate.dev", "admissionpolicies/status"): STATUS,
     ("admissionregistration.k8s.io", "validatingwebhookconfigurations"): WEBHOOK_CONFIGS,
     ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): WEBHOOK_CONFIGS,
+    # Imported policies (webhook/server/imports.py): read only.
+    **{("admissionregistration.k8s.io", r): CACHED for r in (
+        "validatingadmissionpolicies", "validatingadmissionpolicybindings", "mutatingadmissionpolicies",
+        "mutatingadmissionpolicybindings")},
+    **{("policies.kyverno.io", r): CACHED for r in ("validatingpolicies", "mutatingpolicies")},
 }
 #: Grants that must name their objects: nothing else in the cluster may be touched.
 PINNED_CLUSTER = {
@@ -76,6 +82,8 @@ REQUIRED_CLUSTER: dict[tuple[str, str], frozenset[str]] = {
     ("tollgate.dev", "admissionpolicies/status"): frozenset({"patch"}),
     ("admissionregistration.k8s.io", "validatingwebhookconfigurations"): frozenset({"get", "update"}),
     ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): frozenset({"get", "update"}),
+    # The imported kinds' informers list and watch every kind they import (webhook.policy.imports.kinds).
+    **{(k.group, k.plural): frozenset({"list", "watch"}) for k in IMPORT_KINDS},
 }
 
 

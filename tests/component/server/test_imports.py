@@ -1,0 +1,217 @@
+"""Imported policies served: ``serve --local`` over files, and a cluster serving the admission-policy kinds.
+
+In a cluster, discovery decides what is watched: the fake API server serves
+ValidatingAdmissionPolicy and its binding when a test adds them to its discovery, as a 1.30 server
+does, and not otherwise (a 1.20 server: nothing is watched, nothing fails).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import shutil
+import ssl
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+
+from tests.component.server.conftest import serve_tls
+from tests.fakeapi.discovery import Served
+from tests.fakeapi.server import FakeApiServer
+from webhook.kube.client import api_client_for_url
+from webhook.server.app import create_app
+from webhook.server.settings import Settings
+from webhook.tls import generate as certs
+
+ROOT = Path(__file__).resolve().parents[3]
+VAP_EXAMPLE = ROOT / "policies" / "examples" / "vap-required-labels"
+KYVERNO_EXAMPLE = ROOT / "policies" / "examples" / "kyverno-restrict-image-registries"
+PROD = "ValidatingAdmissionPolicy/required-labels/required-labels-prod"
+ELSEWHERE = "ValidatingAdmissionPolicy/required-labels/required-labels-elsewhere"
+
+
+def deployment_review(namespace: str, labels: dict[str, str], image: str = "registry.example.com/app:1"
+                      ) -> dict[str, Any]:
+    obj = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": namespace,
+                                                                       "labels": labels},
+           "spec": {"selector": {}, "template": {"metadata": {}, "spec": {"containers": [{"name": "c",
+                                                                                        "image": image}]}}}}
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "u1", "kind": {"group": "apps", "version": "v1", "kind": "Deployment"},
+        "resource": {"group": "apps", "version": "v1", "resource": "deployments"}, "namespace": namespace,
+        "name": "d", "operation": "CREATE", "userInfo": {"username": "alice"}, "object": obj}}
+
+
+async def until(check: Any, timeout: float = 10.0) -> Any:
+    end = asyncio.get_running_loop().time() + timeout
+    while asyncio.get_running_loop().time() < end:
+        value = await check()
+        if value:
+            return value
+        await asyncio.sleep(0.05)
+    raise AssertionError("condition not reached")
+
+
+class Client:
+    def __init__(self, url: str, session: aiohttp.ClientSession) -> None:
+        self.url, self.session = url, session
+
+    async def readyz(self) -> dict[str, Any] | None:
+        async with self.session.get(self.url + "/readyz") as resp:
+            return await resp.json() if resp.status == 200 else None  # type: ignore[no-any-return]
+
+    async def validate(self, review: dict[str, Any]) -> dict[str, Any]:
+        async with self.session.post(self.url + "/validate", json=review) as resp:
+            assert resp.status == 200
+            return (await resp.json())["response"]  # type: ignore[no-any-return]
+
+
+@contextlib.asynccontextmanager
+async def serving(tmp_path: Path, settings: Settings, api_client: Any = None) -> AsyncIterator[Client]:
+    paths = certs.write_certs(tmp_path / "certs", dns_names=["localhost"], days=1)
+    app = create_app(dataclasses.replace(settings, cert_file=paths.cert, key_file=paths.key), api_client=api_client)
+    runner, port = await serve_tls(app)
+    ctx = ssl.create_default_context(cafile=str(paths.ca))
+    try:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as session:
+            yield Client(f"https://localhost:{port}", session)
+    finally:
+        await runner.cleanup()
+
+
+# -- serve --local ---------------------------------------------------------------------------------------------
+
+async def test_local_files_of_the_imported_kinds_are_served_and_followed(tmp_path: Path) -> None:
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    for name in ("admission-policy.yaml", "configmap.yaml", "namespaces.yaml"):
+        shutil.copy(VAP_EXAMPLE / name, policies / name)
+    for name in ("validating-policy.yaml", "existing.yaml"):
+        shutil.copy(KYVERNO_EXAMPLE / name, policies / name)
+    async with serving(tmp_path, Settings(local_dir=policies, local_poll_interval=0.05, write_status=False,
+                                          eval_workers=0)) as client:
+        body = await until(client.readyz)
+        assert body["policies"][PROD] == {"ready": True, "reason": "Compiled"}
+        assert body["policies"]["ValidatingPolicy/restrict-image-registries"]["ready"] is True
+        assert body["imports"]["watching"]["ValidatingAdmissionPolicyBinding"].startswith("admissionregistration")
+
+        denied = await client.validate(deployment_review("shop", {"team": "a"}, image="quay.io/x:1"))
+        assert denied["allowed"] is False
+        assert f"{PROD}: missing required labels: app.kubernetes.io/name" in denied["status"]["message"]
+        assert "ValidatingPolicy/restrict-image-registries: spec.template: images must come from" in \
+            denied["status"]["message"]
+        warned = await client.validate(deployment_review("sandbox", {}))
+        assert warned["allowed"] is True and warned["warnings"] == [
+            f"{ELSEWHERE}: missing required labels: team, app.kubernetes.io/name"]
+
+        # An edited binding takes effect; a deleted policy leaves its bindings enforcing nothing, and says so.
+        source = list(yaml.safe_load_all((policies / "admission-policy.yaml").read_text()))
+        source[1]["spec"]["validationActions"] = ["Warn"]
+        (policies / "admission-policy.yaml").write_text(yaml.safe_dump_all(source))
+
+        async def prod_warns() -> bool:
+            answer = await client.validate(deployment_review("shop", {"team": "a"}))
+            return answer["allowed"] is True and bool(answer.get("warnings"))
+
+        await until(prod_warns)
+        (policies / "admission-policy.yaml").write_text(yaml.safe_dump_all(source[1:]))
+
+        async def orphaned() -> dict[str, Any] | None:
+            body = await client.readyz()
+            return body if body and PROD in body.get("unmatchablePolicies", []) else None
+
+        body = await until(orphaned)
+        assert body["imports"]["problems"][PROD] == [
+            "ValidatingAdmissionPolicyBinding required-labels-prod: spec.policyName: no ValidatingAdmissionPolicy "
+            "required-labels (a binding without its policy enforces nothing)"]
+        assert (await client.validate(deployment_review("shop", {})))["allowed"] is True
+
+
+# -- a cluster -------------------------------------------------------------------------------------------------
+
+ADMISSION_KINDS = (Served("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies",
+                          "ValidatingAdmissionPolicy", False),
+                   Served("admissionregistration.k8s.io", "v1", "validatingadmissionpolicybindings",
+                          "ValidatingAdmissionPolicyBinding", False))
+
+
+def example(version: str = "v1") -> list[dict[str, Any]]:
+    """The example's policy and bindings, in ``version`` (the API server serves each object in every version)."""
+    docs = list(yaml.safe_load_all((VAP_EXAMPLE / "admission-policy.yaml").read_text()))
+    for doc in docs:
+        doc["apiVersion"] = f"admissionregistration.k8s.io/{version}"
+    return docs
+
+
+@contextlib.asynccontextmanager
+async def cluster(tmp_path: Path, served: tuple[Served, ...], *, version: str = "v1", forbidden: str = "",
+                  **settings: Any) -> AsyncIterator[tuple[FakeApiServer, Client]]:
+    fake = FakeApiServer()
+    fake.discovery.builtin += list(served)
+    await fake.start()
+    for ns in yaml.safe_load_all((VAP_EXAMPLE / "namespaces.yaml").read_text()):
+        fake.apply("namespaces", ns)
+    fake.apply("configmaps", yaml.safe_load((VAP_EXAMPLE / "configmap.yaml").read_text()))
+    policy, prod, _ = example(version)
+    fake.apply("validatingadmissionpolicies", policy)
+    fake.apply("validatingadmissionpolicybindings", prod)
+    if forbidden:
+        fake.fail("GET", f"/{forbidden}", code=403, times=1)  # the probe's LIST: RBAC refuses it
+    api = api_client_for_url(fake.url)
+    try:
+        async with serving(tmp_path, Settings(**{"write_status": True, "pod_name": "r1", "manage_webhooks": False,
+                                                 "eval_workers": 0, **settings}), api) as client:
+            yield fake, client
+    finally:
+        await api.close()
+        await fake.stop()
+
+
+async def test_a_cluster_serving_the_kinds_has_them_enforced_and_followed(tmp_path: Path) -> None:
+    async with cluster(tmp_path, ADMISSION_KINDS) as (fake, client):
+        body = await until(client.readyz)
+        assert body["imports"]["watching"] == {
+            "ValidatingAdmissionPolicy": "admissionregistration.k8s.io/v1",
+            "ValidatingAdmissionPolicyBinding": "admissionregistration.k8s.io/v1"}
+        assert body["policies"][PROD] == {"ready": True, "reason": "Compiled"}
+        assert (await client.validate(deployment_review("shop", {})))["allowed"] is False
+
+        # A binding created on the API server is watched like any object.
+        fake.apply("validatingadmissionpolicybindings", example()[2])
+
+        async def warns() -> bool:
+            return bool((await client.validate(deployment_review("sandbox", {}))).get("warnings"))
+
+        await until(warns)
+        # Their status belongs to the API server: nothing is written to them (only Tollgate's own kinds').
+        writes = [r for r in fake.requests if r.get("method") in ("PATCH", "PUT", "POST")]
+        assert not [r for r in writes if "admissionpolic" in str(r.get("resource"))]
+
+
+async def test_a_cluster_without_the_kinds_watches_nothing_and_is_ready(tmp_path: Path) -> None:
+    async with cluster(tmp_path, ()) as (fake, client):
+        body = await until(client.readyz)
+        assert body["imports"] == {"watching": {}}
+        assert (await client.validate(deployment_review("shop", {})))["allowed"] is True
+        assert not fake.log("list", "validatingadmissionpolicies")
+
+
+async def test_a_kind_the_service_account_may_not_list_is_reported_not_waited_for(tmp_path: Path) -> None:
+    async with cluster(tmp_path, ADMISSION_KINDS, forbidden="validatingadmissionpolicybindings") as (_, client):
+        body = await until(client.readyz)  # ready: a refused kind is not waited for
+        assert list(body["imports"]["refused"]) == ["ValidatingAdmissionPolicyBinding"]
+        assert "403" in body["imports"]["refused"]["ValidatingAdmissionPolicyBinding"]
+        assert body["imports"]["watching"] == {"ValidatingAdmissionPolicy": "admissionregistration.k8s.io/v1"}
+        assert PROD not in body["policies"]
+
+
+async def test_only_v1beta1_served_is_watched_in_v1beta1(tmp_path: Path) -> None:
+    beta = tuple(Served(s.group, "v1beta1", s.plural, s.kind, s.namespaced) for s in ADMISSION_KINDS)
+    async with cluster(tmp_path, beta, version="v1beta1") as (_, client):
+        body = await until(client.readyz)
+        assert set(body["imports"]["watching"].values()) == {"admissionregistration.k8s.io/v1beta1"}
+        assert (await client.validate(deployment_review("shop", {})))["allowed"] is False

@@ -1,0 +1,127 @@
+"""Source notifications in, imported-policy notifications out: every change passed on once, in order."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.unit.policy.imports_helpers import kyverno_vpol, vap, vap_binding
+from webhook.policy import PolicyEventHandler, PolicyIndex
+from webhook.policy.imports.catalog import import_policies
+from webhook.policy.imports.events import ImportEventHandler
+from webhook.policy.imports.provenance import import_error
+
+KEY = "ValidatingAdmissionPolicy/need-team/need-team-all"
+
+
+@dataclass
+class Recorder:
+    seen: list[tuple[str, str, bool]] = field(default_factory=list)
+
+    def on_add(self, obj: dict[str, Any], is_in_initial_list: bool) -> None:
+        self.seen.append(("add", obj["metadata"]["name"], import_error(obj) is None))
+
+    def on_update(self, old: dict[str, Any], new: dict[str, Any]) -> None:
+        self.seen.append(("update", new["metadata"]["name"], import_error(new) is None))
+
+    def on_delete(self, obj: dict[str, Any]) -> None:
+        self.seen.append(("delete", obj["metadata"]["name"], import_error(obj) is None))
+
+
+@dataclass
+class Tombstone:
+    key: str
+    obj: Any
+
+
+def handler() -> tuple[ImportEventHandler, Recorder]:
+    recorder = Recorder()
+    return ImportEventHandler([recorder]), recorder
+
+
+def test_a_policy_then_its_binding_is_one_add() -> None:
+    h, r = handler()
+    h.on_add(vap(), True)
+    assert r.seen == []  # a policy without a binding selects nothing
+    h.on_add(vap_binding(), True)
+    assert r.seen == [("add", KEY, True)]
+    assert [o["metadata"]["name"] for o in h.objects()] == [KEY]
+
+
+def test_a_binding_before_its_policy_is_corrected_when_the_policy_comes() -> None:
+    h, r = handler()
+    h.on_add(vap_binding(), True)
+    h.on_add(vap(), True)
+    assert r.seen == [("add", KEY, False), ("update", KEY, True)]
+
+
+def test_a_policy_change_reaches_every_binding_and_nothing_else() -> None:
+    h, r = handler()
+    for obj in (vap(), vap_binding("a"), vap_binding("b"), vap("other"), vap_binding("c", policy="other")):
+        h.on_add(obj, True)
+    r.seen.clear()
+    changed = vap(failurePolicy="Ignore")
+    h.on_update(vap(), changed)
+    assert sorted(r.seen) == [("update", "ValidatingAdmissionPolicy/need-team/a", True),
+                              ("update", "ValidatingAdmissionPolicy/need-team/b", True)]
+    r.seen.clear()
+    h.on_update(changed, copy.deepcopy(changed))  # a resync, or a status write: nothing changed
+    assert r.seen == []
+
+
+def test_deleting_the_policy_leaves_its_binding_without_one() -> None:
+    h, r = handler()
+    h.on_add(vap(), True)
+    h.on_add(vap_binding(), True)
+    h.on_delete(Tombstone("need-team", vap()))  # a missed deletion arrives as a tombstone
+    assert r.seen[-1] == ("update", KEY, False)
+    h.on_delete(vap_binding())
+    assert r.seen[-1] == ("delete", KEY, False) and h.objects() == []
+
+
+def test_a_binding_naming_another_policy_withdraws_the_old_one() -> None:
+    h, r = handler()
+    for obj in (vap(), vap("other"), vap_binding()):
+        h.on_add(obj, True)
+    r.seen.clear()
+    h.on_update(vap_binding(), vap_binding(policy="other"))
+    assert r.seen == [("delete", KEY, True), ("add", "ValidatingAdmissionPolicy/other/need-team-all", True)]
+
+
+def test_kyverno_policies_come_and_go() -> None:
+    h, r = handler()
+    h.on_add(kyverno_vpol(), False)
+    h.on_update(kyverno_vpol(), kyverno_vpol(validationActions=["Audit"]))
+    h.on_delete(kyverno_vpol())
+    assert r.seen == [("add", "ValidatingPolicy/check-team", True), ("update", "ValidatingPolicy/check-team", True),
+                      ("delete", "ValidatingPolicy/check-team", True)]
+
+
+def test_other_kinds_are_ignored() -> None:
+    h, r = handler()
+    h.on_add({"apiVersion": "envoy.kyverno.io/v1alpha1", "kind": "ValidatingPolicy", "metadata": {"name": "x"},
+              "spec": {}}, True)
+    h.on_add({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}, True)
+    h.on_delete("not an object")
+    assert r.seen == [] and len(h.catalog) == 0
+
+
+def test_the_index_recompiles_when_only_the_import_problem_changes() -> None:
+    index = PolicyIndex()
+    h = ImportEventHandler([PolicyEventHandler(index)])
+    h.on_add(vap(paramKind={"apiVersion": "v1", "kind": "Secret"}), True)
+    h.on_add(vap_binding(paramRef={"name": "x", "parameterNotFoundAction": "Deny"}), True)
+    state = index.state(KEY)
+    assert state is not None and "v1 Secret" in state.result.condition["message"]
+    # The spec is the same (no paramRef either way); only the problem differs: still recompiled.
+    h.on_update(vap(), vap(paramKind={"apiVersion": "apps/v1", "kind": "Deployment"}))
+    state = index.state(KEY)
+    assert state is not None and "apps/v1 Deployment" in state.result.condition["message"]
+
+
+def test_unnamed_objects_are_problems_in_a_set() -> None:
+    unnamed = vap()
+    del unnamed["metadata"]["name"]
+    result = import_policies([unnamed])
+    assert [str(p) for p in result.problems] == ["ValidatingAdmissionPolicy <unnamed>: metadata.name: required"]

@@ -1,0 +1,149 @@
+"""A set of source objects → the Tollgate policies they amount to (pure; no I/O).
+
+Pairs each binding with the policy its ``spec.policyName`` names (of the kind it binds) and converts
+every pair (:func:`~webhook.policy.imports.admission.convert_binding`) and every Kyverno policy
+(:func:`~webhook.policy.imports.kyverno.convert_kyverno`). As on the API server, a Kubernetes policy
+without a binding enforces nothing: it yields no policy, only a note.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook.policy.imports.admission import convert_binding
+from webhook.policy.imports.common import name_of, spec_of
+from webhook.policy.imports.imported import Imported, Problem, SourceRef
+from webhook.policy.imports.kinds import IMPORT_KINDS, KYVERNO_GROUP, ImportKind, import_kind_of
+from webhook.policy.imports.kyverno import convert_kyverno
+
+__all__ = ["UNBOUND", "Catalog", "ImportResult", "import_policies"]
+
+_KINDS = {k.kind: k for k in IMPORT_KINDS}
+#: What a Kubernetes policy without a binding does.
+UNBOUND = "no binding names it, so it selects nothing (as on the API server)"
+
+
+@dataclass(slots=True)
+class ImportResult:
+    """What a set of source objects gives.
+
+    Attributes:
+        policies: one :class:`Imported` per binding and per Kyverno policy, in (kind, name) order.
+        problems: objects that cannot be imported at all (no ``metadata.name``).
+        unbound: Kubernetes policies no binding names (they enforce nothing, as on the API server).
+    """
+
+    policies: list[Imported] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    unbound: list[SourceRef] = field(default_factory=list)
+
+    @property
+    def notes(self) -> list[str]:
+        """One line per unbound policy."""
+        return [f"{ref}: {UNBOUND}" for ref in self.unbound]
+
+
+class Catalog:
+    """The source objects by kind and name, converted on demand (a watch's handler keeps one up to date).
+
+    Not thread-safe; one writer.
+    """
+
+    def __init__(self) -> None:
+        self._objects: dict[SourceRef, dict[str, Any]] = {}
+
+    def put(self, obj: dict[str, Any]) -> SourceRef | None:
+        """Add or replace a source object; returns its reference (None: not importable or nameless)."""
+        kind = import_kind_of(obj)
+        name = name_of(obj)
+        if kind is None or not name:
+            return None
+        ref = SourceRef(kind.kind, name)
+        self._objects[ref] = obj
+        return ref
+
+    def remove(self, obj: dict[str, Any]) -> SourceRef | None:
+        """Forget a source object (by its kind and name); returns its reference, or None."""
+        kind = import_kind_of(obj)
+        name = name_of(obj)
+        if kind is None or not name:
+            return None
+        ref = SourceRef(kind.kind, name)
+        self._objects.pop(ref, None)
+        return ref
+
+    def __len__(self) -> int:
+        return len(self._objects)
+
+    def affected(self, ref: SourceRef) -> set[SourceRef]:
+        """The objects whose conversion depends on ``ref``: itself, and a policy's bindings (by ``policyName``)."""
+        out = {ref}
+        for other in self._objects:
+            kind = _KINDS[other.kind]
+            if kind.binds == ref.kind and spec_of(self._objects[other]).get("policyName") == ref.name:
+                out.add(other)
+        return out
+
+    def convert(self, ref: SourceRef) -> Imported | None:
+        """The Tollgate policy ``ref`` gives: a binding's (with its policy), a Kyverno policy's.
+
+        Returns:
+            The conversion; None for a Kubernetes policy (its bindings give policies) or an object no
+            longer present.
+        """
+        obj = self._objects.get(ref)
+        if obj is None:
+            return None
+        kind = _KINDS[ref.kind]
+        if kind.binds is not None:
+            policy_kind = _KINDS[kind.binds]
+            policy_name = spec_of(obj).get("policyName")
+            policy = self._objects.get(SourceRef(policy_kind.kind, policy_name)) if isinstance(policy_name, str) \
+                else None
+            return convert_binding(kind, obj, policy_kind, policy)
+        if kind.group == KYVERNO_GROUP:
+            return convert_kyverno(kind, obj)
+        return None
+
+    def unbound(self) -> list[SourceRef]:
+        """Kubernetes policies no binding names (they enforce nothing)."""
+        bound = {(_KINDS[r.kind].binds, spec_of(o).get("policyName")) for r, o in self._objects.items()
+                 if _KINDS[r.kind].binds is not None}
+        return sorted(r for r in self._objects
+                      if _is_kubernetes_policy(_KINDS[r.kind]) and (r.kind, r.name) not in bound)
+
+    def refs(self) -> list[SourceRef]:
+        """Every object held, in (kind, name) order."""
+        return sorted(self._objects)
+
+
+def _is_kubernetes_policy(kind: ImportKind) -> bool:
+    return kind.binds is None and any(k.binds == kind.kind for k in IMPORT_KINDS)
+
+
+def import_policies(objects: Iterable[dict[str, Any]]) -> ImportResult:
+    """Every Tollgate policy a set of source objects amounts to.
+
+    Args:
+        objects: raw objects; those of kinds Tollgate does not import are ignored (callers pick them).
+
+    Returns:
+        The :class:`ImportResult`. A second object of the same kind and name replaces the first (callers
+        that read files report duplicates themselves, with their locations).
+    """
+    catalog = Catalog()
+    result = ImportResult()
+    for obj in objects:
+        kind = import_kind_of(obj)
+        if kind is None:
+            continue
+        if catalog.put(obj) is None:
+            result.problems.append(Problem(SourceRef(kind.kind, "<unnamed>"), "metadata.name", "required"))
+    for ref in catalog.refs():
+        imported = catalog.convert(ref)
+        if imported is not None:
+            result.policies.append(imported)
+    result.unbound = catalog.unbound()
+    return result

@@ -1,0 +1,129 @@
+"""Keep the imported policies in step with the source objects' informer notifications (pure; no I/O).
+
+:class:`ImportEventHandler` is a client-go ``ResourceEventHandler`` for the informers of the imported
+kinds (:mod:`.kinds`). It holds the source objects in a :class:`~webhook.policy.imports.catalog.Catalog`
+and, on every add, update or delete, converts again what depends on the object (a binding; a policy's
+bindings; a Kyverno policy) and passes the resulting ``ClusterAdmissionPolicy`` objects on as policy
+notifications to the handlers a policy informer feeds (the index's
+:class:`~webhook.policy.events.PolicyEventHandler`, the references, the background audit): an
+imported policy is filed, compiled and evaluated like any other. Each change is passed on once: an
+unchanged conversion is not repeated. Problems and notes are logged when they change (the source
+objects belong to the API server or to Kyverno: no status is written to them).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+from webhook.policy.imports.catalog import Catalog
+from webhook.policy.imports.imported import Imported, SourceRef
+
+__all__ = ["ImportEventHandler", "PolicyHandler"]
+
+log = logging.getLogger("tollgate.imports")
+
+
+class PolicyHandler(Protocol):
+    """What a policy informer's handlers implement (client-go ``ResourceEventHandler``)."""
+
+    def on_add(self, obj: dict[str, Any], is_in_initial_list: bool) -> None:
+        """A policy object appeared."""
+
+    def on_update(self, old: dict[str, Any], new: dict[str, Any]) -> None:
+        """A policy object changed."""
+
+    def on_delete(self, obj: Any) -> None:
+        """A policy object went away."""
+
+
+class ImportEventHandler:
+    """Source notifications in, imported-policy notifications out.
+
+    Args:
+        handlers: receive the imported policies' notifications (more with :meth:`add_handler`).
+
+    Not thread-safe: one writer (the informers' handler tasks on one event loop).
+    """
+
+    #: Runs on the event loop (the informer's ``sync_calls``): its handlers maintain the index the request
+    #: path reads.
+    sync_calls = "loop"
+
+    def __init__(self, handlers: Iterable[PolicyHandler] = ()) -> None:
+        self.catalog = Catalog()
+        self._handlers: list[PolicyHandler] = list(handlers)
+        self._served: dict[str, dict[str, Any]] = {}  # key → the object passed on
+        self._imported: dict[str, Imported] = {}
+        self._key_of: dict[SourceRef, str] = {}  # a binding or Kyverno policy → the key it gives
+
+    def add_handler(self, handler: PolicyHandler) -> None:
+        """Pass notifications to ``handler`` too (from now on; add handlers before the informers start)."""
+        self._handlers.append(handler)
+
+    def objects(self) -> list[dict[str, Any]]:
+        """Every imported policy object currently served, by key (what a policy informer's store would list)."""
+        return [self._served[k] for k in sorted(self._served)]
+
+    def imported(self) -> list[Imported]:
+        """Every current conversion, by key (problems and notes included)."""
+        return [self._imported[k] for k in sorted(self._imported)]
+
+    def on_add(self, obj: dict[str, Any], is_in_initial_list: bool) -> None:
+        """A source object appeared: convert what depends on it."""
+        ref = self.catalog.put(obj)
+        if ref is not None:
+            self._refresh(ref, initial=is_in_initial_list)
+
+    def on_update(self, old: dict[str, Any], new: dict[str, Any]) -> None:
+        """A source object changed: convert what depends on it (a binding's old policy name, too)."""
+        ref = self.catalog.put(new)
+        if ref is not None:
+            self._refresh(ref, initial=False)
+
+    def on_delete(self, obj: Any) -> None:
+        """A source object went away (a tombstone's last known state is used): withdraw or convert again."""
+        final = obj if isinstance(obj, dict) else getattr(obj, "obj", None)
+        if not isinstance(final, dict):
+            return
+        ref = self.catalog.remove(final)
+        if ref is not None:
+            self._refresh(ref, initial=False)
+
+    def _refresh(self, ref: SourceRef, *, initial: bool) -> None:
+        for source in sorted(self.catalog.affected(ref)):
+            imported = self.catalog.convert(source)
+            previous_key = self._key_of.get(source)
+            if previous_key is not None and (imported is None or imported.key != previous_key):
+                self._withdraw(source, previous_key)
+            if imported is not None:
+                self._serve(source, imported, initial=initial)
+
+    def _withdraw(self, source: SourceRef, key: str) -> None:
+        self._key_of.pop(source, None)
+        self._imported.pop(key, None)
+        gone = self._served.pop(key, None)
+        if gone is None:
+            return
+        log.info("imported policy withdrawn", extra={"policy": key})
+        for h in self._handlers:
+            h.on_delete(gone)
+
+    def _serve(self, source: SourceRef, imported: Imported, *, initial: bool) -> None:
+        key = imported.key
+        self._key_of[source] = key
+        before = self._imported.get(key)
+        self._imported[key] = imported
+        old = self._served.get(key)
+        if old == imported.obj:
+            return
+        self._served[key] = imported.obj
+        if before is None or before.notes != imported.notes:
+            for note in imported.notes:
+                log.info("imported policy: %s", note, extra={"policy": key})
+        for h in self._handlers:
+            if old is None:
+                h.on_add(imported.obj, initial)
+            else:
+                h.on_update(old, imported.obj)

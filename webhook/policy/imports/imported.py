@@ -1,0 +1,117 @@
+"""What importing gives: the Tollgate policy object, its sources, its problems and notes (pure; no I/O).
+
+A :class:`Problem` is something the policy cannot honour (it is then not Ready, and answered per
+its ``failurePolicy`` when its match rules could be read); a note says how a field is honoured
+when Tollgate's behaviour differs from the source engine's and the difference does not change a
+decision the engine makes (e.g. ``reinvocationPolicy: IfNeeded``, run once).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["ConversionError", "Imported", "Problem", "SourceRef"]
+
+PathPart = str | int
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class SourceRef:
+    """One source object: its ``kind`` and ``metadata.name`` (every importable kind is cluster-scoped)."""
+
+    kind: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """Something a source object asks that Tollgate cannot honour (or that is malformed).
+
+    Attributes:
+        source: the object.
+        path: its field, as kubectl names it (``spec.paramKind``, ``spec.validations[0].expression``).
+        message: what and why, one line.
+    """
+
+    source: SourceRef
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.source}: {self.path}: {self.message}" if self.path else f"{self.source}: {self.message}"
+
+
+class ConversionError(ValueError):
+    """A field that stops the conversion of the match rules (``path``: the source object's field)."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class Imported:
+    """One Tollgate policy made from a Kubernetes policy and its binding, or from a Kyverno policy.
+
+    Attributes:
+        obj: the ``ClusterAdmissionPolicy`` object to serve (with :data:`IMPORT_ERROR_ANNOTATION
+            <webhook.policy.imports.provenance.IMPORT_ERROR_ANNOTATION>` when ``problems``).
+        policy: the source policy (for a binding whose policy is missing: the policy it names).
+        binding: the source binding, or None (Kyverno).
+        problems: what keeps it from being honoured, in field order.
+        notes: how fields are honoured differently (a :class:`Problem`'s shape: source, path, what).
+        authored_conditions: how many of ``obj``'s matchConditions are the source's own (those after
+            them were generated from the match rules).
+        missing_policy: the binding names a policy that is not there (``policy`` is the name it gives).
+    """
+
+    obj: dict[str, Any]
+    policy: SourceRef
+    binding: SourceRef | None = None
+    problems: tuple[Problem, ...] = ()
+    notes: tuple[Problem, ...] = ()
+    authored_conditions: int = 0
+    missing_policy: bool = False
+
+    @property
+    def key(self) -> str:
+        """The policy's name and key (see :mod:`webhook.policy.imports.provenance`)."""
+        return str(self.obj["metadata"]["name"])
+
+    @property
+    def sources(self) -> tuple[SourceRef, ...]:
+        """The source objects present: the policy (unless missing) and the binding."""
+        found = () if self.missing_policy else (self.policy,)
+        return found + ((self.binding,) if self.binding is not None else ())
+
+    def origin(self, path: Sequence[PathPart]) -> tuple[SourceRef, tuple[PathPart, ...]]:
+        """The source object and field a path of :attr:`obj` came from (for messages naming the author's line).
+
+        Expressions keep their paths (``spec.validations[0].expression`` is the source's own);
+        ``match`` comes from the policy's ``matchConstraints``; ``paramRef`` and
+        ``validationActions`` from the binding when there is one.
+        """
+        path = tuple(path)
+        head = path[1] if len(path) > 1 and path[0] == "spec" else None
+        if self.binding is not None and (self.missing_policy or head in _FROM_BINDING):
+            return self.binding, path if head in _FROM_BINDING else ()
+        if head in _KEPT:
+            generated = (head == "matchConditions" and len(path) > 2 and isinstance(path[2], int)
+                         and path[2] >= self.authored_conditions)
+            return self.policy, ("spec", "matchConstraints") if generated else path
+        if head in ("match", "autogen"):
+            return self.policy, ("spec", "matchConstraints")
+        return self.policy, ("spec",) if head is not None else ()
+
+
+#: Fields of a Tollgate spec that a binding supplies (a Kyverno policy has no binding: its own).
+_FROM_BINDING = frozenset({"paramRef", "validationActions"})
+#: Fields whose paths are the source policy's own.
+_KEPT = frozenset({"validations", "variables", "auditAnnotations", "mutations", "failurePolicy", "matchConditions",
+                   "validationActions"})

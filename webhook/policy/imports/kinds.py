@@ -1,0 +1,94 @@
+"""The kinds Tollgate imports: Kubernetes' admission policies and bindings, Kyverno's CEL policies (pure; no I/O).
+
+One :class:`ImportKind` per kind, with the versions Tollgate reads (preferred first: an informer
+watches the first one the API server serves) and, for a binding, the kind of policy it binds. Every
+importable version of a kind has the same fields (``admissionregistration.k8s.io`` v1 and v1beta1;
+Kyverno's ``policies.kyverno.io`` v1 aliases v1beta1's types).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "ADMISSION_GROUP",
+    "IMPORT_KINDS",
+    "KYVERNO_GROUP",
+    "KYVERNO_MUTATING_POLICY",
+    "KYVERNO_VALIDATING_POLICY",
+    "MUTATING_ADMISSION_POLICY",
+    "MUTATING_ADMISSION_POLICY_BINDING",
+    "VALIDATING_ADMISSION_POLICY",
+    "VALIDATING_ADMISSION_POLICY_BINDING",
+    "ImportKind",
+    "import_kind_of",
+]
+
+ADMISSION_GROUP = "admissionregistration.k8s.io"
+KYVERNO_GROUP = "policies.kyverno.io"
+
+
+@dataclass(frozen=True, slots=True)
+class ImportKind:
+    """One importable kind.
+
+    Attributes:
+        group: its API group.
+        kind: its ``kind``.
+        plural: its resource name.
+        versions: the versions Tollgate imports, preferred first.
+        binds: for a binding kind, the kind of the policy its ``spec.policyName`` names; else None.
+        mutating: whether its policies mutate (MutatingAdmissionPolicy, Kyverno MutatingPolicy).
+    """
+
+    group: str
+    kind: str
+    plural: str
+    versions: tuple[str, ...]
+    binds: str | None = None
+    mutating: bool = False
+
+    @property
+    def is_binding(self) -> bool:
+        """Whether it is a binding (``...Binding``), which names its policy."""
+        return self.binds is not None
+
+    def api_versions(self) -> tuple[str, ...]:
+        """``group/version`` of every importable version, preferred first."""
+        return tuple(f"{self.group}/{v}" for v in self.versions)
+
+
+_ADMISSION_VERSIONS = ("v1", "v1beta1")
+VALIDATING_ADMISSION_POLICY = ImportKind(ADMISSION_GROUP, "ValidatingAdmissionPolicy", "validatingadmissionpolicies",
+                                         _ADMISSION_VERSIONS)
+VALIDATING_ADMISSION_POLICY_BINDING = ImportKind(
+    ADMISSION_GROUP, "ValidatingAdmissionPolicyBinding", "validatingadmissionpolicybindings", _ADMISSION_VERSIONS,
+    binds="ValidatingAdmissionPolicy")
+MUTATING_ADMISSION_POLICY = ImportKind(ADMISSION_GROUP, "MutatingAdmissionPolicy", "mutatingadmissionpolicies",
+                                       _ADMISSION_VERSIONS, mutating=True)
+MUTATING_ADMISSION_POLICY_BINDING = ImportKind(
+    ADMISSION_GROUP, "MutatingAdmissionPolicyBinding", "mutatingadmissionpolicybindings", _ADMISSION_VERSIONS,
+    binds="MutatingAdmissionPolicy", mutating=True)
+KYVERNO_VALIDATING_POLICY = ImportKind(KYVERNO_GROUP, "ValidatingPolicy", "validatingpolicies", ("v1", "v1beta1"))
+KYVERNO_MUTATING_POLICY = ImportKind(KYVERNO_GROUP, "MutatingPolicy", "mutatingpolicies", ("v1", "v1beta1"),
+                                     mutating=True)
+
+#: Every importable kind.
+IMPORT_KINDS = (VALIDATING_ADMISSION_POLICY, VALIDATING_ADMISSION_POLICY_BINDING, MUTATING_ADMISSION_POLICY,
+                MUTATING_ADMISSION_POLICY_BINDING, KYVERNO_VALIDATING_POLICY, KYVERNO_MUTATING_POLICY)
+_BY_GROUP_KIND = {(k.group, k.kind): k for k in IMPORT_KINDS}
+
+
+def import_kind_of(obj: Any) -> ImportKind | None:
+    """The importable kind of a raw object (by ``kind`` and the group of ``apiVersion``, any version), or None.
+
+    The version is not checked here: an object of an importable kind in a version Tollgate does not read
+    is imported with a problem naming its ``apiVersion``, never ignored.
+    """
+    if not isinstance(obj, dict):
+        return None
+    kind, api_version = obj.get("kind"), obj.get("apiVersion")
+    if not isinstance(kind, str) or not isinstance(api_version, str):
+        return None
+    return _BY_GROUP_KIND.get((api_version.rpartition("/")[0], kind))

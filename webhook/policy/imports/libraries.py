@@ -1,0 +1,141 @@
+"""What an imported expression calls that Tollgate's CEL environment does not have, and what it reads (pure; no I/O).
+
+Kubernetes' and Kyverno's CEL environments extend the one Tollgate implements
+(:mod:`webhook.policy.cel.env`). An expression that compiles in Tollgate's environment uses nothing
+else; one that does not is searched for the libraries Tollgate lacks, so the problem names the
+library instead of CEL's ``undeclared reference``:
+
+* Kubernetes: the ``authorizer`` library (answers need the API server's authorizer);
+* Kyverno (``pkg/cel/libs``): ``http``, ``globalContext``, ``image``/``isImage``/``parseImageReference``,
+  ``image.GetMetadata``/``imagedata``, ``parseServiceAccount`` (user), ``json``, ``yaml``, ``x509``,
+  ``sha1``/``sha256``/``md5`` (hash), ``random``, ``time_*``, ``listObjToMap`` (transform),
+  ``jmespath``, ``generator``, ``math.round`` with a precision, ``resource.Post``, and PolicyException
+  values (``exceptions``).
+
+Kyverno's ``resource.Get``/``resource.List`` are Tollgate's too, over the caches a policy's
+``spec.references`` declares: :func:`resource_reads` lists what an expression reads, so the importer
+declares it; a read whose ``apiVersion`` or ``resource`` is computed cannot be cached ahead and is a
+problem.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from webhook.policy.cel import ast as celast
+from webhook.policy.cel.env import compile_expression, environment
+
+__all__ = ["Reads", "resource_reads", "unsupported_calls"]
+
+#: Kyverno functions called on a library object (``http.Get(...)``): the receiver's name → the library.
+_KYVERNO_RECEIVERS = {
+    "http": "http library (requests to other services)",
+    "globalContext": "GlobalContext library (GlobalContextEntry caches)",
+    "image": "ImageData library (image registry lookups)",
+    "imagedata": "ImageData library (image registry lookups)",
+    "json": "json library",
+    "yaml": "yaml library",
+    "x509": "x509 library",
+    "generator": "generator library (GeneratingPolicy)",
+}
+#: Kyverno global functions → the library.
+_KYVERNO_FUNCTIONS = {
+    "parseServiceAccount": "user library", "image": "image library", "isImage": "image library",
+    "parseImageReference": "image library", "sha1": "hash library", "sha256": "hash library", "md5": "hash library",
+    "random": "random library", "listObjToMap": "transform library", "jmespath": "jmespath library",
+    **{f"time_{f}": "time library" for f in ("now", "now_utc", "parse", "add", "diff", "before", "after")},
+}
+#: Variables of the source environment Tollgate does not bind → what they are.
+_KYVERNO_VARIABLES = {"exceptions": "exceptions holds Kyverno's PolicyException values (Tollgate does not import "
+                                    "PolicyExceptions)"}
+_KUBERNETES_VARIABLES = {"authorizer": "authorizer is Kubernetes' authorizer library (its checks need the API "
+                                       "server's authorizer)"}
+
+
+def _parsed(text: str) -> celast.Node | None:
+    try:
+        return celast.decode(environment().env.compile(text, disable_check=True).serialize()).root
+    except (RuntimeError, ValueError):
+        return None  # a syntax error: the compiler reports it with its position
+
+
+def _bound_names(root: celast.Node) -> frozenset[str]:
+    """Names a comprehension binds anywhere in the tree (an iteration variable named ``image`` is not the library)."""
+    return frozenset(n for node in root.walk() if node.kind == "comprehension"
+                     for n in (node.name, node.accu_var, node.iter_var2) if n)
+
+
+def _findings(root: celast.Node, kyverno: bool) -> Iterator[str]:
+    bound = _bound_names(root)
+    variables = {**_KUBERNETES_VARIABLES, **(_KYVERNO_VARIABLES if kyverno else {})}
+    for node in root.walk():
+        if node.kind == "ident" and node.name in variables and node.name not in bound:
+            yield variables[node.name]
+        if not kyverno or node.kind != "call":
+            continue
+        receiver = node.target.name if node.target is not None and node.target.kind == "ident" else None
+        if receiver is not None and receiver in bound:
+            continue
+        if receiver == "resource" and node.name == "Post":
+            yield "resource.Post is a live API call per request; Tollgate reads other objects only from its caches"
+        elif receiver == "math" and node.name == "round" and len(node.args) == 2:
+            yield "math.round with a precision is Kyverno's math library"
+        elif receiver in _KYVERNO_RECEIVERS:
+            yield f"{receiver}.{node.name} is Kyverno's {_KYVERNO_RECEIVERS[receiver]}"
+        elif node.target is None and node.name in _KYVERNO_FUNCTIONS and node.name not in bound:
+            yield f"{node.name} is Kyverno's {_KYVERNO_FUNCTIONS[node.name]}"
+
+
+def unsupported_calls(text: str, *, kyverno: bool) -> list[str]:
+    """What ``text`` uses of its source's CEL libraries that Tollgate does not implement, one phrase each.
+
+    Args:
+        text: the expression.
+        kyverno: the source is a Kyverno policy (its libraries are searched too).
+
+    Returns:
+        ``[]`` when the expression compiles in Tollgate's environment, or fails for another reason
+        (the compiler's own message then names it); else one phrase per library use, in order, without
+        repeats (``"http.Get is Kyverno's http library (...)"``).
+    """
+    try:
+        compile_expression(text)
+        return []
+    except RuntimeError:
+        pass
+    root = _parsed(text)
+    if root is None:
+        return []
+    return list(dict.fromkeys(_findings(root, kyverno)))
+
+
+@dataclass(frozen=True, slots=True)
+class Reads:
+    """What an expression reads with ``resource.Get``/``List``: ``(apiVersion, resource)`` pairs, and problems."""
+
+    references: tuple[tuple[str, str], ...] = ()
+    problems: tuple[str, ...] = ()
+
+
+def resource_reads(text: str) -> Reads:
+    """The caches ``text``'s ``resource.Get``/``resource.List`` calls read (Kyverno's resource library).
+
+    Returns:
+        Each literal ``(apiVersion, resource)`` once, in order; a problem for each call whose
+        ``apiVersion`` or ``resource`` is not a string literal (nothing to cache before the first
+        request). An expression that does not compile reads nothing here.
+    """
+    try:
+        compiled = compile_expression(text)
+    except RuntimeError:
+        return Reads()
+    found: list[tuple[str, str]] = []
+    problems: list[str] = []
+    for call in compiled.resource_calls:
+        if call.api_version is None or call.resource is None:
+            problems.append(f"{call.where}: the apiVersion and resource of {call.function} must be string "
+                            "literals: Tollgate serves reads from a cache it must start when the policy loads")
+        elif (call.api_version, call.resource) not in found:
+            found.append((call.api_version, call.resource))
+    return Reads(tuple(found), tuple(problems))
