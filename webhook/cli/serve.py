@@ -24,6 +24,7 @@ import yaml
 from webhook import logs
 from webhook.cli.arguments import dns_label, dns_subdomain, int_in_range, port, seconds
 from webhook.cli.command import Subparsers, UsageError, add_command
+from webhook.policy.imports.kinds import IMPORT_SOURCES
 from webhook.server.settings import DEFAULTS, Settings
 from webhook.tls import generate as certs
 
@@ -138,6 +139,12 @@ def add_parser(sub: Subparsers) -> None:
     p.add_argument("--explain", action="store_true",
                    help="serve POST /explain: why each policy decided one AdmissionReview as it did, with the "
                         "values it computed (rate- and size-limited; needs --client-ca in a cluster)")
+    p.add_argument("--import", dest="imports", action="append", choices=sorted(IMPORT_SOURCES), default=[],
+                   metavar="OWNER",
+                   help="in a cluster, also enforce the policies of OWNER (repeatable): 'admission' for "
+                        "ValidatingAdmissionPolicy/MutatingAdmissionPolicy and their bindings, 'kyverno' for Kyverno's "
+                        "ValidatingPolicy/MutatingPolicy; only where their owner does not enforce them itself "
+                        "(default: none; --local reads every kind in its directory)")
     p.add_argument("--log-level", default=DEFAULT_LOG_LEVEL, help=f"(default {DEFAULT_LOG_LEVEL})")
 
 
@@ -344,7 +351,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         shutdown_delay=(args.shutdown_delay if args.shutdown_delay is not None
                         else 0.0 if args.local else DEFAULTS.shutdown_delay),
         background_audit=args.background_audit and args.local is None, audit_max_objects=args.audit_max_objects,
-        decision_memo_bytes=args.decision_memo_bytes, explain=args.explain,
+        decision_memo_bytes=args.decision_memo_bytes, explain=args.explain, imports=frozenset(args.imports),
     )
     runner: Callable[[Coroutine[Any, Any, None]], None]
     try:

@@ -36,6 +36,7 @@ from webhook.informer.handlers import HandlerRegistration
 from webhook.metrics import DecisionMemoCollector, DynamicInformerCollector, Metrics
 from webhook.policy import PolicyEventHandler, PolicyIndex
 from webhook.policy.imports.events import ImportEventHandler
+from webhook.policy.imports.kinds import IMPORT_SOURCES
 from webhook.policy.memo import DecisionMemo
 from webhook.policy.resources import CLUSTER_POLICIES, CONFIGMAPS, NAMESPACED_POLICIES, NAMESPACES
 from webhook.server import health
@@ -115,10 +116,11 @@ def build_components(settings: Settings, *, api_client: Any = None,
     # Kubernetes' and Kyverno's policies (webhook.server.imports): read from the same place as the others.
     imports = ImportEventHandler()
     import_sources = None
-    if lister_watcher_for is None and (settings.local_dir is not None or api_client is not None):
-        local = settings.local_dir is not None
+    local = settings.local_dir is not None
+    if lister_watcher_for is None and (local or (api_client is not None and settings.imports)):
+        groups = frozenset(IMPORT_SOURCES[name] for name in settings.imports)
         import_sources = ImportSources(
-            factory, imports, discover=local_discovery if local else cluster_discovery(api_client),
+            factory, imports, discover=local_discovery if local else cluster_discovery(api_client, groups),
             probe=None if local else cluster_probe(lister_watcher_factory(settings, api_client, [])),
             interval=0.0 if local else settings.discovery_interval)
         policies_synced.also.append(import_sources.synced)

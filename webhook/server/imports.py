@@ -12,7 +12,10 @@ it does not serve (a 1.20 server has no ValidatingAdmissionPolicy, a cluster wit
 ValidatingPolicy) is not watched, and nothing fails; a kind whose LIST is refused (RBAC) is not
 watched either, and is said at error level and in ``/readyz``. Discovery is repeated every
 ``discovery_interval``, so a kind served later (Kyverno installed) is watched from then on. With
-``--local`` every kind is read from the directory. No status is ever written to these objects: they
+``--local`` every kind is read from the directory. In a cluster only the owners ``serve --import`` names
+(``admission``, ``kyverno``; :data:`~webhook.policy.imports.kinds.IMPORT_SOURCES`) are imported, none by
+default: the API server and Kyverno enforce their own policies, and a second enforcement repeats them.
+No status is ever written to these objects: they
 belong to the API server or to Kyverno; their problems are the imported policies' Ready conditions
 (``/readyz``, logs, ``tollgate_policies_ready``).
 
@@ -108,15 +111,21 @@ async def local_discovery() -> Served:
     return {k: k.versions[0] for k in IMPORT_KINDS}
 
 
-def cluster_discovery(api_client: Any) -> Callable[[], Awaitable[Served]]:
-    """The importable kinds the API server serves with list and watch, each in its first served version."""
+def cluster_discovery(api_client: Any, groups: frozenset[str]) -> Callable[[], Awaitable[Served]]:
+    """The importable kinds of ``groups`` the API server serves with list and watch, each in its first served version.
+
+    Args:
+        api_client: the cluster's ApiClient.
+        groups: the API groups imported (``IMPORT_SOURCES`` values chosen by ``serve --import``); the kinds
+            of other groups are never watched, whatever the API server serves.
+    """
     async def discover() -> Served:
         from webhook.informer.gvr import GVR
         from webhook.kube.discovery import Discovery
 
         snapshot = await Discovery(api_client).snapshot()
         served: Served = {}
-        for kind in IMPORT_KINDS:
+        for kind in (k for k in IMPORT_KINDS if k.group in groups):
             for version in kind.versions:
                 r = snapshot.resource(GVR(kind.group, version, kind.plural))
                 if r is not None and {"list", "watch"} <= r.verbs:

@@ -84,6 +84,9 @@ class Settings:
             replica that still hears it (0: never).
         explain: serve ``POST /explain``, the explanation of one AdmissionReview (``--explain``;
             :mod:`webhook.admission.explain`).
+        imports: whose policies a cluster's Tollgate imports and enforces as well (``--import``): names of
+            :data:`~webhook.policy.imports.kinds.IMPORT_SOURCES` (``admission``, ``kyverno``); none by
+            default. ``--local`` reads every importable kind in its directory whatever this says.
     """
 
     local_dir: Path | None = None
@@ -127,6 +130,7 @@ class Settings:
     max_connections: int = 512
     ready_max_staleness: float = 30.0
     explain: bool = False
+    imports: frozenset[str] = frozenset()
 
 
 #: Every setting's default, in one place: ``tollgate serve``'s flags and the components read them from here

@@ -164,7 +164,8 @@ async def cluster(tmp_path: Path, served: tuple[Served, ...], *, version: str = 
     api = api_client_for_url(fake.url)
     try:
         async with serving(tmp_path, Settings(**{"write_status": True, "pod_name": "r1", "manage_webhooks": False,
-                                                 "eval_workers": 0, **settings}), api) as client:
+                                                 "eval_workers": 0, "imports": frozenset({"admission"}),
+                                                 **settings}), api) as client:
             yield fake, client
     finally:
         await api.close()
@@ -198,6 +199,18 @@ async def test_a_cluster_without_the_kinds_watches_nothing_and_is_ready(tmp_path
         assert body["imports"] == {"watching": {}}
         assert (await client.validate(deployment_review("shop", {})))["allowed"] is True
         assert not fake.log("list", "validatingadmissionpolicies")
+
+
+async def test_a_cluster_imports_nothing_unless_asked(tmp_path: Path) -> None:
+    # The API server serves (and so enforces) its admission policies: without --import admission Tollgate
+    # neither watches nor enforces them a second time; --import kyverno is not --import admission.
+    for imports in (frozenset(), frozenset({"kyverno"})):
+        async with cluster(tmp_path, ADMISSION_KINDS, imports=imports) as (fake, client):
+            body = await until(client.readyz)
+            assert body.get("imports", {"watching": {}})["watching"] == {}
+            assert PROD not in body["policies"]
+            assert (await client.validate(deployment_review("shop", {})))["allowed"] is True
+            assert not fake.log("list", "validatingadmissionpolicies")
 
 
 async def test_a_kind_the_service_account_may_not_list_is_reported_not_waited_for(tmp_path: Path) -> None:

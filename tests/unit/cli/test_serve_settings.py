@@ -32,6 +32,12 @@ def test_defaults_are_the_settings_defaults(monkeypatch: pytest.MonkeyPatch) -> 
         DEFAULTS.inline_work_budget, DEFAULTS.header_timeout, DEFAULTS.idle_timeout, DEFAULTS.max_connections)
     assert (s.webhook_config_name, s.webhook_service) == (DEFAULTS.webhook_config_name, DEFAULTS.webhook_service)
     assert s.ready_max_staleness == DEFAULTS.ready_max_staleness == 30.0
+    assert s.imports == DEFAULTS.imports == frozenset()  # the API server and Kyverno enforce their own
+
+
+def test_import_names_the_owners_whose_policies_are_enforced_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _settings(monkeypatch, "--import", "kyverno").imports == {"kyverno"}
+    assert _settings(monkeypatch, "--import", "admission", "--import", "kyverno").imports == {"admission", "kyverno"}
 
 
 def test_bounds_and_names_reach_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -45,7 +51,7 @@ def test_bounds_and_names_reach_the_settings(monkeypatch: pytest.MonkeyPatch) ->
 
 @pytest.mark.parametrize("argv", [["--max-connections", "0"], ["--header-timeout", "0"],
                                   ["--webhook-service", "Not_A_Label"], ["--inline-work-budget", "-1"],
-                                  ["--ready-max-staleness", "-1"]])
+                                  ["--ready-max-staleness", "-1"], ["--import", "gatekeeper"]])
 def test_unusable_values_are_one_line_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["serve", "--local", str(EXAMPLES), *argv]) == 2
     err = capsys.readouterr().err

@@ -191,7 +191,8 @@ def test_values_reach_the_deployment(pems: dict[str, str]) -> None:
                    "imagePullSecrets": [{"name": "pull"}],
                    "resources": {"requests": {"cpu": "200m", "memory": "256Mi"},
                                  "limits": {"cpu": "2", "memory": "1Gi"}},
-                   "evaluation": {"workers": 4, "memoryLimitBytes": 536870912}})
+                   "evaluation": {"workers": 4, "memoryLimitBytes": 536870912},
+                   "imports": ["admission", "kyverno"]})
     deployment = _deployment(docs)
     container = _container(docs)
     assert deployment["spec"]["replicas"] == 3
@@ -203,6 +204,7 @@ def test_values_reach_the_deployment(pems: dict[str, str]) -> None:
 
     args = build_parser().parse_args(container["args"])
     assert (args.eval_workers, args.eval_memory_limit) == (4, 536870912)
+    assert args.imports == ["admission", "kyverno"]
 
 
 @needs_helm

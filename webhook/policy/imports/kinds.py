@@ -14,6 +14,7 @@ from typing import Any
 __all__ = [
     "ADMISSION_GROUP",
     "IMPORT_KINDS",
+    "IMPORT_SOURCES",
     "KYVERNO_GROUP",
     "KYVERNO_MUTATING_POLICY",
     "KYVERNO_VALIDATING_POLICY",
@@ -78,6 +79,11 @@ KYVERNO_MUTATING_POLICY = ImportKind(KYVERNO_GROUP, "MutatingPolicy", "mutatingp
 IMPORT_KINDS = (VALIDATING_ADMISSION_POLICY, VALIDATING_ADMISSION_POLICY_BINDING, MUTATING_ADMISSION_POLICY,
                 MUTATING_ADMISSION_POLICY_BINDING, KYVERNO_VALIDATING_POLICY, KYVERNO_MUTATING_POLICY)
 _BY_GROUP_KIND = {(k.group, k.kind): k for k in IMPORT_KINDS}
+#: ``tollgate serve --import`` names → API group: which owner's policies a cluster's Tollgate enforces too.
+#: Off by default, because their owner enforces them already: the API server its admission policies (its
+#: ValidatingAdmissionPolicy/MutatingAdmissionPolicy plugins run wherever it serves the kinds), Kyverno its
+#: own; a second enforcement doubles every warning and audit annotation and applies a JSONPatch ``add`` twice.
+IMPORT_SOURCES = {"admission": ADMISSION_GROUP, "kyverno": KYVERNO_GROUP}
 
 
 def import_kind_of(obj: Any) -> ImportKind | None:
