@@ -50,6 +50,22 @@ class Served:
         raise AssertionError("webhook never became ready")
 
 
+async def until(check: Any, timeout: float = 10.0) -> Any:
+    """Poll the coroutine function ``check`` every 20 ms until it returns a truthy value (returned).
+
+    Raises:
+        AssertionError: ``timeout`` seconds passed first.
+    """
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while loop.time() < end:
+        value = await check()
+        if value:
+            return value
+        await asyncio.sleep(0.02)
+    raise AssertionError("condition not reached")
+
+
 async def serve_tls(app: web.Application) -> tuple[web.AppRunner, int]:
     """Run ``app`` behind ``serve``'s own listener (its limits from the app's Settings) on 127.0.0.1, a free port."""
     settings = dataclasses.replace(app[COMPONENTS].settings, host="127.0.0.1", port=0)

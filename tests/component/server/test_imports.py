@@ -7,7 +7,6 @@ does, and not otherwise (a 1.20 server: nothing is watched, nothing fails).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import shutil
@@ -19,7 +18,7 @@ from typing import Any
 import aiohttp
 import yaml
 
-from tests.component.server.conftest import serve_tls
+from tests.component.server.conftest import serve_tls, until
 from tests.fakeapi.discovery import Served
 from tests.fakeapi.server import FakeApiServer
 from webhook.kube.client import api_client_for_url
@@ -44,16 +43,6 @@ def deployment_review(namespace: str, labels: dict[str, str], image: str = "regi
         "uid": "u1", "kind": {"group": "apps", "version": "v1", "kind": "Deployment"},
         "resource": {"group": "apps", "version": "v1", "resource": "deployments"}, "namespace": namespace,
         "name": "d", "operation": "CREATE", "userInfo": {"username": "alice"}, "object": obj}}
-
-
-async def until(check: Any, timeout: float = 10.0) -> Any:
-    end = asyncio.get_running_loop().time() + timeout
-    while asyncio.get_running_loop().time() < end:
-        value = await check()
-        if value:
-            return value
-        await asyncio.sleep(0.05)
-    raise AssertionError("condition not reached")
 
 
 class Client:

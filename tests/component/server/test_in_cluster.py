@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.component.server.conftest import serve_tls
+from tests.component.server.conftest import serve_tls, until
 from tests.component.server.test_admission_tls import (
     PRIVILEGED_POLICY,
     pod_create,
@@ -54,16 +54,6 @@ async def cluster(tmp_path: Path, request: pytest.FixtureRequest
     await runner.cleanup()
     await client.close()
     await fake.stop()
-
-
-async def until(predicate: Any, timeout: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while loop.time() < end:
-        if await predicate():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("condition not reached")
 
 
 async def decide(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> dict[str, Any]:

@@ -3,7 +3,6 @@ refuses a bad write; a CEL-broken policy is answered per its failurePolicy."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import ssl
 from collections.abc import AsyncIterator
@@ -12,7 +11,7 @@ from typing import Any
 
 import aiohttp
 
-from tests.component.server.conftest import serve_tls
+from tests.component.server.conftest import serve_tls, until
 from webhook.server.app import create_app
 from webhook.server.settings import Settings
 from webhook.tls import generate as certs
@@ -41,16 +40,6 @@ def review(privileged: bool) -> dict[str, Any]:
             "request": {"uid": "u1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
                         "resource": {"group": "", "version": "v1", "resource": "pods"}, "namespace": "default",
                         "name": "p", "operation": "CREATE", "userInfo": {"username": "a"}, "object": pod}}
-
-
-async def until(check: Any, timeout: float = 10.0) -> Any:
-    end = asyncio.get_running_loop().time() + timeout
-    while asyncio.get_running_loop().time() < end:
-        value = await check()
-        if value:
-            return value
-        await asyncio.sleep(0.05)
-    raise AssertionError("condition not reached")
 
 
 @contextlib.asynccontextmanager
