@@ -38,7 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.fakeapi.server import FakeApiServer
 from webhook.audit.auditor import Auditor
 from webhook.informer import ReflectorOptions
-from webhook.informer.dynamic import DynamicInformerFactory, DynamicInformers
+from webhook.informer.discovered import DynamicInformers
+from webhook.informer.dynamic import DynamicInformerFactory
 from webhook.informer.gvr import GVR
 from webhook.kube.client import api_client_for_url
 from webhook.kube.discovery import Discovery

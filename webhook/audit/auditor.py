@@ -4,7 +4,7 @@ The incremental, informer-driven side of background audit (``tollgate audit``
 is the one-shot side; both decide and evaluate through
 ``webhook.audit.evaluate``): policy CR events come in through
 :meth:`Auditor.policy_handler` and are decided by ``audit_policy``; each
-audited policy's rules go to :class:`~webhook.informer.dynamic.DynamicInformers`,
+audited policy's rules go to :class:`~webhook.informer.discovered.DynamicInformers`,
 which runs one informer per resolved GVR; every cached object those informers
 hold is evaluated with ``evaluate_policy`` (the admission engine on a
 synthesized CREATE); rows are grouped per namespace, built into reports by
@@ -59,7 +59,7 @@ from webhook.informer import (
     SharedInformer,
     meta_namespace_key,
 )
-from webhook.informer.dynamic import DynamicInformers
+from webhook.informer.discovered import DynamicInformers
 from webhook.informer.gvr import GVR
 from webhook.policy import policy_key
 from webhook.policy.lookups import CONFIGMAPS, NAMESPACES, POLICIES, Lookups

@@ -68,7 +68,7 @@ from webhook.files.testsuite import (
     select_params,
 )
 from webhook.files.yamlio import Document, InputError
-from webhook.informer.dynamic import DEFAULT_EXCLUDE
+from webhook.informer.discovered import DEFAULT_EXCLUDE
 from webhook.informer.gvr import GVR, DiscoverySnapshot, resolve_rules
 from webhook.policy import InMemoryLookups
 from webhook.policy.labelquery import parse_label_selector_text

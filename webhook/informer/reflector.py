@@ -43,6 +43,9 @@ Follows client-go ``tools/cache/reflector.go`` (docs/design/informer.md §A):
 
 The Reflector only talks to a :class:`ListerWatcher` and a
 :class:`ReflectorStore`; it imports neither aiohttp nor kubernetes_asyncio.
+One module of ~500 lines, as client-go's ``reflector.go`` is one file: the three
+paths above share one state (last synced RV, WatchList support, backoff) and one
+loop; what stands alone lives apart (backoff.py, errors.py, store.py's ListBuffer).
 """
 
 from __future__ import annotations

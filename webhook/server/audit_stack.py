@@ -18,7 +18,8 @@ from typing import Any
 
 from webhook.audit.auditor import Auditor
 from webhook.informer import ReflectorOptions, ResourceEventHandlerFuncs
-from webhook.informer.dynamic import Budget, DynamicInformerFactory, DynamicInformers, crd_informer
+from webhook.informer.discovered import DynamicInformers, crd_informer
+from webhook.informer.dynamic import Budget, DynamicInformerFactory
 from webhook.informer.gvr import GVR
 from webhook.kube.discovery import Discovery
 from webhook.kube.listwatch import KubeListerWatcher

@@ -18,7 +18,8 @@ from tests.fakeapi.server import Cluster, FakeApiServer
 from webhook.audit.auditor import Auditor
 from webhook.caches.lookups import InformerLookups
 from webhook.informer import Backoff, ReflectorOptions, SharedInformer
-from webhook.informer.dynamic import DynamicInformerFactory, DynamicInformers, crd_informer
+from webhook.informer.discovered import DynamicInformers, crd_informer
+from webhook.informer.dynamic import DynamicInformerFactory
 from webhook.informer.gvr import GVR
 from webhook.kube.client import api_client_for_url
 from webhook.kube.discovery import Discovery

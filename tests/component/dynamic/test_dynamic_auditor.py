@@ -10,7 +10,7 @@ from tests.component.dynamic.test_dynamic_factory import PODS, factory, obj, sna
 from tests.fakeapi.server import Cluster
 from webhook.audit.auditor import Auditor
 from webhook.audit.evaluate import audit_rules
-from webhook.informer.dynamic import DynamicInformers
+from webhook.informer.discovered import DynamicInformers
 from webhook.informer.gvr import GVR, DiscoverySnapshot
 from webhook.informer.handlers import AddNotification
 from webhook.policy import InMemoryLookups

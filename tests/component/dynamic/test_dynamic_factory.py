@@ -9,7 +9,8 @@ import pytest
 
 from tests.fakeapi.server import Cluster
 from webhook.informer import Backoff, ReflectorOptions
-from webhook.informer.dynamic import Budget, BudgetExceededError, DynamicInformerFactory, DynamicInformers, json_size
+from webhook.informer.discovered import DynamicInformers
+from webhook.informer.dynamic import Budget, BudgetExceededError, DynamicInformerFactory, json_size
 from webhook.informer.gvr import GVR, APIResource, DiscoverySnapshot
 from webhook.policy.model import ResourceRule
 
