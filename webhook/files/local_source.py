@@ -303,6 +303,14 @@ class LocalDirectoryListerWatcher:
             self._history.append((self._rv, "DELETED", gone, None))
         del self._history[:-1000]
 
+    def is_watch_list_semantics_unsupported(self) -> bool:
+        """Always True: a directory has no watch cache to stream its initial state from.
+
+        client-go's ``DoesClientNotSupportWatchListSemantics``: the Reflector lists it and never asks for a
+        WatchList, instead of finding out from the first bookmark (and logging that it did).
+        """
+        return True
+
     async def list(self, options: ListOptions) -> ListResult:
         """All current objects of the kind (selector applied), with the directory's current RV."""
         self._scan(self.directory.listing())

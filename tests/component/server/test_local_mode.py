@@ -4,12 +4,14 @@ refuses a bad write; a CEL-broken policy is answered per its failurePolicy."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from tests.component.server.conftest import serve_tls, until
 from webhook.server.app import create_app
@@ -176,3 +178,25 @@ async def test_the_decision_memo_serves_repeated_passes_and_never_a_verdict_of_a
         await until(denied)
         for _ in range(5):
             assert await allowed(False) is False
+
+
+async def test_a_clean_directory_starts_without_informer_warnings(tmp_path: Path,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    # A directory has no watch cache: the Reflectors list it and never try WatchList (nor warn that the
+    # "server" ignored it), as on a server that is known not to support it.
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    (policies / "p.yaml").write_text(POLICY.format(name="no-privileged", failure_policy="Fail",
+                                                   expression=PRIVILEGED))
+    caplog.set_level(logging.INFO, logger="tollgate")
+    async with local_server(tmp_path, policies) as (url, session):
+        async def ready() -> bool:
+            async with session.get(url + "/readyz") as resp:
+                return resp.status == 200
+
+        await until(ready)
+        async with session.post(url + "/validate", json=review(True)) as resp:
+            assert (await resp.json())["response"]["allowed"] is False
+    informer_warnings = [r.getMessage() for r in caplog.records
+                         if r.name.startswith("tollgate.informer") and r.levelno >= logging.WARNING]
+    assert informer_warnings == []
