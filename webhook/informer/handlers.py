@@ -148,7 +148,8 @@ class HandlerRegistration:
         ValueError: ``sync_calls`` is not ``"thread"`` or ``"loop"``.
 
     Attributes:
-        slow_calls: synchronous calls on the loop that took longer than :data:`SYNC_CALL_BUDGET`.
+        slow_calls: synchronous calls on the loop that took longer than :data:`SYNC_CALL_BUDGET` (logged as
+            warnings, but for the initial list's adds: start-up work, logged at debug level).
         failures: calls that raised (each logged).
     """
 
@@ -176,6 +177,7 @@ class HandlerRegistration:
         self._stopped = False
         self._task: asyncio.Task[None] | None = None
         self.slow_calls = 0
+        self._slow_after_sync = 0
         self.failures = 0
 
     def start(self) -> None:
@@ -240,10 +242,15 @@ class HandlerRegistration:
             took = time.perf_counter() - started
             if took > SYNC_CALL_BUDGET:
                 self.slow_calls += 1
-                if self.slow_calls in (1, 10, 100) or self.slow_calls % 1000 == 0:  # pragma: no mutate (log rate)
-                    log.warning("%s: a synchronous handler held the event loop %.0f ms (%d slow calls); make it "
-                                "async, or register it with sync_calls='thread'", self.name, took * 1000,
-                                self.slow_calls)
+                if isinstance(n, AddNotification) and n.is_in_initial_list:
+                    # Start-up work (the first list, before the caches count as synced): not a stall of traffic.
+                    log.debug("%s: an initial add held the event loop %.0f ms", self.name, took * 1000)
+                else:
+                    self._slow_after_sync += 1
+                    if self._slow_after_sync in (1, 10, 100) or self._slow_after_sync % 1000 == 0:  # pragma: no mutate
+                        log.warning("%s: a synchronous handler held the event loop %.0f ms (%d slow calls); make it "
+                                    "async, or register it with sync_calls='thread'", self.name, took * 1000,
+                                    self.slow_calls)
             if inspect.isawaitable(result):
                 await result
 

@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from webhook.policy.compiler import CompileResult
 from webhook.policy.imports.provenance import import_error
 from webhook.policy.index import PolicyIndex, policy_key
 
@@ -59,9 +60,15 @@ class PolicyEventHandler:
         self.forget = forget
         self.on_change = on_change
 
-    def on_add(self, obj: dict[str, Any], is_in_initial_list: bool) -> None:
-        """Compile and file the policy; report its Ready condition."""
-        state = self.index.upsert(obj)
+    def on_add(self, obj: dict[str, Any], is_in_initial_list: bool, compiled: CompileResult | None = None) -> None:
+        """Compile and file the policy; report its Ready condition.
+
+        Args:
+            obj: the policy object.
+            is_in_initial_list: from the informer (unused: every add is compiled alike).
+            compiled: ``compile_policy(obj)`` when already done off the event loop, else None.
+        """
+        state = self.index.upsert(obj, compiled)
         condition = state.result.condition
         if state.ready:
             log.info("policy compiled", extra={"policy": state.key})
@@ -76,17 +83,28 @@ class PolicyEventHandler:
         if self.on_change is not None:
             self.on_change()
 
-    def on_update(self, old: dict[str, Any], new: dict[str, Any]) -> None:
-        """Recompile only when what compiling reads changed: the spec, or an imported policy's problem.
+    def needs_compile(self, old: dict[str, Any], new: dict[str, Any]) -> bool:
+        """Whether an update changed what compiling reads: the spec, or an imported policy's problem.
 
         Status writes also arrive as updates, and change neither.
         """
+        return (old.get("spec") != new.get("spec") or import_error(old) != import_error(new)
+                or self.index.state(policy_key(new)) is None)
+
+    def on_update(self, old: dict[str, Any], new: dict[str, Any], compiled: CompileResult | None = None) -> None:
+        """Recompile when :meth:`needs_compile`; else only report the Ready condition already known.
+
+        Args:
+            old: the previous object.
+            new: the new object.
+            compiled: ``compile_policy(new)`` when already done off the event loop, else None.
+        """
         state = self.index.state(policy_key(new))
-        if old.get("spec") == new.get("spec") and import_error(old) == import_error(new) and state is not None:
+        if not self.needs_compile(old, new) and state is not None:
             if self.status_sink is not None:
                 self.status_sink(new, state.result.condition)  # no I/O: drops a write the leader made
             return
-        self.on_add(new, False)
+        self.on_add(new, False, compiled)
 
     def on_delete(self, obj: dict[str, Any] | Tombstone) -> None:
         """Forget the policy (and any status write still queued for it)."""

@@ -86,15 +86,20 @@ class PolicyIndex:
         self._pending: list[Plan] = []
         self.on_pending = on_pending
 
-    def upsert(self, obj: dict[str, Any]) -> PolicyState:
+    def upsert(self, obj: dict[str, Any], compiled: CompileResult | None = None) -> PolicyState:
         """Compile ``obj`` and (re)file it; a broken policy is filed with its error if its rules parse.
+
+        Args:
+            obj: the policy object.
+            compiled: ``compile_policy(obj)`` when the caller already has it (compiled off the event
+                loop); None compiles here.
 
         Returns:
             The new :class:`PolicyState`, whose ``result.condition`` is the
             Ready condition to write to the CR's status.
         """
         key = policy_key(obj)
-        result = compile_policy(obj)
+        result = compiled if compiled is not None else compile_policy(obj)
         self._forget_plans()
         self._unfile(key)
         state = PolicyState(key, obj, result)

@@ -43,6 +43,7 @@ from webhook.server import health
 from webhook.server.components import CERTS, COMPONENTS, Components
 from webhook.server.imports import ImportSources, QueuedHandler, cluster_discovery, cluster_probe, local_discovery
 from webhook.server.leadership import bootstrap_certificates, leadership, needs_leader
+from webhook.server.policy_events import CompileOffLoop
 from webhook.server.settings import Settings
 from webhook.server.sources import gvr_lister_watcher_factory, lister_watcher_factory
 from webhook.server.tasks import compile_plans, freeze_heap_when_synced
@@ -134,7 +135,8 @@ def build_components(settings: Settings, *, api_client: Any = None,
     events = PolicyEventHandler(index, writer.enqueue if writer is not None else None,
                                 forget=writer.forget if writer is not None else None,
                                 on_change=reconciler.trigger if reconciler is not None else None)
-    policies_synced.registrations.extend(inf.add_event_handler(events, name="policy-index") for inf in policy_informers)
+    policies_synced.registrations.extend(inf.add_event_handler(CompileOffLoop(events), name="policy-index")
+                                         for inf in policy_informers)
     # Imported policies: no status is written (their sources belong to the API server or to Kyverno).
     imports.add_handler(PolicyEventHandler(index, on_change=reconciler.trigger if reconciler is not None else None))
 

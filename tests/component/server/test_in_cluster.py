@@ -50,7 +50,14 @@ async def cluster(tmp_path: Path, request: pytest.FixtureRequest
     runner, port = await serve_tls(app)
     ctx = ssl.create_default_context(cafile=str(paths.ca))
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as session:
-        yield fake, f"https://localhost:{port}", session
+        url = f"https://localhost:{port}"
+
+        async def synced() -> bool:  # reviews are answered 503 until the caches and policies are loaded
+            async with session.get(url + "/readyz") as resp:
+                return resp.status == 200
+
+        await until(synced)
+        yield fake, url, session
     await runner.cleanup()
     await client.close()
     await fake.stop()

@@ -136,6 +136,32 @@ async def test_slow_calls_count_only_slow_calls_on_the_loop() -> None:
     assert reg.slow_calls == 2
 
 
+async def test_slow_initial_adds_are_start_up_work_and_later_slow_calls_are_warned(
+        caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+    import time
+
+    from webhook.informer.handlers import SYNC_CALL_BUDGET
+
+    lw = ScriptedListerWatcher()
+    lw.lists = [ListResult([cm("a", "1"), cm("b", "2")], "10")]
+    lw.watches = [[WatchEvent("ADDED", cm("c", "11")), WatchEvent("MODIFIED", cm("c", "12"))]]
+
+    def slow(*_args: Any) -> None:
+        time.sleep(SYNC_CALL_BUDGET * 2)
+
+    caplog.set_level(logging.DEBUG, logger="tollgate.informer")
+    inf = informer(lw)
+    reg = inf.add_event_handler(ResourceEventHandlerFuncs(add=slow, update=slow), sync_calls="loop", name="h")
+    await run(inf, lw)
+    assert reg.slow_calls == 4  # all counted
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    # Two initial adds: debug only. The watch's add and update: the first one warned (the log is rate-limited).
+    assert len(warned) == 1 and warned[0].startswith("h: a synchronous handler held the event loop"), warned
+    assert warned[0].endswith("(3 slow calls); make it async, or register it with sync_calls='thread'")
+    assert sum(r.levelno == logging.DEBUG and "an initial add held" in r.getMessage() for r in caplog.records) == 2
+
+
 async def test_resync_in_compact_mode_passes_one_object_and_respects_the_period() -> None:
     lw = ScriptedListerWatcher()
     lw.lists = [ListResult([cm("a", "1")], "10")]

@@ -1,0 +1,72 @@
+"""CompileOffLoop: policies compiled in a thread, filed on the loop, status-only updates compile nothing."""
+
+from __future__ import annotations
+
+import copy
+import threading
+from typing import Any
+
+import pytest
+
+from webhook.policy import compiler
+from webhook.policy.events import PolicyEventHandler
+from webhook.policy.index import PolicyIndex
+from webhook.server import policy_events
+from webhook.server.policy_events import CompileOffLoop
+
+
+def policy(expression: str) -> dict[str, Any]:
+    return {"apiVersion": "tollgate.dev/v1alpha1", "kind": "ClusterAdmissionPolicy",
+            "metadata": {"name": "p", "resourceVersion": "1"},
+            "spec": {"match": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
+                                                  "operations": ["CREATE"]}]},
+                     "validations": [{"expression": expression}]}}
+
+
+@pytest.fixture
+def compiled_on(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    threads: list[int] = []
+
+    def compile_policy(obj: dict[str, Any]) -> compiler.CompileResult:
+        threads.append(threading.get_ident())
+        return compiler.compile_policy(obj)
+
+    monkeypatch.setattr(policy_events, "compile_policy", compile_policy)
+    return threads
+
+
+async def test_adds_and_spec_changes_compile_in_a_thread_and_are_filed(compiled_on: list[int]) -> None:
+    index = PolicyIndex()
+    conditions: list[dict[str, Any]] = []
+    handler = CompileOffLoop(PolicyEventHandler(index, lambda _o, c: conditions.append(c)))
+
+    await handler.on_add(policy("true"), True)
+    assert len(compiled_on) == 1 and compiled_on[0] != threading.get_ident()
+    state = index.state("p")
+    assert state is not None and state.ready and conditions[-1]["reason"] == "Compiled"
+
+    broken = policy("objekt == 1")
+    await handler.on_update(policy("true"), broken)
+    assert len(compiled_on) == 2 and compiled_on[1] != threading.get_ident()
+    state = index.state("p")
+    assert state is not None and not state.ready and conditions[-1]["reason"] == "CompileError"
+
+
+async def test_a_status_only_update_compiles_nothing_and_reports_the_known_condition(compiled_on: list[int]) -> None:
+    index = PolicyIndex()
+    conditions: list[dict[str, Any]] = []
+    handler = CompileOffLoop(PolicyEventHandler(index, lambda _o, c: conditions.append(c)))
+    await handler.on_add(policy("true"), True)
+    with_status = copy.deepcopy(policy("true"))
+    with_status["status"] = {"conditions": [{"type": "Ready", "status": "True"}]}
+    await handler.on_update(policy("true"), with_status)
+    assert len(compiled_on) == 1
+    assert len(conditions) == 2 and conditions[1]["reason"] == "Compiled"
+
+
+async def test_a_delete_forgets_the_policy(compiled_on: list[int]) -> None:
+    index = PolicyIndex()
+    handler = CompileOffLoop(PolicyEventHandler(index))
+    await handler.on_add(policy("true"), True)
+    await handler.on_delete(policy("true"))
+    assert index.state("p") is None and len(compiled_on) == 1
