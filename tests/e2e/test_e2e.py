@@ -18,17 +18,26 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-import yaml
+
+from tests.cluster_objects import (
+    allowed_registry,
+    compliant_pod,
+    configmap,
+    deployment_of,
+    image_in,
+    ingress,
+    messages,
+    privileged,
+    shipped,
+)
 
 
 def _cluster_available() -> bool:
@@ -118,16 +127,6 @@ def assert_denied(result: subprocess.CompletedProcess[str], *fragments: str) -> 
 def assert_admitted(result: subprocess.CompletedProcess[str]) -> None:
     """The request went through."""
     assert result.returncode == 0, result.stderr
-
-
-def configmap(
-    name: str, namespace: str, *, data: dict[str, str] | None = None, labels: dict[str, str] | None = None
-) -> dict[str, Any]:
-    """A ConfigMap object."""
-    meta: dict[str, Any] = {"name": name, "namespace": namespace}
-    if labels:
-        meta["labels"] = labels
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data or {}}
 
 
 def unique(prefix: str) -> str:
@@ -408,34 +407,8 @@ def test_webhook_serves_with_two_replicas() -> None:
 
 # -- the shipped policies (policies/) -------------------------------------------
 #
-# Messages and params are read from the policy files themselves, so these tests
-# follow the policies' wording instead of restating it.
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def shipped(kind: str, name: str) -> dict[str, Any]:
-    """The object ``kind``/``name`` from policies/; skip the test when it is not shipped."""
-    for path in sorted(ROOT.joinpath("policies").rglob("*.y*ml")):
-        for doc in yaml.safe_load_all(path.read_text()):
-            if isinstance(doc, dict) and doc.get("kind") == kind and doc.get("metadata", {}).get("name") == name:
-                return doc
-    pytest.skip(f"{kind} {name} is not in policies/")
-
-
-def messages(policy: dict[str, Any]) -> list[str]:
-    """What each validation's message starts with.
-
-    Its ``message``, or the leading string literal of its ``messageExpression``
-    (e.g. ``'privileged containers are not allowed: '``).
-    """
-    out = []
-    for validation in policy["spec"].get("validations", []):
-        if validation.get("message"):
-            out.append(validation["message"])
-        elif literal := re.match(r"\s*'([^']+)'", validation.get("messageExpression", "")):
-            out.append(literal.group(1))
-    return out
+# Messages and params are read from the policy files themselves (tests/cluster_objects.py), so these
+# tests follow the policies' wording instead of restating it.
 
 
 def assert_denied_by(result: subprocess.CompletedProcess[str], policy: dict[str, Any], *, prefix: str = "") -> None:
@@ -447,82 +420,6 @@ def assert_denied_by(result: subprocess.CompletedProcess[str], policy: dict[str,
     name = policy["metadata"]["name"]
     candidates = [f"{name}: {prefix}{m}" for m in messages(policy)] or [f"{name}: {prefix}"]
     assert any(c in result.stderr for c in candidates), f"none of {candidates} in {result.stderr!r}"
-
-
-def allowed_registry() -> str:
-    """A registry prefix the allowed-registries example accepts (first entry of its params)."""
-    policy = shipped("ClusterAdmissionPolicy", "allowed-registries")
-    ref = policy["spec"].get("paramRef") or {}
-    params = shipped("ConfigMap", ref.get("name", "allowed-registries"))
-    value = next(iter((params.get("data") or {}).values()), "")
-    first = value.replace("\n", ",").split(",")[0].strip()
-    assert first, f"no registry in {params['data']}"
-    return first
-
-
-def image_in(registry: str, repository: str) -> str:
-    """``repository`` (e.g. ``pause:3.10``) under a registry prefix with or without a trailing slash."""
-    return f"{registry.rstrip('/')}/{repository}"
-
-
-def compliant_pod(namespace: str, name: str, *, image: str | None = None) -> dict[str, Any]:
-    """A Pod meeting the restricted Pod Security Standard and the examples (team label, pinned tag)."""
-    if image is None:
-        image = image_in(allowed_registry(), "pause:3.10")
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace, "labels": {"team": "e2e", "app": "e2e"}},
-        "spec": {
-            "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
-            "containers": [
-                {
-                    "name": "app",
-                    "image": image,
-                    "securityContext": {
-                        "allowPrivilegeEscalation": False,
-                        "capabilities": {"drop": ["ALL"]},
-                        "runAsNonRoot": True,
-                        "readOnlyRootFilesystem": True,
-                    },
-                    "resources": {
-                        "requests": {"cpu": "10m", "memory": "16Mi"},
-                        "limits": {"cpu": "50m", "memory": "32Mi"},
-                    },
-                }
-            ],
-        },
-    }
-
-
-def privileged(pod: dict[str, Any]) -> dict[str, Any]:
-    """``pod`` with its container privileged (and allowed to escalate, as privileged implies)."""
-    pod = json.loads(json.dumps(pod))
-    pod["spec"]["containers"][0]["securityContext"].update({"privileged": True, "allowPrivilegeEscalation": True})
-    return pod
-
-
-def deployment_of(pod: dict[str, Any]) -> dict[str, Any]:
-    """A Deployment whose pod template is ``pod``."""
-    meta = pod["metadata"]
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": meta["name"], "namespace": meta["namespace"], "labels": meta["labels"]},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": meta["labels"]["app"]}},
-            "template": {"metadata": {"labels": meta["labels"]}, "spec": pod["spec"]},
-        },
-    }
-
-
-def ingress(name: str, namespace: str, host: str) -> dict[str, Any]:
-    """An Ingress routing ``host`` to a Service named like it."""
-    backend = {"service": {"name": name, "port": {"number": 80}}}
-    return {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": name, "namespace": namespace},
-            "spec": {"rules": [{"host": host, "http": {"paths": [
-                {"path": "/", "pathType": "Prefix", "backend": backend}]}}]}}
 
 
 def test_unique_ingress_host_reads_the_ingress_cache(namespace: str) -> None:

@@ -1,7 +1,7 @@
 """Objects and kubectl conventions shared by the realapi tests.
 
-The Pod, Deployment and message helpers of the kind suite (tests/e2e/test_e2e.py) are reused as they are:
-they read the shipped policies' own wording.
+The Pod, Deployment and message helpers are the kind suite's too (tests/cluster_objects.py): they read the
+shipped policies' own wording.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import subprocess
 import uuid
 from typing import Any
 
-from tests.e2e.test_e2e import (
+from tests.cluster_objects import (
     allowed_registry,
     compliant_pod,
     configmap,
