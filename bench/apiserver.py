@@ -52,7 +52,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.e2e.test_e2e import compliant_pod  # noqa: E402
+from tests.cluster_objects import compliant_pod  # noqa: E402
 from tests.realapi.cluster import Cluster, find_binaries, free_port, stop_process, wait_until  # noqa: E402
 from tests.realapi.tollgate import NAMESPACE, Deployment, Tollgate, tollgate_command  # noqa: E402
 
