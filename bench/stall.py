@@ -108,6 +108,12 @@ def _instrument(trace: _Trace) -> None:
     from webhook.policy import events, index, plan
 
     index.compile_policy = _timed(trace, "compile_policy", index.compile_policy)
+    try:  # an edit's compile runs in a thread since CompileOffLoop (webhook/server/policy_events.py)
+        from webhook.server import policy_events
+
+        policy_events.compile_policy = _timed(trace, "compile_policy", policy_events.compile_policy)
+    except ImportError:
+        pass
     index.build_plan = _timed(trace, "build_plan", index.build_plan)
     plan.Plan.compile_next = _timed(trace, "Plan.compile_next", plan.Plan.compile_next)  # type: ignore[method-assign]
     events.PolicyEventHandler.on_add = _timed(trace, "PolicyEventHandler.on_add",  # type: ignore[method-assign]
