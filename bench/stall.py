@@ -162,6 +162,7 @@ def child(trace_path: Path, threshold_ms: float, serve_args: list[str]) -> int:
     import cProfile
 
     from webhook.cli import main as cli
+    from webhook.cli import serve as serve_command
 
     trace = _Trace(trace_path)
     _instrument(trace)
@@ -175,7 +176,7 @@ def child(trace_path: Path, threshold_ms: float, serve_args: list[str]) -> int:
             profiler.dump_stats(profile_out)
 
         signal.signal(signal.SIGUSR2, stop)
-    serve = cli._serve
+    serve = serve_command._serve
 
     async def serve_with_probe(*args: Any) -> None:
         probe = asyncio.get_running_loop().create_task(_lag_probe(trace, threshold_ms))
@@ -184,7 +185,7 @@ def child(trace_path: Path, threshold_ms: float, serve_args: list[str]) -> int:
         finally:
             probe.cancel()
 
-    cli._serve = serve_with_probe  # type: ignore[assignment]
+    serve_command._serve = serve_with_probe  # type: ignore[assignment]
     return cli.main(["serve", *serve_args])
 
 
