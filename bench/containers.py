@@ -44,7 +44,7 @@ def pod(n: int) -> dict[str, object]:
 
 def child(root: Path, n: int) -> dict[str, float]:
     sys.path.insert(0, str(root))
-    from webhook.files.testsuite import build_request
+    from webhook.files.requests import build_request
     from webhook.files.yamlio import load_paths
     from webhook.policy.engine import evaluate_mutating, evaluate_validating
     from webhook.policy.index import PolicyIndex

@@ -18,7 +18,8 @@ from collections.abc import Sequence
 
 import yaml
 
-from webhook.files.testsuite import Row, describe_key
+from webhook.files.requests import describe_key
+from webhook.files.testsuite import Row
 from webhook.policy.explain import render_policy
 
 FORMATS = ("table", "json", "yaml", "junit")

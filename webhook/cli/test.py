@@ -18,7 +18,8 @@ from pathlib import Path
 
 from webhook.cli import report
 from webhook.cli.command import ExitStatus, Subparsers, add_command
-from webhook.files.testsuite import DEFAULT_USER, OPERATIONS, Row, find_suites, run_adhoc, run_suite
+from webhook.files.requests import DEFAULT_USER, OPERATIONS
+from webhook.files.testsuite import Row, find_suites, run_adhoc, run_suite
 from webhook.files.yamlio import InputError
 from webhook.server.settings import DEFAULTS
 

@@ -28,7 +28,6 @@ import copy
 import json
 import re
 import sys
-import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,18 +37,16 @@ import jsonpatch
 
 from webhook.files.checks import compile_for_evaluation, schema_problems
 from webhook.files.imported import IMPORTED_KIND_NAMES, import_documents, is_imported_kind
+from webhook.files.requests import DEFAULT_USER, build_request, describe_key, old_object_for, resource_key
 from webhook.files.yamlio import STDIN, Document, InputError, load_file, load_paths, yaml_files
 from webhook.policy import CompiledPolicy, InMemoryLookups, Result, evaluate_mutating, evaluate_validating
 from webhook.policy.explain import PolicyTrace, explain_mutating, explain_validating
 from webhook.policy.labelquery import parse_label_selector_text
 from webhook.policy.model import Reference
 from webhook.policy.resources import resource_for_kind
-from webhook.policy.vocabulary import POLICY_KINDS, REQUEST_OPERATIONS, PolicyKind
+from webhook.policy.vocabulary import POLICY_KINDS, PolicyKind
 
-OPERATIONS = tuple(REQUEST_OPERATIONS)
 RESULTS = ("pass", "fail", "warn", "skip", "error")
-#: ``request.userInfo`` of a test that names none.
-DEFAULT_USER: dict[str, Any] = {"username": "tollgate-test", "groups": ["system:authenticated"]}
 
 
 @dataclass(slots=True)
@@ -128,58 +125,6 @@ class LoadedPolicy:
     def actions(self) -> frozenset[str]:
         """``spec.validationActions`` (default ``[Deny]``)."""
         return frozenset(self.doc.obj.get("spec", {}).get("validationActions") or ("Deny",))
-
-
-def resource_key(obj: dict[str, Any]) -> tuple[str, str, str]:
-    """``(kind, namespace, name)``: namespace ``default`` if a namespaced object has none, ``""`` if cluster-scoped."""
-    kind = str(obj.get("kind", ""))
-    meta = obj.get("metadata") or {}
-    namespaced = resource_for_kind(kind, str(obj.get("apiVersion", ""))).namespaced
-    namespace = str(meta.get("namespace") or "default") if namespaced else ""
-    return kind, namespace, str(meta.get("name", ""))
-
-
-def describe_key(key: tuple[str, str, str]) -> str:
-    """``Pod default/web`` or ``Namespace shop``."""
-    kind, namespace, name = key
-    return f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"
-
-
-def build_request(obj: dict[str, Any], *, operation: str, user_info: dict[str, Any],
-                  old_object: dict[str, Any] | None = None, sub_resource: str = "") -> dict[str, Any]:
-    """An AdmissionRequest for ``obj`` as the API server would send it.
-
-    Args:
-        obj: the resource.
-        operation: ``CREATE`` | ``UPDATE`` | ``DELETE`` | ``CONNECT``.
-        user_info: ``request.userInfo`` (``username``, ``uid``, ``groups``, ``extra``).
-        old_object: ``oldObject`` for UPDATE. On DELETE ``object`` is null and
-            ``oldObject`` is ``obj`` (or ``old_object`` when given), as on a cluster.
-        sub_resource: ``subResource`` and ``requestSubResource`` (``ephemeralcontainers``,
-            ``status``); ``obj`` is still the whole object, as the API server sends for
-            ``pods/ephemeralcontainers`` since Kubernetes 1.22.
-    """
-    api_version = str(obj.get("apiVersion", "v1"))
-    group, _, version = api_version.rpartition("/")
-    kind, namespace, name = resource_key(obj)
-    gvk = {"group": group, "version": version, "kind": kind}
-    gvr = {"group": group, "version": version, "resource": resource_for_kind(kind, api_version).plural}
-    request: dict[str, Any] = {
-        "uid": str(uuid.uuid4()),
-        "kind": gvk, "resource": gvr, "requestKind": gvk, "requestResource": gvr,
-        "name": name,
-        "operation": operation,
-        "userInfo": user_info,
-        "object": None if operation == "DELETE" else obj,
-        "oldObject": (old_object or obj) if operation == "DELETE" else old_object,
-        "dryRun": False,
-        "options": None,
-    }
-    if namespace:
-        request["namespace"] = namespace
-    if sub_resource:
-        request["subResource"] = request["requestSubResource"] = sub_resource
-    return request
 
 
 @dataclass(slots=True)
@@ -485,7 +430,7 @@ def run_adhoc(*, policies: list[Path], resources: list[Path], configmaps: list[P
     names = sorted(p.name for p in loaded)
     for doc in load_resources(resources):
         key = resource_key(doc.obj)
-        old = _old_object(key, olds, operation, doc.where())
+        old = old_object_for(key, olds, operation, doc.where())
         evaluation = chain.evaluate(build_request(doc.obj, operation=operation, user_info=user_info,
                                                       old_object=old))
         for name in names:
@@ -493,15 +438,6 @@ def run_adhoc(*, policies: list[Path], resources: list[Path], configmaps: list[P
             rows.append(Row(name, key[0], key[1], key[2], outcome.result, outcome.message, operation=operation,
                             explanation=evaluation.explanations.get(name) if explain else None))
     return rows, warnings
-
-
-def _old_object(key: tuple[str, str, str], olds: dict[tuple[str, str, str], Document], operation: str,
-                where: str) -> dict[str, Any] | None:
-    old = olds.get(key)
-    if operation == "UPDATE" and old is None:
-        raise InputError(f"{where}: operation UPDATE needs the old {describe_key(key)}: add it to the old "
-                         "resources (TestSuite oldResources, or --old-resource)")
-    return old.obj if old is not None else None
 
 
 # ---------------------------------------------------------------- TestSuites
@@ -632,7 +568,7 @@ def run_suite(suite: Document, *, params_selector: str, explain: bool = False) -
         sub_resource = exp.get("subResource", spec.get("subResource", ""))
         memo = json.dumps([key, operation, user_info, sub_resource], sort_keys=True)
         if memo not in cache:
-            old = _old_object(key, olds, operation, where)
+            old = old_object_for(key, olds, operation, where)
             cache[memo] = chain.evaluate(build_request(doc.obj, operation=operation, user_info=user_info,
                                                        old_object=old, sub_resource=sub_resource))
         evaluation = cache[memo]

@@ -124,7 +124,7 @@ class FakeClock:
 
 def denies_a_privileged_pod(directory: LocalDirectory, cache: dict[str, bool]) -> bool:
     """Whether what the directory serves now denies a privileged Pod (the engine the server runs)."""
-    from webhook.files.testsuite import build_request
+    from webhook.files.requests import build_request
     from webhook.policy import InMemoryLookups, compile_policy, evaluate_validating
 
     documents, _errors = directory.listing()
