@@ -61,7 +61,7 @@ from webhook.audit.evaluate import (
 from webhook.audit.reports import SUMMARY_RESULTS, build_reports
 from webhook.cli.command import ExitStatus, Subparsers, UsageError, add_command
 from webhook.files.imported import policy_documents
-from webhook.files.testsuite import (
+from webhook.files.inputs import (
     load_kind,
     load_resources,
     reference_objects,

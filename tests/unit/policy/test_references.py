@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from tests.unit.policy.helpers import pod, policy, request
+from webhook.files.inputs import reference_objects
 from webhook.files.local_source import LocalDirectoryListerWatcher
-from webhook.files.testsuite import reference_objects
 from webhook.files.yamlio import InputError, load_paths
 from webhook.policy import (
     InMemoryLookups,
