@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from tests.fixtures import ROOT, fixture_dir
+from webhook.files.chain import evaluate_pair
 from webhook.files.requests import build_request
-from webhook.files.testsuite import evaluate_pair
 from webhook.policy import InMemoryLookups, compile_policy
 
 FIXTURES = fixture_dir("kyverno-pod-security-cel")
