@@ -6,7 +6,8 @@ Two ways to call it::
     tollgate test -p POLICY -r RESOURCE [--configmap F] [--namespace-file F] [--old-resource F] [--reference F]
                   [--operation UPDATE] [--username U] [--groups a,b]
 
-Argument parsing and exit status only; evaluation is :mod:`webhook.files.testsuite`,
+Argument parsing and exit status only; evaluation is :mod:`webhook.files.testsuite` (over
+:mod:`webhook.files.chain`),
 output :mod:`webhook.cli.report`.
 """
 
