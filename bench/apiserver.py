@@ -5,13 +5,17 @@
 Needs tests/realapi/install.sh (kube-apiserver 1.20 and etcd) and wrk (``apt-get install wrk``).
 
 One run, one API server (etcd, kube-apiserver without audit log, on 127.0.0.1), Tollgate's manifests and the
-policy sets of policies/ installed as a user would (tests/realapi/tollgate.py), and three scenarios switched by
+policy sets of policies/ installed as a user would (tests/realapi/tollgate.py), and these scenarios, switched by
 rewriting both webhook configurations between points:
 
   none      no webhooks: the API server's own cost of a Pod create (admission plugins, etcd write)
   noop      the configurations Tollgate generates for the shipped policies (``tollgate webhook-config --url``),
             pointing at the bare aiohttp server of bench/reference/ (orjson + uvloop), which allows everything
             without a patch: the API server's cost of calling the webhooks, the floor
+  noop-patch
+            the same no-op server, but its /mutate answers the very JSONPatch Tollgate gives the bench's Pod
+            (fetched from Tollgate once at start): the floor of the mutating call, with the API server's cost
+            of applying the patch in it
   tollgate  the same configurations pointing at ``tollgate serve`` (under its ServiceAccount, every policy of
             policies/pod-security/restricted and policies/examples, webhook management off so the
             configurations stay the bench's)
@@ -28,12 +32,14 @@ node; the 1-minute load average is recorded per point (other work on the machine
 point: throughput (creates/s), p50/p99 latency, CPU microseconds per create of kube-apiserver, etcd and the
 webhook server (utime+stime from /proc), the mean duration of each webhook call as the API server measured
 it (``apiserver_admission_webhook_admission_duration_seconds``) and Tollgate's
-own handling per endpoint (``tollgate_admission_duration_seconds``), and the ratios tollgate/noop.
+own handling per endpoint (``tollgate_admission_duration_seconds``), and the ratios tollgate/noop and
+tollgate/noop-patch.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import platform
@@ -59,9 +65,9 @@ from tests.realapi.tollgate import NAMESPACE, Deployment, Tollgate, tollgate_com
 BENCH = Path(__file__).resolve().parent
 TICK = os.sysconf("SC_CLK_TCK")
 WARMUP_S = 2
-SCENARIOS = ("none", "noop", "tollgate", "noop-validate", "tollgate-validate")
+SCENARIOS = ("none", "noop", "noop-patch", "tollgate", "noop-validate", "tollgate-validate")
 #: (Tollgate, its floor) pairs whose ratios are reported.
-PAIRS = (("tollgate", "noop"), ("tollgate-validate", "noop-validate"))
+PAIRS = (("tollgate", "noop"), ("tollgate", "noop-patch"), ("tollgate-validate", "noop-validate"))
 CONCURRENCY = (1, 16)
 BENCH_NAMESPACE = "bench"
 WEBHOOK_METRIC = "apiserver_admission_webhook_admission_duration_seconds"
@@ -105,7 +111,8 @@ def mean_ms(before: dict[str, tuple[float, float]], after: dict[str, tuple[float
 class NoopServer:
     """bench/reference/server_aiohttp.py (orjson + uvloop), serving with Tollgate's certificate."""
 
-    def __init__(self, cert_dir: Path, workdir: Path) -> None:
+    def __init__(self, cert_dir: Path, workdir: Path, patch_file: Path | None = None) -> None:
+        self.patch_file = patch_file
         self.dir = workdir / "noop-certs"
         self.dir.mkdir(exist_ok=True)
         shutil.copy(cert_dir / "tls.crt", self.dir / "server.crt")
@@ -117,7 +124,8 @@ class NoopServer:
     def start(self) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, str(BENCH / "reference" / "server_aiohttp.py"), "--port", str(self.port),
-             "--certdir", str(self.dir), "--json", "orjson", "--loop", "uvloop"],
+             "--certdir", str(self.dir), "--json", "orjson", "--loop", "uvloop",
+             *(["--patch-file", str(self.patch_file)] if self.patch_file else [])],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline().decode()
@@ -130,20 +138,18 @@ class NoopServer:
 
 class Bench:
     def __init__(self, cluster: Cluster, deployment: Deployment, tollgate: Tollgate, noop: NoopServer,
-                 workdir: Path) -> None:
+                 noop_patch: NoopServer, workdir: Path) -> None:
         self.cluster, self.deployment, self.tollgate, self.noop = cluster, deployment, tollgate, noop
+        self.noop_patch = noop_patch
         self.workdir = workdir
         self.configs = {"none": self.generated(None), "noop": self.generated(noop.url),
-                        "tollgate": self.generated(tollgate.url)}
+                        "noop-patch": self.generated(noop_patch.url), "tollgate": self.generated(tollgate.url)}
         for name in ("noop", "tollgate"):
             self.configs[f"{name}-validate"] = [
                 {**c, "webhooks": c["webhooks"] if c["kind"] == "ValidatingWebhookConfiguration" else []}
                 for c in self.configs[name]]
-        pod = compliant_pod(BENCH_NAMESPACE, "unused")
-        del pod["metadata"]["name"]
-        pod["metadata"]["generateName"] = "bench-"
         self.body = workdir / "pod.json"
-        self.body.write_text(json.dumps(pod))
+        self.body.write_text(json.dumps(bench_pod()))
         self.pids = {"kube-apiserver": cluster.apiserver_pid, "etcd": cluster.etcd_pid}
 
     def generated(self, url: str | None) -> list[dict[str, Any]]:
@@ -174,7 +180,7 @@ class Bench:
                                           json.loads(self.body.read_text()))
             assert answer.status == 201, answer.body[:300]
             labelled = "tollgate.dev/managed" in (answer.json()["metadata"].get("labels") or {})
-            return labelled == (scenario == "tollgate")
+            return labelled == (scenario in ("tollgate", "noop-patch"))
 
         wait_until(applied, timeout=30, what=f"the API server to apply the {scenario} webhook configurations")
         time.sleep(1.0)  # both configurations' informers, not only the mutating one's
@@ -203,7 +209,8 @@ class Bench:
         self.wrk(conc, WARMUP_S)
         pids = dict(self.pids)
         if scenario != "none":
-            proc = (self.tollgate if scenario.startswith("tollgate") else self.noop).proc
+            proc = (self.tollgate if scenario.startswith("tollgate")
+                    else self.noop_patch if scenario == "noop-patch" else self.noop).proc
             assert proc is not None
             pids["webhook server"] = proc.pid
         cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
@@ -218,9 +225,40 @@ class Bench:
                       rps=round(result["requests"] / result["seconds"], 1),
                       cpu_us={k: round((cpu1[k] - cpu0[k]) / n * 1e6) for k in pids},
                       webhook_call_ms=mean_ms(api0, api1), tollgate_handling_ms=mean_ms(tg0, tg1))
-        answer = self.cluster.request("DELETE", f"/api/v1/namespaces/{BENCH_NAMESPACE}/pods", timeout=300)
-        assert answer.status == 200, answer.body[:300]
+        self.delete_pods()
         return result
+
+    def delete_pods(self) -> None:
+        """Delete the point's Pods: thousands after c=16, which one DeleteCollection may not finish in the API
+        server's request timeout (504: what it deleted stays deleted, so deleting again converges)."""
+        for _ in range(30):
+            answer = self.cluster.request("DELETE", f"/api/v1/namespaces/{BENCH_NAMESPACE}/pods", timeout=300)
+            if answer.status == 200:
+                return
+            assert answer.status == 504, answer.body[:300]
+        raise RuntimeError("the bench's Pods could not be deleted in 30 DeleteCollection calls")
+
+
+def bench_pod() -> dict[str, Any]:
+    """The compliant Pod every create sends (``generateName``: a new Pod each time)."""
+    pod = compliant_pod(BENCH_NAMESPACE, "unused")
+    del pod["metadata"]["name"]
+    pod["metadata"]["generateName"] = "bench-"
+    return pod
+
+
+def tollgate_patch(tollgate: Tollgate) -> bytes:
+    """The JSONPatch (JSON) Tollgate's /mutate answers for the bench's Pod."""
+    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "bench", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"}, "namespace": BENCH_NAMESPACE,
+        "operation": "CREATE", "userInfo": {"username": "admin", "groups": ["system:masters"]},
+        "object": bench_pod(), "oldObject": None}}
+    status, answer = tollgate.review(review, "/mutate")
+    response = answer.get("response") or {}
+    if status != 200 or response.get("patchType") != "JSONPatch":
+        raise RuntimeError(f"Tollgate's /mutate gave no JSONPatch for the bench Pod: {status} {answer}")
+    return base64.b64decode(response["patch"])
 
 
 def median_point(points: list[dict[str, Any]]) -> dict[str, Any]:
@@ -270,6 +308,7 @@ def main() -> int:
     cluster = Cluster(workdir, binaries, audit=False)
     deployment = Deployment(cluster, workdir)
     noop: NoopServer | None = None
+    noop_patch: NoopServer | None = None
     tollgate: Tollgate | None = None
     try:
         cluster.start()
@@ -281,7 +320,13 @@ def main() -> int:
         tollgate.start()
         noop = NoopServer(deployment.cert_dir, workdir)
         noop.start()
-        bench = Bench(cluster, deployment, tollgate, noop, workdir)
+        # The floor of the mutating call: the no-op answering /mutate with the very patch Tollgate gives
+        # the bench's Pod, so the API server's cost of applying it is in both.
+        patch_file = workdir / "tollgate-patch.json"
+        patch_file.write_bytes(tollgate_patch(tollgate))
+        noop_patch = NoopServer(deployment.cert_dir, workdir, patch_file)
+        noop_patch.start()
+        bench = Bench(cluster, deployment, tollgate, noop, noop_patch, workdir)
         calls = {c["kind"]: [h["name"] for h in c["webhooks"]] for c in bench.configs["tollgate"]}
         print(f"webhook entries (a 1.20 server drops matchConditions: each is called for every Pod create): {calls}",
               flush=True)
@@ -316,8 +361,9 @@ def main() -> int:
                 "rows": rows, "ratios": ratios, "points": [p for ps in points.values() for p in ps]}, indent=1))
         return 0
     finally:
-        if noop is not None:
-            noop.stop()
+        for server in (noop, noop_patch):
+            if server is not None:
+                server.stop()
         if tollgate is not None:
             tollgate.stop()
         cluster.stop()
