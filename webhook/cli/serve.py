@@ -318,6 +318,9 @@ def _run_serve(args: argparse.Namespace) -> int:
         raise UsageError("--explain in a cluster needs --client-ca: an explanation shows the params, referenced "
                          "objects and Namespace labels the policies read, so only clients with a certificate "
                          "signed by that CA may ask for one")
+    if args.imports and args.local is not None:
+        raise UsageError("--import chooses what a cluster's Tollgate imports; --local already reads every importable "
+                         "kind in its directory")
     cert, key, ca = _resolve_certs(args)
     if args.self_managed_certs:
         if args.local is not None or args.cert_dir is None:

@@ -36,8 +36,24 @@ def test_defaults_are_the_settings_defaults(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_import_names_the_owners_whose_policies_are_enforced_too(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert _settings(monkeypatch, "--import", "kyverno").imports == {"kyverno"}
-    assert _settings(monkeypatch, "--import", "admission", "--import", "kyverno").imports == {"admission", "kyverno"}
+    seen: list[Settings] = []
+
+    async def fake_serve(settings: Settings, ca_file: Any) -> None:
+        seen.append(settings)
+
+    monkeypatch.setattr(serve, "_serve", fake_serve)
+    monkeypatch.setattr(serve, "_check_kube_config", lambda _args: None)  # no cluster here: the flags only
+    cluster = ["serve", "--kubeconfig", "kubeconfig", "--tls-cert-file", "c", "--tls-key-file", "k"]
+    monkeypatch.setattr(serve, "_check_certs", lambda *_a: None)
+    assert main([*cluster, "--import", "kyverno"]) == 0
+    assert main([*cluster, "--import", "admission", "--import", "kyverno"]) == 0
+    assert [s.imports for s in seen] == [{"kyverno"}, {"admission", "kyverno"}]
+
+
+def test_import_with_local_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--local", str(EXAMPLES), "--import", "kyverno"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--local already reads every importable kind" in err, err
 
 
 def test_bounds_and_names_reach_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
