@@ -13,6 +13,7 @@ document and field.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -210,6 +211,16 @@ def policy_documents(paths: Iterable[Path], notes: list[str] | None = None) -> l
     return [d for d in docs if d.kind in POLICY_KINDS] + list(imported.documents)
 
 
+_UNDECLARED = re.compile(r"undeclared reference to '([^']+)'")
+
+
+def _repeats_a_library_problem(line: str, lacking: list[tuple[str, str]]) -> bool:
+    """A compile error naming one of the calls a library problem of the same expression already names."""
+    m = _UNDECLARED.search(line)
+    return m is not None and any(f": {path}: ERROR: " in line and re.search(rf"\b{re.escape(m.group(1))}\b", message)
+                                 for path, message in lacking)
+
+
 def import_problems(docs: Iterable[Document], warnings: list[str] | None = None) -> tuple[list[str], int]:
     """Every problem of the imported kinds among ``docs`` (``tollgate lint``), one line each, and how many there were.
 
@@ -233,6 +244,10 @@ def import_problems(docs: Iterable[Document], warnings: list[str] | None = None)
         if doc.imported is None or doc.imported.missing_policy:
             continue
         compiled = compile_problems(doc.unmarked(), spec_checked=not found)
+        # An expression calling a library Tollgate lacks was reported as such: its "undeclared reference"
+        # errors (the library's own names) would only repeat it.
+        lacking = [(p.path, p.message) for p in doc.imported.problems if p.unsupported_library]
+        compiled = [c for c in compiled if not _repeats_a_library_problem(c, lacking)]
         for found_line in compiled:
             # An expression is the policy's, whatever binding: named by the policy, reported once.
             line = found_line.replace(f"{doc.display_name}: ", f"{doc.imported.policy}: ", 1)

@@ -63,6 +63,35 @@ def test_lint_names_each_problem_at_its_source_line_once(tmp_path: Path, capsys:
     assert err == "3 problem(s)\n"
 
 
+KYVERNO_IMAGE_DATA = """\
+apiVersion: policies.kyverno.io/v1
+kind: ValidatingPolicy
+metadata: {name: check-image-user}
+spec:
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [pods]}
+  validations:
+  - expression: "object.spec.containers.all(c, image.GetMetadata(c.image).config.user != objekt)"
+"""
+
+
+def test_lint_says_a_missing_library_once_and_still_the_expressions_other_errors(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # image.GetMetadata is reported as the library Tollgate lacks; the compiler's "undeclared reference" to
+    # its names would only repeat that; the typo beside it is the author's own error and stays.
+    (tmp_path / "policy.yaml").write_text(KYVERNO_IMAGE_DATA)
+    assert main(["lint", str(tmp_path)]) == 1
+    out, err = capsys.readouterr()
+    where = f"{tmp_path}/policy.yaml:9: document 1: ValidatingPolicy check-image-user: spec.validations[0].expression: "
+    assert out.splitlines() == [
+        where + "image.GetMetadata is Kyverno's ImageData library (image registry lookups), which Tollgate does not "
+                "implement",
+        where + "ERROR: <input>:1:73: undeclared reference to 'objekt'",
+    ]
+    assert err == "2 problem(s)\n"
+
+
 def test_lint_refuses_a_name_given_twice_and_a_nameless_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "a.yaml").write_text(POLICY + "---\n" + POLICY.replace("metadata: {name: need-team}", "metadata: {}"))
     (tmp_path / "b.yaml").write_text(POLICY.replace("objekt", "object"))

@@ -124,7 +124,7 @@ def expressions(spec: dict[str, Any]) -> list[tuple[str, str]]:
 
 def library_problems(spec: dict[str, Any], source: SourceRef, *, kyverno: bool) -> list[Problem]:
     """A problem for every use of a library Tollgate lacks (see :mod:`webhook.policy.imports.libraries`)."""
-    return [Problem(source, path, f"{finding}, which Tollgate does not implement")
+    return [Problem(source, path, f"{finding}, which Tollgate does not implement", unsupported_library=True)
             for path, text in expressions(spec) for finding in unsupported_calls(text, kyverno=kyverno)]
 
 

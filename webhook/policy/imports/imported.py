@@ -36,11 +36,14 @@ class Problem:
         source: the object.
         path: its field, as kubectl names it (``spec.paramKind``, ``spec.validations[0].expression``).
         message: what and why, one line.
+        unsupported_library: the field's expression calls a library Tollgate lacks (its CEL compile errors
+            about that library's names say nothing more, and ``tollgate lint`` leaves them out).
     """
 
     source: SourceRef
     path: str
     message: str
+    unsupported_library: bool = False
 
     def __str__(self) -> str:
         return f"{self.source}: {self.path}: {self.message}" if self.path else f"{self.source}: {self.message}"
