@@ -123,7 +123,7 @@ def build_components(settings: Settings, *, api_client: Any = None,
         import_sources = ImportSources(
             factory, imports, discover=local_discovery if local else cluster_discovery(api_client, groups),
             probe=None if local else cluster_probe(lister_watcher_factory(settings, api_client, [])),
-            interval=0.0 if local else settings.discovery_interval)
+            interval=0.0 if local else settings.discovery_interval, wanted_groups=frozenset() if local else groups)
         policies_synced.also.append(import_sources.synced)
 
     leader = (leadership(settings, api_client, metrics, policy_informers, policies_synced, imported=imports.objects)

@@ -11,7 +11,8 @@ first of the kind's versions it serves, :data:`~webhook.policy.imports.kinds.IMP
 it does not serve (a 1.20 server has no ValidatingAdmissionPolicy, a cluster without Kyverno no
 ValidatingPolicy) is not watched, and nothing fails; a kind whose LIST is refused (RBAC) is not
 watched either, and is said at error level and in ``/readyz``. Discovery is repeated every
-``discovery_interval``, so a kind served later (Kyverno installed) is watched from then on. With
+``discovery_interval`` (every minute while a group ``--import`` asked for has no kind watched yet), so a
+kind served later (Kyverno installed) is watched from then on. With
 ``--local`` every kind is read from the directory. In a cluster only the owners ``serve --import`` names
 (``admission``, ``kyverno``; :data:`~webhook.policy.imports.kinds.IMPORT_SOURCES`) are imported, none by
 default: the API server and Kyverno enforce their own policies, and a second enforcement repeats them.
@@ -46,6 +47,8 @@ log = logging.getLogger("tollgate.imports")
 Served = dict[ImportKind, str]
 #: Seconds to wait for the policy informers before starting the binding informers anyway.
 POLICY_SYNC_WAIT = 30.0
+#: Seconds between discoveries while a group ``serve --import`` asked for has no kind watched yet.
+PENDING_INTERVAL = 60.0
 #: Seconds the app's start waits for the first discovery before going on with it in the background.
 FIRST_DISCOVERY_WAIT = 10.0
 _RETRY_MIN, _RETRY_MAX = 1.0, 60.0
@@ -165,17 +168,21 @@ class ImportSources:
         probe: why a kind cannot be listed, or None (:func:`cluster_probe`); None: never probed.
         interval: seconds between discoveries (0: discover once).
         queued: handlers fed through queues (started and stopped with this object).
+        wanted_groups: the API groups ``serve --import`` asked for; while one of them has no kind watched yet
+            (Kyverno's CRDs not installed yet), discovery is repeated every ``min(interval,``
+            :data:`PENDING_INTERVAL` ``)`` instead, so they are picked up within a minute of appearing.
     """
 
     def __init__(self, factory: SharedInformerFactory, handler: ImportEventHandler, *,
                  discover: Callable[[], Awaitable[Served]],
                  probe: Callable[[InformerKey], Awaitable[str | None]] | None = None, interval: float = 0.0,
-                 queued: list[QueuedHandler] | None = None) -> None:
+                 queued: list[QueuedHandler] | None = None, wanted_groups: frozenset[str] = frozenset()) -> None:
         self.factory = factory
         self.handler = handler
         self._discover = discover
         self._probe = probe
         self.interval = interval
+        self.wanted_groups = wanted_groups
         self.queued = list(queued or [])
         #: kind → the apiVersion watched.
         self.watching: dict[str, str] = {}
@@ -251,12 +258,19 @@ class ImportSources:
             await self._start(kind, served[kind])
         self._discovered = True
 
+    def next_discovery(self) -> float:
+        """Seconds until the next discovery: :data:`PENDING_INTERVAL` while a wanted group is not watched yet."""
+        watched = {v.rpartition("/")[0] for v in self.watching.values()}
+        if self.wanted_groups - watched:
+            return min(self.interval, PENDING_INTERVAL)
+        return self.interval
+
     async def _run(self, first: Served | None, started: list[SharedInformer]) -> None:
         if first is not None:
             await self._bindings(first, started)
             if self.interval <= 0:
                 return
-            await asyncio.sleep(self.interval)
+            await asyncio.sleep(self.next_discovery())
         retry = _RETRY_MIN
         while True:
             try:
@@ -274,7 +288,7 @@ class ImportSources:
             await self._bindings(served, policies)
             if self.interval <= 0:
                 return
-            await asyncio.sleep(self.interval)
+            await asyncio.sleep(self.next_discovery())
 
     async def _start(self, kind: ImportKind, version: str) -> SharedInformer | None:
         key = import_informer_key(kind, version)

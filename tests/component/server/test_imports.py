@@ -16,12 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 import yaml
 
 from tests.component.server.conftest import serve_tls, until
 from tests.fakeapi.discovery import Served
 from tests.fakeapi.server import FakeApiServer
 from webhook.kube.client import api_client_for_url
+from webhook.server import imports as server_imports
 from webhook.server.app import create_app
 from webhook.server.settings import Settings
 from webhook.tls import generate as certs
@@ -216,4 +218,22 @@ async def test_only_v1beta1_served_is_watched_in_v1beta1(tmp_path: Path) -> None
     async with cluster(tmp_path, beta, version="v1beta1") as (_, client):
         body = await until(client.readyz)
         assert set(body["imports"]["watching"].values()) == {"admissionregistration.k8s.io/v1beta1"}
+        assert (await client.validate(deployment_review("shop", {})))["allowed"] is False
+
+
+async def test_a_wanted_kind_served_later_is_picked_up_without_waiting_for_the_discovery_interval(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # --import admission on a cluster that does not serve the kinds yet: discovery is repeated every
+    # PENDING_INTERVAL (not the 300 s discovery interval) until one of them is watched.
+    monkeypatch.setattr(server_imports, "PENDING_INTERVAL", 0.1)
+    async with cluster(tmp_path, (), discovery_interval=300.0) as (fake, client):
+        assert (await until(client.readyz))["imports"] == {"watching": {}}
+        fake.discovery.builtin += list(ADMISSION_KINDS)  # the API server starts serving them
+
+        async def watching() -> dict[str, Any] | None:
+            body = await client.readyz()
+            return body if body and body["imports"]["watching"] else None
+
+        body = await until(watching)
+        assert body["imports"]["watching"]["ValidatingAdmissionPolicy"] == "admissionregistration.k8s.io/v1"
         assert (await client.validate(deployment_review("shop", {})))["allowed"] is False
