@@ -34,8 +34,6 @@ from webhook.policy import CompiledPolicy, InMemoryLookups, Result, evaluate_mut
 from webhook.policy.explain import PolicyTrace, explain_mutating, explain_validating
 from webhook.policy.model import Reference
 
-RESULTS = ("pass", "fail", "warn", "skip", "error")
-
 
 @dataclass(slots=True)
 class PolicyOutcome:
