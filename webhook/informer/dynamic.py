@@ -24,7 +24,7 @@ import orjson
 
 from webhook.informer.gvr import GVR
 from webhook.informer.handlers import ResourceEventHandlerFuncs
-from webhook.informer.informer import SharedInformer
+from webhook.informer.informer import SharedInformer, wait_for_cache_sync
 from webhook.informer.reflector import ReflectorOptions
 from webhook.informer.store import DeletedFinalStateUnknown, TransformFunc, drop_managed_fields
 from webhook.informer.types import KubeObject, ListerWatcher
@@ -181,14 +181,7 @@ class DynamicInformerFactory:
         Returns:
             GVR → whether its informer synced in time.
         """
-        informers = dict(self._informers)
-        try:
-            async with asyncio.timeout(timeout):
-                for inf in informers.values():
-                    await inf.wait_for_sync()
-        except TimeoutError:
-            pass
-        return {gvr: inf.has_synced() for gvr, inf in informers.items()}
+        return await wait_for_cache_sync(self._informers, timeout)
 
     def owners(self, gvr: GVR) -> frozenset[str]:
         """Who holds ``gvr`` (running or refused)."""

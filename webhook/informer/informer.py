@@ -49,9 +49,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from webhook.aio import cancel_and_wait
 from webhook.informer.handlers import (
@@ -76,6 +76,9 @@ from webhook.informer.store import (
     keep_fields,
 )
 from webhook.informer.types import KubeObject, ListerWatcher
+
+#: A key of an informer map (InformerKey, GVR).
+K = TypeVar("K")
 
 
 class SharedInformer:
@@ -419,16 +422,29 @@ class SharedInformerFactory:
         Returns:
             Key → whether that informer synced in time.
         """
-        informers = dict(self._informers)
-        try:
-            async with asyncio.timeout(timeout):
-                for inf in informers.values():
-                    await inf.wait_for_sync()
-        except TimeoutError:
-            pass
-        return {key: inf.has_synced() for key, inf in informers.items()}
+        return await wait_for_cache_sync(self._informers, timeout)
 
     async def stop(self) -> None:
         """Stop every informer."""
         for inf in self._informers.values():
             await inf.stop()
+
+
+async def wait_for_cache_sync(informers: Mapping[K, SharedInformer], timeout: float | None = None) -> dict[K, bool]:
+    """Wait until every informer of ``informers`` synced (client-go ``cache.WaitForCacheSync``).
+
+    Args:
+        informers: key → informer (a snapshot is taken: informers added meanwhile are not waited for).
+        timeout: seconds for all of them together (None: no limit).
+
+    Returns:
+        Key → whether that informer synced in time.
+    """
+    snapshot = dict(informers)
+    try:
+        async with asyncio.timeout(timeout):
+            for inf in snapshot.values():
+                await inf.wait_for_sync()
+    except TimeoutError:
+        pass
+    return {key: inf.has_synced() for key, inf in snapshot.items()}
