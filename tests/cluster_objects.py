@@ -1,6 +1,7 @@
 """Kubernetes objects the cluster suites create, read from the shipped policies where they depend on them.
 
-Shared by the kind suite (tests/e2e) and the real-API-server suite (tests/realapi): Pods that meet the
+Shared by the kind suite (tests/e2e) and the real-API-server suite (tests/realapi), with their polling
+(:func:`eventually`): Pods that meet the
 restricted Pod Security Standard and the examples, their privileged and Deployment variants, ConfigMaps,
 Ingresses, and the shipped policies' own messages and params, so the suites follow the policies' wording
 instead of restating it.
@@ -10,13 +11,16 @@ from __future__ import annotations
 
 import json
 import re
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+T = TypeVar("T")
 
 
 def configmap(
@@ -129,3 +133,18 @@ def ingress(name: str, namespace: str, host: str) -> dict[str, Any]:
     return {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": name, "namespace": namespace},
             "spec": {"rules": [{"host": host, "http": {"paths": [
                 {"path": "/", "pathType": "Prefix", "backend": backend}]}}]}}
+
+
+def eventually(check: Callable[[], T], *, timeout: float = 30.0, interval: float = 0.2) -> T:
+    """Retry ``check`` until it stops raising AssertionError; re-raise its last one after ``timeout`` seconds.
+
+    Policies, webhook configurations and statuses reach a cluster by watch, not instantly.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return check()
+        except AssertionError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(interval)

@@ -20,10 +20,9 @@ import json
 import os
 import shutil
 import subprocess
-import time
 import uuid
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -32,6 +31,7 @@ from tests.cluster_objects import (
     compliant_pod,
     configmap,
     deployment_of,
+    eventually,
     image_in,
     ingress,
     messages,
@@ -62,7 +62,6 @@ pytestmark = [
 
 CONTEXT = os.environ.get("TOLLGATE_E2E_CONTEXT", "kind-tollgate-e2e")
 DENIED = 'admission webhook "validate.tollgate.dev" denied the request'
-T = TypeVar("T")
 
 
 # -- helpers ------------------------------------------------------------------
@@ -104,16 +103,6 @@ def get(kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | 
     return obj
 
 
-def eventually(check: Callable[[], T], *, timeout: float = 30.0, interval: float = 0.5) -> T:
-    """Retry ``check`` until it stops raising AssertionError (policies arrive by watch: not instantly)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return check()
-        except AssertionError:
-            if time.monotonic() >= deadline:
-                raise
-            time.sleep(interval)
 
 
 def assert_denied(result: subprocess.CompletedProcess[str], *fragments: str) -> None:

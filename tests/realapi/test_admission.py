@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from tests.cluster_objects import eventually
 from tests.realapi.helpers import (
     DENIED,
     allowed_registry,
@@ -22,7 +23,7 @@ from tests.realapi.helpers import (
     shipped,
     unique,
 )
-from tests.realapi.tollgate import Deployment, eventually
+from tests.realapi.tollgate import Deployment
 
 
 def create(deployment: Deployment, obj: dict[str, Any], *extra: str) -> Any:

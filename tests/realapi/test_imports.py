@@ -22,9 +22,10 @@ from typing import Any
 
 import pytest
 
+from tests.cluster_objects import eventually
 from tests.realapi.cluster import REPO
 from tests.realapi.helpers import compliant_pod, new_namespace, pod_review, unique
-from tests.realapi.tollgate import SA_USER, Deployment, Tollgate, eventually
+from tests.realapi.tollgate import SA_USER, Deployment, Tollgate
 
 CRD = Path(__file__).with_name("kyverno-validatingpolicy-crd.yaml")
 EXAMPLE = REPO / "policies" / "examples" / "kyverno-restrict-image-registries"

@@ -6,13 +6,13 @@ import json
 import re
 from typing import Any
 
+from tests.cluster_objects import eventually
 from tests.realapi.tollgate import (
     LEASE,
     NAMESPACE,
     POLICY_RESOURCES,
     Deployment,
     crd_documents,
-    eventually,
     missing_fields,
     shipped_policy_documents,
 )

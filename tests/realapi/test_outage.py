@@ -28,9 +28,10 @@ from typing import Any
 
 import pytest
 
+from tests.cluster_objects import eventually
 from tests.realapi.helpers import compliant_pod, new_namespace, pod_review, privileged, unique
 from tests.realapi.test_policies import assert_denied_with, denied_with, dry_run_configmap, forbidden_key
-from tests.realapi.tollgate import SA_USER, Deployment, eventually
+from tests.realapi.tollgate import SA_USER, Deployment
 
 pytestmark = [pytest.mark.disruptive, pytest.mark.timeout(240)]
 DOWN_SECONDS = 15.0

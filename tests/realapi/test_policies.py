@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
+from tests.cluster_objects import eventually
 from tests.realapi.cluster import Response
 from tests.realapi.helpers import DENIED, assert_admitted, configmap, new_namespace, unique
-from tests.realapi.tollgate import Deployment, eventually
+from tests.realapi.tollgate import Deployment
 
 CONFIGMAPS = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"],
               "operations": ["CREATE", "UPDATE"]}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from tests.cluster_objects import eventually
 from tests.realapi.helpers import (
     DENIED,
     assert_admitted,
@@ -15,7 +16,7 @@ from tests.realapi.helpers import (
     shipped,
     unique,
 )
-from tests.realapi.tollgate import Deployment, eventually
+from tests.realapi.tollgate import Deployment
 
 
 def test_unique_ingress_host_reads_the_ingress_informer(deployment: Deployment) -> None:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 
+from tests.cluster_objects import eventually
 from tests.realapi.helpers import new_namespace, unique
 from tests.realapi.test_policies import forbidden_key
-from tests.realapi.tollgate import SA_USER, Deployment, eventually
+from tests.realapi.tollgate import SA_USER, Deployment
 
 CONFIGURATIONS = ("validating", "mutating")
 RESULTS = ("created", "updated", "unchanged", "error")

@@ -22,18 +22,16 @@ import os
 import ssl
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import yaml
 
 from tests.realapi.cluster import REPO, Cluster, free_port, stop_process, wait_until
 
-T = TypeVar("T")
 NAMESPACE = "tollgate-system"
 SERVICE_ACCOUNT = "tollgate"
 SA_USER = f"system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}"
@@ -51,16 +49,6 @@ COMPONENTS = ("background-audit", "policy-reports", "references")
 POLICY_SETS = ("policies/pod-security/restricted", "policies/examples")
 
 
-def eventually(check: Callable[[], T], *, timeout: float = 30.0, interval: float = 0.2) -> T:
-    """Retry ``check`` until it stops raising AssertionError; re-raise its last one after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return check()
-        except AssertionError:
-            if time.monotonic() >= deadline:
-                raise
-            time.sleep(interval)
 
 
 def missing_fields(sent: Any, stored: Any, path: str = "") -> list[str]:
