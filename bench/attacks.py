@@ -56,6 +56,15 @@ sys.path.insert(0, str(ROOT))
 from tests.component.server.isolated import big_pod_review, shipped_documents  # noqa: E402
 
 
+def local_certs(name: str) -> tuple[Path, ssl.SSLContext]:
+    """A temp dir holding a CA and a serving certificate for localhost/127.0.0.1, and a client context trusting it."""
+    from webhook.tls import generate as certs
+
+    tmp = Path(tempfile.mkdtemp(prefix=f"tollgate-{name}-"))
+    paths = certs.write_certs(tmp, dns_names=["localhost"], ip_addresses=["127.0.0.1"], days=1)
+    return tmp, ssl.create_default_context(cafile=str(paths.ca))
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -247,11 +256,8 @@ async def _curve_one(url: str, ctx: ssl.SSLContext, pid: int, n: int) -> dict[st
 
 
 def curve(args: argparse.Namespace) -> None:
-    from webhook.tls import generate as certs
 
-    tmp = Path(tempfile.mkdtemp(prefix="tollgate-attacks-"))
-    paths = certs.write_certs(tmp, dns_names=["localhost"], ip_addresses=["127.0.0.1"], days=1)
-    ctx = ssl.create_default_context(cafile=str(paths.ca))
+    tmp, ctx = local_certs("attacks")
     rows = []
     for mode in args.modes:
         port = free_port()
@@ -288,16 +294,13 @@ async def _sigterm(args: argparse.Namespace) -> None:
 
     import aiohttp
 
-    from webhook.tls import generate as certs
 
-    tmp = Path(tempfile.mkdtemp(prefix="tollgate-sigterm-"))
-    paths = certs.write_certs(tmp, dns_names=["localhost"], ip_addresses=["127.0.0.1"], days=1)
+    tmp, ctx = local_certs("sigterm")
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "webhook", "serve", "--local", str(ROOT / "policies"),
                              "--cert-dir", str(tmp), "--port", str(port), "--log-level", "WARNING"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT,
                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
-    ctx = ssl.create_default_context(cafile=str(paths.ca))
     url = f"https://localhost:{port}/validate"
     body = json.dumps(big_pod_review(1)).encode()
     for _ in range(100):
@@ -466,13 +469,10 @@ async def _malformed(port: int, ctx: ssl.SSLContext, count: int) -> None:
 def slowloris(args: argparse.Namespace) -> None:
     import resource
 
-    from webhook.tls import generate as certs
 
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # the attacker needs more than the server has
-    tmp = Path(tempfile.mkdtemp(prefix="tollgate-slowloris-"))
-    paths = certs.write_certs(tmp, dns_names=["localhost"], ip_addresses=["127.0.0.1"], days=1)
-    ctx = ssl.create_default_context(cafile=str(paths.ca))
+    tmp, ctx = local_certs("slowloris")
     for mode in args.modes:
         port = free_port()
         log = tmp / f"{mode}.log"
@@ -607,11 +607,8 @@ async def _flood_one(url: str, ctx: ssl.SSLContext, attackers: int, seconds: flo
 
 
 def flood(args: argparse.Namespace) -> None:
-    from webhook.tls import generate as certs
 
-    tmp = Path(tempfile.mkdtemp(prefix="tollgate-flood-"))
-    paths = certs.write_certs(tmp, dns_names=["localhost"], ip_addresses=["127.0.0.1"], days=1)
-    ctx = ssl.create_default_context(cafile=str(paths.ca))
+    tmp, ctx = local_certs("flood")
     rows = []
     for budget in args.budgets:
         port = free_port()
