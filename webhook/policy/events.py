@@ -97,14 +97,22 @@ class PolicyEventHandler:
         Args:
             old: the previous object.
             new: the new object.
-            compiled: ``compile_policy(new)`` when already done off the event loop, else None.
+            compiled: ``compile_policy(new)`` when already done off the event loop (the caller found that
+                :meth:`needs_compile`), else None.
         """
-        state = self.index.state(policy_key(new))
-        if not self.needs_compile(old, new) and state is not None:
-            if self.status_sink is not None:
-                self.status_sink(new, state.result.condition)  # no I/O: drops a write the leader made
+        if compiled is None and not self.needs_compile(old, new):
+            self.report_known(new)
             return
         self.on_add(new, False, compiled)
+
+    def report_known(self, new: dict[str, Any]) -> None:
+        """An update that changed nothing compiling reads: report the Ready condition already known.
+
+        The status sink drops a write the leader already made (no I/O here).
+        """
+        state = self.index.state(policy_key(new))
+        if state is not None and self.status_sink is not None:
+            self.status_sink(new, state.result.condition)
 
     def on_delete(self, obj: dict[str, Any] | Tombstone) -> None:
         """Forget the policy (and any status write still queued for it)."""

@@ -46,8 +46,10 @@ class CompileOffLoop:
 
     async def on_update(self, old: dict[str, Any], new: dict[str, Any]) -> None:
         """Compile ``new`` in a thread when its spec changed, then file it (a status-only update compiles nothing)."""
-        compiled = await asyncio.to_thread(compile_policy, new) if self.handler.needs_compile(old, new) else None
-        self.handler.on_update(old, new, compiled)
+        if not self.handler.needs_compile(old, new):
+            self.handler.report_known(new)
+            return
+        self.handler.on_update(old, new, await asyncio.to_thread(compile_policy, new))
 
     async def on_delete(self, obj: dict[str, Any] | Tombstone) -> None:
         """Forget the policy (nothing to compile)."""
