@@ -10,7 +10,7 @@ For every other policy, one line per feature that blocks it, on stderr::
 
     policy.yaml:1: document 1: ClusterAdmissionPolicy unique-host: spec.references: reading cached objects ...
 
-The mapping is :mod:`webhook.policy.interop`'s. Exit status: 0 every policy
+The mapping is :mod:`webhook.formats.kubernetes.export`'s. Exit status: 0 every policy
 exported; 1 some exported, others blocked; 2 nothing exported (every policy
 blocked, none found) or unusable input.
 """
@@ -28,7 +28,7 @@ import yaml
 from webhook.cli.command import ExitStatus, Subparsers, add_command
 from webhook.files.checks import schema_problems
 from webhook.files.yamlio import InputError, load_paths, parse_path
-from webhook.policy.interop import MUTATING_VERSIONS, export_policy
+from webhook.formats.kubernetes.export import MUTATING_VERSIONS, export_policy
 from webhook.policy.vocabulary import POLICY_KINDS
 
 __all__ = ["add_parser", "render", "run"]

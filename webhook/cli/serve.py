@@ -24,7 +24,7 @@ import yaml
 from webhook import logs
 from webhook.cli.arguments import dns_label, dns_subdomain, int_in_range, port, seconds
 from webhook.cli.command import Subparsers, UsageError, add_command
-from webhook.policy.imports.kinds import IMPORT_SOURCES
+from webhook.formats.kinds import IMPORT_SOURCES
 from webhook.server.settings import DEFAULTS, Settings
 from webhook.tls import generate as certs
 

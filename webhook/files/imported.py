@@ -2,7 +2,7 @@
 
 ``tollgate test``, ``lint``, ``audit`` read these beside Tollgate's own kinds. The documents of every
 file given are converted together (a binding and its policy may be in different files), with
-:mod:`webhook.policy.imports`; each resulting policy is an :class:`ImportedDocument`: a
+:mod:`webhook.formats`; each resulting policy is an :class:`ImportedDocument`: a
 :class:`~webhook.files.yamlio.Document` whose ``obj`` is the ``ClusterAdmissionPolicy`` object the
 server would serve and whose locations are its sources' (a compile error in
 ``spec.validations[0].expression`` names the line of the ValidatingAdmissionPolicy's expression; a
@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from webhook.files.yamlio import Document, InputError, load_paths, parse_path
-from webhook.policy.imports.catalog import UNBOUND, import_policies
-from webhook.policy.imports.imported import Imported, Problem, SourceRef
-from webhook.policy.imports.kinds import IMPORT_KINDS, import_kind_of
-from webhook.policy.imports.provenance import IMPORT_ERROR_ANNOTATION
+from webhook.formats.catalog import UNBOUND, import_policies
+from webhook.formats.imported import Imported, Problem, SourceRef
+from webhook.formats.kinds import IMPORT_KINDS, import_kind_of
+from webhook.policy.provenance import IMPORT_ERROR_ANNOTATION
 from webhook.policy.vocabulary import POLICY_KINDS
 
 __all__ = ["IMPORTED_KIND_NAMES", "ImportedDocument", "ImportedPolicies", "import_documents", "is_imported_kind",

@@ -25,7 +25,6 @@ from webhook.policy import projection
 from webhook.policy.cel import cost, typed_literals
 from webhook.policy.cel.env import MAX_EXPRESSION_LENGTH, ResourceCall, T, environment
 from webhook.policy.cel.rewrites import inline_variables, referenced_variables, rewrite_for_runtime
-from webhook.policy.imports.provenance import import_error
 from webhook.policy.model import (
     PolicySpec,
     PolicySpecError,
@@ -33,6 +32,7 @@ from webhook.policy.model import (
     parse_policy,
     parse_policy_match,
 )
+from webhook.policy.provenance import import_error
 from webhook.policy.status import ready_condition
 from webhook.policy.vocabulary import PatchType
 
@@ -371,7 +371,7 @@ def compile_policy(obj: dict[str, Any]) -> CompileResult:
         ``CompileResult``: when anything is wrong, ``policy`` is None, the
         condition is ``Ready=False`` (reason ``InvalidSpec``, ``CompileError``,
         or ``ImportError`` for an imported policy that cannot be honoured, see
-        :mod:`webhook.policy.imports`) and ``matchable`` carries the error if the
+        :mod:`webhook.formats`) and ``matchable`` carries the error if the
         match rules are readable.
     """
     generation = (obj.get("metadata") or {}).get("generation")

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from webhook.policy.compiler import CompileResult
-from webhook.policy.imports.provenance import import_error
 from webhook.policy.index import PolicyIndex, policy_key
+from webhook.policy.provenance import import_error
 
 log = logging.getLogger("tollgate.policy")
 

@@ -30,13 +30,13 @@ from webhook.aio import cancel_and_wait
 from webhook.caches.lookups import InformerLookups
 from webhook.caches.references import ReferenceInformers
 from webhook.files.local_source import LocalDirectoryListerWatcher
+from webhook.formats.events import ImportEventHandler
+from webhook.formats.kinds import IMPORT_SOURCES
 from webhook.informer import InformerKey, ListerWatcher, SharedInformer, SharedInformerFactory
 from webhook.informer.dynamic import Budget, DynamicInformerFactory
 from webhook.informer.handlers import HandlerRegistration
 from webhook.metrics import DecisionMemoCollector, DynamicInformerCollector, Metrics
 from webhook.policy import PolicyEventHandler, PolicyIndex
-from webhook.policy.imports.events import ImportEventHandler
-from webhook.policy.imports.kinds import IMPORT_SOURCES
 from webhook.policy.memo import DecisionMemo
 from webhook.policy.resources import CLUSTER_POLICIES, CONFIGMAPS, NAMESPACED_POLICIES, NAMESPACES
 from webhook.server import health

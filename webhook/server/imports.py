@@ -1,20 +1,20 @@
 """The informers of the imported kinds for ``tollgate serve``: which ones, in what order, and where they deliver.
 
 Kubernetes' admission policies and bindings and Kyverno's CEL policies
-(:mod:`webhook.policy.imports`) are watched like Tollgate's own policies, and their
-:class:`~webhook.policy.imports.events.ImportEventHandler` passes the Tollgate policies they amount to
+(:mod:`webhook.formats`) are watched like Tollgate's own policies, and their
+:class:`~webhook.formats.events.ImportEventHandler` passes the Tollgate policies they amount to
 on to the handlers a policy informer feeds: the index, the ``spec.references`` informers, the
 background audit (the last two through queues of their own, as an informer delivers to them).
 
 Which kinds: in a cluster, discovery says which the API server serves, and in which version (the
-first of the kind's versions it serves, :data:`~webhook.policy.imports.kinds.IMPORT_KINDS`). A kind
+first of the kind's versions it serves, :data:`~webhook.formats.kinds.IMPORT_KINDS`). A kind
 it does not serve (a 1.20 server has no ValidatingAdmissionPolicy, a cluster without Kyverno no
 ValidatingPolicy) is not watched, and nothing fails; a kind whose LIST is refused (RBAC) is not
 watched either, and is said at error level and in ``/readyz``. Discovery is repeated every
 ``discovery_interval`` (every minute while a group ``--import`` asked for has no kind watched yet), so a
 kind served later (Kyverno installed) is watched from then on. With
 ``--local`` every kind is read from the directory. In a cluster only the owners ``serve --import`` names
-(``admission``, ``kyverno``; :data:`~webhook.policy.imports.kinds.IMPORT_SOURCES`) are imported, none by
+(``admission``, ``kyverno``; :data:`~webhook.formats.kinds.IMPORT_SOURCES`) are imported, none by
 default: the API server and Kyverno enforce their own policies, and a second enforcement repeats them.
 No status is ever written to these objects: they
 belong to the API server or to Kyverno; their problems are the imported policies' Ready conditions
@@ -33,10 +33,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from webhook.aio import cancel_and_wait
+from webhook.formats.events import ImportEventHandler
+from webhook.formats.kinds import IMPORT_KINDS, ImportKind
 from webhook.informer import InformerKey, ListerWatcher, SharedInformer, SharedInformerFactory
 from webhook.informer.handlers import HandlerRegistration, ResourceEventHandler
-from webhook.policy.imports.events import ImportEventHandler
-from webhook.policy.imports.kinds import IMPORT_KINDS, ImportKind
 from webhook.server.sources import import_informer_key
 
 __all__ = ["ImportSources", "QueuedHandler", "cluster_discovery", "cluster_probe", "local_discovery"]

@@ -85,7 +85,7 @@ class Settings:
         explain: serve ``POST /explain``, the explanation of one AdmissionReview (``--explain``;
             :mod:`webhook.admission.explain`).
         imports: whose policies a cluster's Tollgate imports and enforces as well (``--import``): names of
-            :data:`~webhook.policy.imports.kinds.IMPORT_SOURCES` (``admission``, ``kyverno``); none by
+            :data:`~webhook.formats.kinds.IMPORT_SOURCES` (``admission``, ``kyverno``); none by
             default. ``--local`` reads every importable kind in its directory whatever this says.
     """
 

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from typing import Any
 
 from webhook.files.local_source import LocalDirectory, LocalDirectoryListerWatcher
+from webhook.formats.kinds import IMPORT_KINDS, ImportKind
 from webhook.informer import InformerKey, ListerWatcher
 from webhook.informer.gvr import GVR
-from webhook.policy.imports.kinds import IMPORT_KINDS, ImportKind
 from webhook.policy.resources import CLUSTER_POLICIES, CONFIGMAPS, NAMESPACED_POLICIES, NAMESPACES
 from webhook.server.settings import Settings
 

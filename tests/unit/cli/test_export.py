@@ -22,7 +22,7 @@ import yaml
 from tests.fixtures import fixture_dir
 from tests.unit.policy.helpers import policy
 from webhook.cli.main import main
-from webhook.policy.interop import BINDING_FIELDS, POLICY_FIELDS, blockers, export_policy
+from webhook.formats.kubernetes.export import BINDING_FIELDS, POLICY_FIELDS, blockers, export_policy
 
 ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = fixture_dir("kubernetes-openapi-admissionregistration")

@@ -33,7 +33,7 @@ import yaml
 
 from tests.unit.manifests.kustomize import deployments
 from tests.unit.manifests.rbac import grants, rbac_problems
-from webhook.policy.imports.kinds import IMPORT_KINDS
+from webhook.formats.kinds import IMPORT_KINDS
 
 ROOT = Path(__file__).resolve().parents[3]
 MANIFESTS = ROOT / "manifests"
@@ -82,7 +82,7 @@ REQUIRED_CLUSTER: dict[tuple[str, str], frozenset[str]] = {
     ("tollgate.dev", "admissionpolicies/status"): frozenset({"patch"}),
     ("admissionregistration.k8s.io", "validatingwebhookconfigurations"): frozenset({"get", "update"}),
     ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): frozenset({"get", "update"}),
-    # The imported kinds' informers list and watch every kind they import (webhook.policy.imports.kinds).
+    # The imported kinds' informers list and watch every kind they import (webhook.formats.kinds).
     **{(k.group, k.plural): frozenset({"list", "watch"}) for k in IMPORT_KINDS},
 }
 

@@ -43,8 +43,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.policy.imports.admission import expressions, library_problems
-from webhook.policy.imports.common import (
+from webhook.formats.common import (
     check_fields,
     check_version,
     internal_object,
@@ -52,12 +51,13 @@ from webhook.policy.imports.common import (
     spec_of,
     validation_actions,
 )
-from webhook.policy.imports.imported import ConversionError, Imported, Problem, SourceRef
-from webhook.policy.imports.kinds import ImportKind
-from webhook.policy.imports.libraries import resource_reads
-from webhook.policy.imports.matching import intersect as intersect_match
-from webhook.policy.imports.matching import parse_match
-from webhook.policy.imports.provenance import imported_name
+from webhook.formats.imported import ConversionError, Imported, Problem, SourceRef
+from webhook.formats.kinds import ImportKind
+from webhook.formats.kubernetes.convert import expressions, library_problems
+from webhook.formats.libraries import resource_reads
+from webhook.formats.matching import intersect as intersect_match
+from webhook.formats.matching import parse_match
+from webhook.policy.provenance import imported_name
 
 __all__ = ["AUTOGEN_CONDITION", "KYVERNO_CONTROLLERS", "convert_kyverno"]
 

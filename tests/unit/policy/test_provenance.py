@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tests.unit.policy.helpers import pod, policy, request
 from webhook.policy import InMemoryLookups, compile_policy, evaluate_validating
-from webhook.policy.imports.provenance import (
+from webhook.policy.provenance import (
     IMPORT_ERROR_ANNOTATION,
     IMPORTED_FROM_ANNOTATION,
     import_error,

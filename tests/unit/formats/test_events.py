@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tests.unit.policy.imports_helpers import kyverno_vpol, vap, vap_binding
+from webhook.formats.catalog import import_policies
+from webhook.formats.events import ImportEventHandler
 from webhook.policy import PolicyEventHandler, PolicyIndex
-from webhook.policy.imports.catalog import import_policies
-from webhook.policy.imports.events import ImportEventHandler
-from webhook.policy.imports.provenance import import_error
+from webhook.policy.provenance import import_error
 
 KEY = "ValidatingAdmissionPolicy/need-team/need-team-all"
 

@@ -10,13 +10,13 @@ import yaml
 
 from tests.unit.policy.helpers import pod, request
 from tests.unit.policy.imports_helpers import map_binding, map_policy, vap, vap_binding
+from webhook.formats.catalog import import_policies
+from webhook.formats.imported import Imported, SourceRef
+from webhook.formats.kubernetes.export import export_policy
 from webhook.policy import InMemoryLookups, compile_policy, evaluate_mutating, evaluate_validating
-from webhook.policy.imports.catalog import import_policies
-from webhook.policy.imports.imported import Imported, SourceRef
-from webhook.policy.imports.provenance import IMPORT_ERROR_ANNOTATION, IMPORTED_FROM_ANNOTATION
 from webhook.policy.index import PolicyIndex
-from webhook.policy.interop import export_policy
 from webhook.policy.model import parse_policy
+from webhook.policy.provenance import IMPORT_ERROR_ANNOTATION, IMPORTED_FROM_ANNOTATION
 from webhook.policy.vocabulary import policy_key
 
 PARAMS = {"apiVersion": "v1", "kind": "ConfigMap"}

@@ -64,7 +64,7 @@ class Imported:
 
     Attributes:
         obj: the ``ClusterAdmissionPolicy`` object to serve (with :data:`IMPORT_ERROR_ANNOTATION
-            <webhook.policy.imports.provenance.IMPORT_ERROR_ANNOTATION>` when ``problems``).
+            <webhook.policy.provenance.IMPORT_ERROR_ANNOTATION>` when ``problems``).
         policy: the source policy (for a binding whose policy is missing: the policy it names).
         binding: the source binding, or None (Kyverno).
         problems: what keeps it from being honoured, in field order.
@@ -84,7 +84,7 @@ class Imported:
 
     @property
     def key(self) -> str:
-        """The policy's name and key (see :mod:`webhook.policy.imports.provenance`)."""
+        """The policy's name and key (see :mod:`webhook.policy.provenance`)."""
         return str(self.obj["metadata"]["name"])
 
     @property

@@ -8,10 +8,8 @@ import pytest
 
 from tests.unit.policy.helpers import pod
 from tests.unit.policy.helpers import request as bare_request
-from webhook.policy import InMemoryLookups, compile_policy, evaluate_validating
-from webhook.policy.cel.env import compile_expression, environment, evaluate
-from webhook.policy.imports.imported import ConversionError
-from webhook.policy.imports.matching import (
+from webhook.formats.imported import ConversionError
+from webhook.formats.matching import (
     GENERATED_CONDITION,
     NamedRule,
     _meet_resource,
@@ -20,6 +18,8 @@ from webhook.policy.imports.matching import (
     parse_rule,
     rule_condition,
 )
+from webhook.policy import InMemoryLookups, compile_policy, evaluate_validating
+from webhook.policy.cel.env import compile_expression, environment, evaluate
 
 
 def request(obj: dict[str, Any] | None, **kw: Any) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Where an imported policy came from, and what keeps it from being honoured, as its policy object carries them.
 
 An imported policy is served as a ``ClusterAdmissionPolicy`` object the importer builds
-(:mod:`webhook.policy.imports.catalog`). What it was made from and any import problem travel in
+(:mod:`webhook.formats.catalog`). What it was made from and any import problem travel in
 that object's annotations, so every process that compiles it (the server, its evaluation
 workers, ``tollgate test``/``lint``/``audit``) reaches the same result from the object alone:
 :func:`webhook.policy.compile_policy` answers a policy carrying :data:`IMPORT_ERROR_ANNOTATION`

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from webhook.policy.imports.imported import Problem, SourceRef
-from webhook.policy.imports.kinds import ImportKind
-from webhook.policy.imports.provenance import IMPORT_ERROR_ANNOTATION, IMPORTED_FROM_ANNOTATION
+from webhook.formats.imported import Problem, SourceRef
+from webhook.formats.kinds import ImportKind
+from webhook.policy.provenance import IMPORT_ERROR_ANNOTATION, IMPORTED_FROM_ANNOTATION
 from webhook.policy.vocabulary import API_VERSION, Action, PolicyKind
 
 __all__ = ["check_fields", "check_version", "internal_object", "name_of", "spec_of", "validation_actions"]
@@ -82,7 +82,7 @@ def internal_object(name: str, spec: dict[str, Any], *, sources: Iterable[Source
     """The ClusterAdmissionPolicy object an imported policy is served as.
 
     Args:
-        name: its name (:func:`~webhook.policy.imports.provenance.imported_name`).
+        name: its name (:func:`~webhook.policy.provenance.imported_name`).
         spec: its spec.
         sources: the source objects (for :data:`IMPORTED_FROM_ANNOTATION`).
         problems: what it cannot honour (for :data:`IMPORT_ERROR_ANNOTATION`, ``; ``-joined).

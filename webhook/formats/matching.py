@@ -31,7 +31,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.policy.imports.imported import ConversionError
+from webhook.formats.imported import ConversionError
 from webhook.policy.selectors import SelectorError, parse_label_selector
 
 __all__ = ["GENERATED_CONDITION", "Intersection", "MatchResources", "NamedRule", "intersect", "parse_match",

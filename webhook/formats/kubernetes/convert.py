@@ -21,7 +21,7 @@ MutatingAdmissionPolicy                   a note when ``IfNeeded``: Tollgate inv
 ``reinvocationPolicy``
 ========================================  ==============================================================
 
-The field-for-field part is :mod:`webhook.policy.interop`'s export mapping (``POLICY_FIELDS``,
+The field-for-field part is :mod:`webhook.formats.kubernetes.export`'s export mapping (``POLICY_FIELDS``,
 ``BINDING_FIELDS``, ``PARAM_REF_FIELDS``) applied in reverse, so export and import cannot drift: a
 policy exported and imported again is the policy it was (its test).
 
@@ -29,7 +29,7 @@ A ValidatingAdmissionPolicy has no field for background scans: as Tollgate's own
 Kyverno's reports of them, off by default), it is audited when asked, by the annotation
 ``policies.tollgate.dev/background: "true"`` on the policy or the binding (the binding's wins).
 
-Refused, each a :class:`~webhook.policy.imports.imported.Problem` naming the field: a ``paramKind``
+Refused, each a :class:`~webhook.formats.imported.Problem` naming the field: a ``paramKind``
 other than ``v1 ConfigMap`` (Tollgate's params cache), ``paramRef.selector`` (the API server
 evaluates the policy once per selected object; Tollgate binds one object), ``paramKind`` without a
 binding ``paramRef``, a missing or malformed field, an unknown field, an unsupported
@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.policy.imports.common import (
+from webhook.formats.common import (
     check_fields,
     check_version,
     internal_object,
@@ -49,12 +49,12 @@ from webhook.policy.imports.common import (
     spec_of,
     validation_actions,
 )
-from webhook.policy.imports.imported import ConversionError, Imported, Problem, SourceRef
-from webhook.policy.imports.kinds import ImportKind
-from webhook.policy.imports.libraries import unsupported_calls
-from webhook.policy.imports.matching import Intersection, intersect, parse_match
-from webhook.policy.imports.provenance import imported_name
-from webhook.policy.interop import BINDING_FIELDS, PARAM_REF_FIELDS, POLICY_FIELDS
+from webhook.formats.imported import ConversionError, Imported, Problem, SourceRef
+from webhook.formats.kinds import ImportKind
+from webhook.formats.kubernetes.export import BINDING_FIELDS, PARAM_REF_FIELDS, POLICY_FIELDS
+from webhook.formats.libraries import unsupported_calls
+from webhook.formats.matching import Intersection, intersect, parse_match
+from webhook.policy.provenance import imported_name
 
 __all__ = ["BACKGROUND_ANNOTATION", "convert_binding", "expressions"]
 
@@ -66,8 +66,8 @@ _POLICY_FIELDS = {
 }
 _BINDING_FIELDS = {False: ("policyName", "paramRef", "matchResources", "validationActions"),
                    True: ("policyName", "paramRef", "matchResources")}
-#: The policy's fields copied as written: :data:`~webhook.policy.interop.POLICY_FIELDS` (the export mapping) in
-#: reverse, but the match rules, which are intersected with the binding's (:mod:`.matching`).
+#: The policy's fields copied as written: :data:`~webhook.formats.kubernetes.export.POLICY_FIELDS` (the
+#: export mapping) in reverse, but the match rules, which are intersected with the binding's (:mod:`.matching`).
 POLICY_COPIED = tuple((tollgate, kubernetes) for tollgate, kubernetes in POLICY_FIELDS
                       if not tollgate.startswith("spec.match."))
 
@@ -123,7 +123,7 @@ def expressions(spec: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def library_problems(spec: dict[str, Any], source: SourceRef, *, kyverno: bool) -> list[Problem]:
-    """A problem for every use of a library Tollgate lacks (see :mod:`webhook.policy.imports.libraries`)."""
+    """A problem for every use of a library Tollgate lacks (see :mod:`webhook.formats.libraries`)."""
     return [Problem(source, path, f"{finding}, which Tollgate does not implement", unsupported_library=True)
             for path, text in expressions(spec) for finding in unsupported_calls(text, kyverno=kyverno)]
 

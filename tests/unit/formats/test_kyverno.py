@@ -9,10 +9,10 @@ import pytest
 
 from tests.unit.policy.helpers import pod, request
 from tests.unit.policy.imports_helpers import PODS_RULE, kyverno_mpol, kyverno_vpol
+from webhook.formats.catalog import import_policies
+from webhook.formats.imported import Imported
+from webhook.formats.kyverno.convert import AUTOGEN_CONDITION
 from webhook.policy import InMemoryLookups, compile_policy, evaluate_validating
-from webhook.policy.imports.catalog import import_policies
-from webhook.policy.imports.imported import Imported
-from webhook.policy.imports.kyverno import AUTOGEN_CONDITION
 from webhook.policy.model import Reference
 
 

@@ -1,8 +1,8 @@
 """A set of source objects → the Tollgate policies they amount to (pure; no I/O).
 
 Pairs each binding with the policy its ``spec.policyName`` names (of the kind it binds) and converts
-every pair (:func:`~webhook.policy.imports.admission.convert_binding`) and every Kyverno policy
-(:func:`~webhook.policy.imports.kyverno.convert_kyverno`). As on the API server, a Kubernetes policy
+every pair (:func:`~webhook.formats.kubernetes.convert.convert_binding`) and every Kyverno policy
+(:func:`~webhook.formats.kyverno.convert.convert_kyverno`). As on the API server, a Kubernetes policy
 without a binding enforces nothing: it yields no policy, only a note.
 """
 
@@ -12,11 +12,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.policy.imports.admission import convert_binding
-from webhook.policy.imports.common import name_of, spec_of
-from webhook.policy.imports.imported import Imported, Problem, SourceRef
-from webhook.policy.imports.kinds import IMPORT_KINDS, KYVERNO_GROUP, ImportKind, import_kind_of
-from webhook.policy.imports.kyverno import convert_kyverno
+from webhook.formats.common import name_of, spec_of
+from webhook.formats.imported import Imported, Problem, SourceRef
+from webhook.formats.kinds import IMPORT_KINDS, KYVERNO_GROUP, ImportKind, import_kind_of
+from webhook.formats.kubernetes.convert import convert_binding
+from webhook.formats.kyverno.convert import convert_kyverno
 
 __all__ = ["UNBOUND", "Catalog", "ImportResult", "import_policies"]
 

@@ -1,7 +1,7 @@
 """Keep the imported policies in step with the source objects' informer notifications (pure; no I/O).
 
 :class:`ImportEventHandler` is a client-go ``ResourceEventHandler`` for the informers of the imported
-kinds (:mod:`.kinds`). It holds the source objects in a :class:`~webhook.policy.imports.catalog.Catalog`
+kinds (:mod:`.kinds`). It holds the source objects in a :class:`~webhook.formats.catalog.Catalog`
 and, on every add, update or delete, converts again what depends on the object (a binding; a policy's
 bindings; a Kyverno policy) and passes the resulting ``ClusterAdmissionPolicy`` objects on as policy
 notifications to the handlers a policy informer feeds (the index's
@@ -17,8 +17,8 @@ import logging
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from webhook.policy.imports.catalog import Catalog
-from webhook.policy.imports.imported import Imported, SourceRef
+from webhook.formats.catalog import Catalog
+from webhook.formats.imported import Imported, SourceRef
 
 __all__ = ["ImportEventHandler", "PolicyHandler"]
 
