@@ -50,8 +50,11 @@ class Served:
         raise AssertionError("webhook never became ready")
 
 
-async def until(check: Any, timeout: float = 10.0) -> Any:
+async def until(check: Any, timeout: float = 45.0) -> Any:
     """Poll the coroutine function ``check`` every 20 ms until it returns a truthy value (returned).
+
+    The wait is for the condition; ``timeout`` is only a liveness bound (below pytest's 60 s per test), long
+    enough for a fully loaded machine, never a measurement.
 
     Raises:
         AssertionError: ``timeout`` seconds passed first.
