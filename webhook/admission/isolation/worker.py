@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import resource
+import signal
 import socket
 import sys
 from collections import OrderedDict
@@ -210,14 +211,22 @@ def rss_bytes() -> int:
 
 def main(argv: list[str]) -> int:
     """Entry point: ``python -m webhook.admission.isolation.worker FD``."""
+    # Ctrl-C in a terminal signals the whole process group: the server decides when its workers stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     sock = socket.socket(fileno=int(argv[0]))
-    config = recv_frame(sock)
+    try:
+        config = recv_frame(sock)
+    except EOFError:
+        return 0  # the server stopped (e.g. a signal during its start-up) before configuring this worker
     if not isinstance(config, Configure):
         return 2
     logs.setup(config.log_level)  # JSON lines on the inherited stderr, as in the server
     if config.memory_limit_bytes:
         resource.setrlimit(resource.RLIMIT_AS, (config.memory_limit_bytes, config.memory_limit_bytes))
-    send_frame(sock, Ready(os.getpid()))
+    try:
+        send_frame(sock, Ready(os.getpid()))
+    except OSError:
+        return 0  # the server is gone already
     try:
         Worker(sock, config.limits, config.recycle_rss_bytes).serve()
     except MemoryError:
