@@ -113,7 +113,7 @@ async def test_e07_half_open_socket_times_out_and_rewatches(fake_api: FakeApiSer
     await inf.start()
     await asyncio.sleep(0.1)
     fake_api.apply(CM, cm("b"))
-    await converge(inf, fake_api, timeout=3)
+    await converge(inf, fake_api)
     assert len(fake_api.log("watch", CM)) >= 2
     assert len(fake_api.log("list", CM)) == 1
 
@@ -299,7 +299,7 @@ async def test_e14_storm_converges_keeps_per_key_order_and_lookups_stay_fast(fak
     for _ in range(200):
         lookups.append(inf.indexer.get_by_key("default/c050"))
         await asyncio.sleep(0)
-    await converge(inf, fake_api, timeout=10)
+    await converge(inf, fake_api)
     async with asyncio.timeout(10):
         while not inf.handlers_idle():
             await asyncio.sleep(0.01)

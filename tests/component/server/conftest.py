@@ -53,7 +53,7 @@ class Served:
 async def until(check: Any, timeout: float = 45.0) -> Any:
     """Poll the coroutine function ``check`` every 20 ms until it returns a truthy value (returned).
 
-    The wait is for the condition; ``timeout`` is only a liveness bound (below pytest's 60 s per test), long
+    The wait is for the condition; ``timeout`` is only a liveness bound (below pytest's per-test hang guard), long
     enough for a fully loaded machine, never a measurement.
 
     Raises:
