@@ -56,6 +56,8 @@ class AdmissionDecision:
     response: AdmissionResponse
     decision: Decision
     results: tuple[PolicyResult, ...]
+    #: ``(policy label, seconds)`` of each policy evaluated (the engine's ``durations``).
+    durations: tuple[tuple[str, float], ...] = ()
 
 
 class AdmissionHandler:
@@ -156,15 +158,15 @@ class AdmissionHandler:
             raise
         except Exception as e:  # noqa: BLE001 - logged with its traceback in _failed, answered per failurePolicy
             return self._failed(uid, "validate", plan, e)
-        results = tuple(outcome.results)
+        results, durations = tuple(outcome.results), tuple(outcome.durations.items())
         if outcome.allowed:
             return AdmissionDecision(allowed(uid, warnings=outcome.warnings,
                                              audit_annotations=outcome.audit_annotations),
-                                     Decision.ALLOWED, results)
+                                     Decision.ALLOWED, results, durations)
         return AdmissionDecision(denied(uid, outcome.message, code=outcome.code, reason=outcome.reason or "Forbidden",
                                         warnings=outcome.warnings, audit_annotations=outcome.audit_annotations,
                                         details=_details(request, results)),
-                                 Decision.DENIED, results)
+                                 Decision.DENIED, results, durations)
 
     def mutate(self, request: AdmissionRequest, deadline: float | None = None, *,
                work_budget: int | None = None, body_bytes: int = 0) -> AdmissionDecision:
@@ -200,15 +202,16 @@ class AdmissionHandler:
             return self.engine_failed(uid, required, e)
         except Exception as e:  # noqa: BLE001 - logged with its traceback in _failed, answered per failurePolicy
             return self._failed(uid, "mutate", plan, e)
-        results = tuple(outcome.results)
+        results, durations = tuple(outcome.results), tuple(outcome.durations.items())
         if not outcome.allowed:
             return AdmissionDecision(denied(uid, outcome.message, code=outcome.code,
                                             reason=outcome.reason or "Forbidden", warnings=outcome.warnings,
                                             details=_details(request, results)),
-                                     Decision.DENIED, results)
+                                     Decision.DENIED, results, durations)
         if patch is not None:
-            return AdmissionDecision(patched(uid, patch, warnings=outcome.warnings), Decision.PATCHED, results)
-        return AdmissionDecision(allowed(uid, warnings=outcome.warnings), Decision.ALLOWED, results)
+            return AdmissionDecision(patched(uid, patch, warnings=outcome.warnings), Decision.PATCHED, results,
+                                     durations)
+        return AdmissionDecision(allowed(uid, warnings=outcome.warnings), Decision.ALLOWED, results, durations)
 
 
 def _details(request: AdmissionRequest, results: tuple[PolicyResult, ...]) -> StatusDetails:

@@ -324,6 +324,7 @@ class AdmissionServer:
         except ReviewError as e:  # e.g. 503 before the policy caches synced: the webhook's failurePolicy applies
             return self._reject(endpoint, e.http_status, e.reason)
         self.metrics.policy_results.record(decision.results)
+        self.metrics.policy_durations.record(endpoint, decision.durations)
         elapsed = self._clock() - started
         self._child(self.metrics.requests, endpoint, decision.decision).inc()
         self._child(self.metrics.latency, endpoint, decision.decision).observe(elapsed)

@@ -154,25 +154,28 @@ class Done:
         decision: a :class:`~webhook.policy.Decision` value.
         results: one :data:`ResultRow` per selected policy.
         retire: the worker asks to be replaced (resident memory above the recycle threshold).
+        durations: seconds each evaluated policy took in the worker, by label.
     """
 
     response: AdmissionResponse
     decision: str
     results: list[ResultRow]
     retire: bool = False
+    durations: list[tuple[str, float]] = field(default_factory=list)
 
     @classmethod
     def of(cls, decision: AdmissionDecision, *, retire: bool = False) -> Done:
         """The message carrying ``decision`` (every field of each result, code and reason included)."""
         return cls(decision.response, str(decision.decision),
                    [(r.policy, str(r.result), r.message, tuple(r.actions), r.code, r.reason)
-                    for r in decision.results], retire)
+                    for r in decision.results], retire, list(decision.durations))
 
     def admission_decision(self) -> AdmissionDecision:
         """The :class:`AdmissionDecision` this message carries (inverse of :meth:`of`)."""
         return AdmissionDecision(self.response, Decision(self.decision),
                                  tuple(PolicyResult(policy, Result(result), message, frozenset(actions), code, reason)
-                                       for policy, result, message, actions, code, reason in self.results))
+                                       for policy, result, message, actions, code, reason in self.results),
+                                 tuple((policy, seconds) for policy, seconds in self.durations))
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ per ``failurePolicy`` (:mod:`webhook.policy.engine.outcome`).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from time import perf_counter
 from typing import Any
 
 from webhook.policy.budget import OverBudget, estimated_work
@@ -143,7 +144,8 @@ def evaluate_validating(request: dict[str, Any], policies: Sequence[CompiledPoli
     out = ValidationOutcome()
     denials: list[PolicyResult] = []
     audit_failures: list[dict[str, object]] = []
-    passes = fused_passes(plan, ctx, memo)
+    durations = out.durations
+    passes = fused_passes(plan, ctx, memo, durations)
     results = out.results
     for position, (policy, view) in enumerate(plan.entries):
         result: PolicyResult | None = passes.get(position)
@@ -152,11 +154,13 @@ def evaluate_validating(request: dict[str, Any], policies: Sequence[CompiledPoli
             continue
         if not policy.validating:
             continue
+        started = perf_counter()
         prepared = prepare(policy, view, ctx)
         if prepared is None:
             continue
         result = prepared if isinstance(prepared, PolicyResult) else _validate(prepared, out.warnings,
                                                                                out.audit_annotations)
+        durations[result.policy] = durations.get(result.policy, 0.0) + perf_counter() - started
         results.append(result)
         record(result, out.warnings, audit_failures)
         if result.denies:
