@@ -24,7 +24,8 @@ class Metrics:
                                 ["endpoint", "decision"], registry=r)
         self.latency = Histogram("tollgate_admission_duration_seconds", "Time to answer an AdmissionReview",
                                  ["endpoint", "decision"], registry=r,
-                                 buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0))
+                                 buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 2.5, 5.0,
+                                          10.0))
         self.bad_requests = Counter("tollgate_admission_bad_requests_total", "Malformed webhook calls (HTTP 4xx)",
                                     ["endpoint", "status"], registry=r)
         self.policy_results = PolicyResultCollector()

@@ -230,7 +230,7 @@ def test_optional_parts_are_components_and_entry_points_are_kustomizations() -> 
     for directory in sorted(COMPONENTS.iterdir()):
         doc = yaml.safe_load((directory / "kustomization.yaml").read_text())
         assert (doc["apiVersion"], doc["kind"]) == ("kustomize.config.k8s.io/v1alpha1", "Component"), directory
-    assert {d.name for d in COMPONENTS.iterdir()} == {"cert-manager", "self-managed", *OPTIONAL}
+    assert {d.name for d in COMPONENTS.iterdir()} == {"cert-manager", "self-managed", "monitoring", *OPTIONAL}
     for entry in (MANIFESTS, MANIFESTS / "overlays" / "cert-manager", MANIFESTS / "overlays" / "self-managed"):
         assert yaml.safe_load((entry / "kustomization.yaml").read_text())["kind"] == "Kustomization", entry
 
