@@ -11,13 +11,14 @@ policy with schema violations, whenever its spec can still be read).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from webhook.files import schema
-from webhook.files.imported import import_problems
+from webhook.files.imported import IMPORTED_KIND_NAMES, import_problems, is_imported_kind
 from webhook.files.yamlio import Document, InputError, load_file, parse_path, yaml_files
 from webhook.policy import CompiledPolicy, compile_policy
 from webhook.policy.cel.env import compile_expression
@@ -26,6 +27,9 @@ from webhook.policy.vocabulary import POLICY_KINDS
 
 __all__ = ["compile_document", "compile_for_evaluation", "compile_problems", "document_problems", "document_warnings",
            "lint_paths", "schema_problems"]
+
+#: What ``tollgate lint`` reads, for messages: the kinds with a schema, then the imported ones.
+LINTED_KINDS = (*schema.API_VERSIONS, *IMPORTED_KIND_NAMES)
 
 #: Stands in for an expression already reported, so compiling again finds the next one: its type is
 #: ``dyn``, which every expected result type accepts and every expression reading a variable can use.
@@ -142,11 +146,26 @@ def _set(obj: Any, path: Sequence[str | int], value: str) -> None:
 
 
 def document_problems(doc: Document) -> list[str]:
-    """Every schema problem, and (for a policy) every compile error; ``[]`` when the document is sound."""
-    problems = schema_problems(doc)
+    """Every schema problem, and (for a policy) every compile error; ``[]`` when the document is sound.
+
+    Schema problems do not hide the CEL errors of the same document: the policy is compiled again
+    without each field a schema problem names (an unknown field, as the API server prunes it; a value of
+    the wrong type or outside its enum, which then takes its default), so ``lint`` names both in one run.
+    A spec the compiler still cannot read (a required field missing) adds nothing beyond its schema
+    problems.
+    """
+    found = schema.validate(doc.obj) if schema.has_schema(doc.obj) else []
+    problems = [doc.problem(p.path, p.message) for p in found]
     if doc.kind not in POLICY_KINDS:
         return problems
-    return problems + compile_problems(doc, spec_checked=not problems)
+    if not found:
+        return compile_problems(doc)
+    pruned = copy.deepcopy(doc.obj)
+    for problem in found:
+        parent = _get(pruned, problem.path[:-1]) if problem.path else None
+        if isinstance(parent, dict) and not problem.message.startswith("required field"):
+            parent.pop(problem.path[-1], None)
+    return problems + compile_problems(dataclasses.replace(doc, obj=pruned), spec_checked=False)
 
 
 def document_warnings(doc: Document) -> list[str]:
@@ -186,6 +205,10 @@ def lint_paths(paths: Iterable[Path], warnings: list[str] | None = None) -> tupl
             except InputError as e:
                 problems.append(str(e))
                 continue
+            if path == root and not any(schema.has_schema(d.obj) or is_imported_kind(d) for d in docs):
+                # A file named on the command line is never passed over in silence (a directory's Pods are).
+                problems.append(f"{path}: nothing to lint: no document of a kind tollgate lint reads "
+                                f"({', '.join(LINTED_KINDS)})")
             every += docs
             for doc in docs:
                 if schema.has_schema(doc.obj):
