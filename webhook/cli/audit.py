@@ -168,7 +168,7 @@ def _evaluate(run: Run, objects: Iterable[StoredObject], wanted: dict[str, froze
 
 def audit_files(run: Run, resources: list[Path], configmaps: list[Path], namespaces: list[Path], *,
                 params_selector: str, now: int) -> None:
-    """Audit the ``-r`` files: the resources are the cluster (also the references' and Namespace caches).
+    """Audit the ``-r`` files: the resources are the cluster (also the references', Namespace and params caches).
 
     Raises:
         InputError: unusable files (one line naming file and location).
@@ -181,6 +181,9 @@ def audit_files(run: Run, resources: list[Path], configmaps: list[Path], namespa
                for ref, objs in by_reference.items() for obj in objs]
     params, warnings = select_params(load_kind(configmaps, "ConfigMap"), params_selector)
     run.notes += [f"warning: {w}" for w in warnings]
+    # ConfigMaps among the resources are the cluster's too: those with the params label are in the params
+    # cache as on the server (the others are only audited, so no warning for them).
+    params += select_params([d for d in docs if d.kind == "ConfigMap"], params_selector)[0]
     namespace_objects = [d.obj for d in load_kind(namespaces, "Namespace")]
     namespace_objects += by_reference.get(Reference(NAMESPACES.api_version, NAMESPACES.plural), [])
     lookups = InMemoryLookups(namespaces=namespace_objects, configmaps=params, objects=by_reference)
