@@ -125,3 +125,13 @@ def test_unnamed_objects_are_problems_in_a_set() -> None:
     del unnamed["metadata"]["name"]
     result = import_policies([unnamed])
     assert [str(p) for p in result.problems] == ["ValidatingAdmissionPolicy <unnamed>: metadata.name: required"]
+
+
+def test_names_that_would_collide_are_two_policies() -> None:
+    # Policy a with binding b/c and policy a/b with binding c (a file can name them so): both served, apart.
+    h, r = handler()
+    for obj in (vap("a"), vap_binding("b/c", policy="a"), vap("a/b"), vap_binding("c", policy="a/b")):
+        h.on_add(obj, True)
+    assert sorted(r.seen) == [("add", "ValidatingAdmissionPolicy/a%2Fb/c", True),
+                              ("add", "ValidatingAdmissionPolicy/a/b%2Fc", True)]
+    assert len(h.objects()) == 2
