@@ -8,6 +8,7 @@ without a binding enforces nothing: it yields no policy, only a note.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +18,7 @@ from webhook.formats.imported import Imported, Problem, SourceRef
 from webhook.formats.kinds import IMPORT_KINDS, KYVERNO_GROUP, ImportKind, import_kind_of
 from webhook.formats.kubernetes.convert import convert_binding
 from webhook.formats.kyverno.convert import convert_kyverno
+from webhook.formats.matching import EVERYTHING, intersect
 
 __all__ = ["UNBOUND", "Catalog", "ImportResult", "import_policies"]
 
@@ -104,7 +106,7 @@ class Catalog:
                 else None
             return convert_binding(kind, obj, policy_kind, policy)
         if kind.group == KYVERNO_GROUP:
-            return convert_kyverno(kind, obj)
+            return _never_selecting_nothing(convert_kyverno(kind, obj))
         return None
 
     def unbound(self) -> list[SourceRef]:
@@ -117,6 +119,21 @@ class Catalog:
     def refs(self) -> list[SourceRef]:
         """Every object held, in (kind, name) order."""
         return sorted(self._objects)
+
+
+def _never_selecting_nothing(imported: Imported) -> Imported:
+    """A conversion with problems and no ``match`` (its match rules could not be read) selects every request.
+
+    So the requests it might select are answered per its failurePolicy instead of none being selected
+    (the Kubernetes converter does this itself, narrowed to what its readable side selects).
+    """
+    spec = imported.obj.get("spec")
+    if not imported.problems or imported.missing_policy or not isinstance(spec, dict) or "match" in spec:
+        return imported
+    everything = intersect(EVERYTHING)
+    assert everything is not None  # one MatchResources always intersects with itself
+    obj = {**imported.obj, "spec": {**spec, "match": everything.match}}
+    return dataclasses.replace(imported, obj=obj, match_unreadable=True)
 
 
 def _is_kubernetes_policy(kind: ImportKind) -> bool:

@@ -9,6 +9,15 @@ notifications to the handlers a policy informer feeds (the index's
 imported policy is filed, compiled and evaluated like any other. Each change is passed on once: an
 unchanged conversion is not repeated. Problems and notes are logged when they change (the source
 objects belong to the API server or to Kyverno: no status is written to them).
+
+Last good version: a change that makes a source's match rules unreadable (a typo the API server
+would refuse, ``operator: Notin``, ``spec: []``, ``matchResources: "x"``:
+:attr:`~webhook.formats.imported.Imported.match_unreadable`) does not replace what is served: the
+source's last conversion whose match rules could be read keeps serving, and the problem is logged
+and reported (:meth:`ImportEventHandler.imported`, :attr:`ImportEventHandler.kept`), as a ``--local``
+file that stops parsing keeps its last good objects (:mod:`webhook.files.local_source`). With no such
+version (the first one read is malformed), the conversion itself is served: it selects what can be
+read, every request when nothing can, answered per its failurePolicy. Never fail open.
 """
 
 from __future__ import annotations
@@ -57,6 +66,9 @@ class ImportEventHandler:
         self._served: dict[str, dict[str, Any]] = {}  # key → the object passed on
         self._imported: dict[str, Imported] = {}
         self._key_of: dict[SourceRef, str] = {}  # a binding or Kyverno policy → the key it gives
+        self._readable: dict[SourceRef, Imported] = {}  # its last conversion served whose match rules were read
+        #: Keys serving their last good version (their current conversion's match rules cannot be read).
+        self.kept: set[str] = set()
 
     def add_handler(self, handler: PolicyHandler) -> None:
         """Pass notifications to ``handler`` too (from now on; add handlers before the informers start)."""
@@ -97,11 +109,29 @@ class ImportEventHandler:
             previous_key = self._key_of.get(source)
             if previous_key is not None and (imported is None or imported.key != previous_key):
                 self._withdraw(source, previous_key)
+            if imported is not None and imported.match_unreadable and self._keep(source, imported):
+                continue
             if imported is not None:
                 self._serve(source, imported, initial=initial)
 
+    def _keep(self, source: SourceRef, imported: Imported) -> bool:
+        """Keep serving the last good version of ``source`` instead of ``imported``, if there is one."""
+        last = self._readable.get(source)
+        if last is None or last.key != imported.key:
+            return False
+        key = imported.key
+        before = self._imported.get(key)
+        self._imported[key] = imported
+        if key not in self.kept or before is None or before.problems != imported.problems:
+            log.warning("imported policy keeps its last good version: its match rules cannot be read: %s",
+                        "; ".join(str(p) for p in imported.problems), extra={"policy": key})
+        self.kept.add(key)
+        return True
+
     def _withdraw(self, source: SourceRef, key: str) -> None:
         self._key_of.pop(source, None)
+        self._readable.pop(source, None)
+        self.kept.discard(key)
         self._imported.pop(key, None)
         gone = self._served.pop(key, None)
         if gone is None:
@@ -113,6 +143,13 @@ class ImportEventHandler:
     def _serve(self, source: SourceRef, imported: Imported, *, initial: bool) -> None:
         key = imported.key
         self._key_of[source] = key
+        if imported.missing_policy:
+            self._readable.pop(source, None)  # deleted on purpose: nothing to keep (as on the API server)
+        elif not imported.match_unreadable:
+            self._readable[source] = imported
+        if key in self.kept:
+            self.kept.discard(key)
+            log.info("imported policy: its match rules read again", extra={"policy": key})
         before = self._imported.get(key)
         self._imported[key] = imported
         old = self._served.get(key)

@@ -200,7 +200,11 @@ class ImportSources:
             r.has_synced() for r in self._registrations)
 
     def status(self) -> dict[str, Any]:
-        """For ``/readyz``: what is watched, what is refused, the last discovery error, the policies' problems."""
+        """For ``/readyz``: what is watched, what is refused, the last discovery error, the policies' problems.
+
+        ``keptLastGood``: the imported policies serving their last good version, their sources' current
+        match rules being unreadable (:class:`~webhook.formats.events.ImportEventHandler`).
+        """
         out: dict[str, Any] = {"watching": dict(sorted(self.watching.items()))}
         if self.refused:
             out["refused"] = dict(sorted(self.refused.items()))
@@ -209,6 +213,8 @@ class ImportSources:
         problems = {i.key: [str(p) for p in i.problems] for i in self.handler.imported() if i.problems}
         if problems:
             out["problems"] = problems
+        if self.handler.kept:
+            out["keptLastGood"] = sorted(self.handler.kept)  # their match rules cannot be read: the last good serves
         return out
 
     async def start(self) -> None:

@@ -8,6 +8,7 @@ does, and not otherwise (a 1.20 server: nothing is watched, nothing fails).
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import shutil
 import ssl
@@ -237,3 +238,62 @@ async def test_a_wanted_kind_served_later_is_picked_up_without_waiting_for_the_d
         body = await until(watching)
         assert body["imports"]["watching"]["ValidatingAdmissionPolicy"] == "admissionregistration.k8s.io/v1"
         assert (await client.validate(deployment_review("shop", {})))["allowed"] is False
+
+
+# -- a typo never fails open -------------------------------------------------------------------------------------
+
+NOTIN = {"namespaceSelector": {"matchExpressions": [{"key": "env", "operator": "Notin", "values": ["dev"]}]}}
+
+
+async def test_a_typo_in_an_imported_policy_keeps_its_last_good_version_or_fails_closed(tmp_path: Path) -> None:
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    for name in ("configmap.yaml", "namespaces.yaml"):
+        shutil.copy(VAP_EXAMPLE / name, policies / name)
+    good = list(yaml.safe_load_all((VAP_EXAMPLE / "admission-policy.yaml").read_text()))[:2]
+    source = policies / "admission-policy.yaml"
+    source.write_text(yaml.safe_dump_all(good))
+    async with serving(tmp_path, Settings(local_dir=policies, local_poll_interval=0.05, write_status=False,
+                                          eval_workers=0)) as client:
+        await until(client.readyz)
+        must_deny = deployment_review("shop", {"team": "a"})
+        assert f"{PROD}: missing required labels" in (await client.validate(must_deny))["status"]["message"]
+        for doc, field, typo in ((1, "matchResources", NOTIN), (1, "matchResources", "x"), (0, None, [])):
+            broken = copy.deepcopy(good)
+            if field is None:
+                broken[doc]["spec"] = typo
+            else:
+                broken[doc]["spec"][field] = typo
+            source.write_text(yaml.safe_dump_all(broken))
+
+            async def kept() -> dict[str, Any] | None:
+                body = await client.readyz()
+                return body if body and body["imports"].get("keptLastGood") == [PROD] else None
+
+            body = await until(kept)
+            assert PROD in body["imports"]["problems"] and body["policies"][PROD]["ready"] is True
+            denied = await client.validate(must_deny)
+            assert denied["allowed"] is False and f"{PROD}: missing required labels" in denied["status"]["message"]
+            source.write_text(yaml.safe_dump_all(good))
+
+            async def restored() -> bool:
+                body = await client.readyz()
+                return bool(body) and "keptLastGood" not in body["imports"]
+
+            await until(restored)
+
+        # A binding malformed from its first version has no good version: what it may select gets its
+        # failurePolicy (Fail), never an allow.
+        other = copy.deepcopy(good[1])
+        other["metadata"]["name"] = "required-labels-typo"
+        other["spec"]["matchResources"] = "x"
+        (policies / "typo.yaml").write_text(yaml.safe_dump(other))
+        key = "ValidatingAdmissionPolicy/required-labels/required-labels-typo"
+
+        async def not_ready() -> bool:
+            body = await client.validate(deployment_review("sandbox", {"team": "a", "app.kubernetes.io/name": "x"}))
+            return key in body.get("status", {}).get("message", "")
+
+        await until(not_ready)
+        answer = await client.validate(deployment_review("sandbox", {"team": "a", "app.kubernetes.io/name": "x"}))
+        assert answer["allowed"] is False and "policy is not ready" in answer["status"]["message"]

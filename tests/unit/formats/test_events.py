@@ -135,3 +135,44 @@ def test_names_that_would_collide_are_two_policies() -> None:
     assert sorted(r.seen) == [("add", "ValidatingAdmissionPolicy/a%2Fb/c", True),
                               ("add", "ValidatingAdmissionPolicy/a/b%2Fc", True)]
     assert len(h.objects()) == 2
+
+
+def test_a_typo_keeps_the_last_good_version_and_is_reported() -> None:
+    index = PolicyIndex()
+    h = ImportEventHandler([PolicyEventHandler(index)])
+    r = Recorder()
+    h.add_handler(r)
+    h.on_add(vap(), True)
+    h.on_add(vap_binding(), True)
+    good = h.objects()
+    for typo_policy, typo_binding in ((vap(), vap_binding(matchResources="x")),
+                                      (dict(vap(), spec=[]), vap_binding()),
+                                      (vap(), vap_binding(matchResources={"namespaceSelector": {"matchExpressions": [
+                                          {"key": "env", "operator": "Notin", "values": ["dev"]}]}}))):
+        r.seen.clear()
+        h.on_update(vap(), typo_policy)
+        h.on_update(vap_binding(), typo_binding)
+        assert r.seen == [] and h.objects() == good and h.kept == {KEY}  # nothing passed on: the last good serves
+        (current,) = h.imported()
+        assert current.match_unreadable and current.problems
+        state = index.state(KEY)
+        assert state is not None and state.ready
+        h.on_update(typo_policy, vap())
+        h.on_update(typo_binding, vap_binding())
+        assert h.kept == set() and r.seen == [] and not h.imported()[0].problems
+
+
+def test_a_typo_with_no_good_version_before_is_served_as_is() -> None:
+    h, r = handler()
+    h.on_add(vap(), True)
+    h.on_add(vap_binding(matchResources="x"), True)
+    assert r.seen == [("add", KEY, False)] and h.kept == set()
+
+
+def test_a_deleted_policy_is_not_kept_and_a_typo_after_it_is_served() -> None:
+    h, r = handler()
+    h.on_add(vap(), True)
+    h.on_add(vap_binding(), True)
+    h.on_delete(vap())
+    h.on_add(dict(vap(), spec=[]), False)
+    assert r.seen[-1] == ("update", KEY, False) and h.kept == set()
