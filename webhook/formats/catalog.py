@@ -3,7 +3,8 @@
 Pairs each binding with the policy its ``spec.policyName`` names (of the kind it binds) and converts
 every pair (:func:`~webhook.formats.kubernetes.convert.convert_binding`) and every Kyverno policy
 (:func:`~webhook.formats.kyverno.convert.convert_kyverno`). As on the API server, a Kubernetes policy
-without a binding enforces nothing: it yields no policy, only a note.
+without a binding enforces nothing: it yields no policy, only a note. Every conversion has a Tollgate
+policy's caps (:func:`~webhook.formats.common.capped`: 64 validations, ...).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.formats.common import name_of, spec_of
+from webhook.formats.common import capped, name_of, spec_of
 from webhook.formats.imported import Imported, Problem, SourceRef
 from webhook.formats.kinds import IMPORT_KINDS, KYVERNO_GROUP, ImportKind, import_kind_of
 from webhook.formats.kubernetes.convert import convert_binding
@@ -104,9 +105,9 @@ class Catalog:
             policy_name = spec_of(obj).get("policyName")
             policy = self._objects.get(SourceRef(policy_kind.kind, policy_name)) if isinstance(policy_name, str) \
                 else None
-            return convert_binding(kind, obj, policy_kind, policy)
+            return capped(convert_binding(kind, obj, policy_kind, policy))
         if kind.group == KYVERNO_GROUP:
-            return _never_selecting_nothing(convert_kyverno(kind, obj))
+            return capped(_never_selecting_nothing(convert_kyverno(kind, obj)))
         return None
 
     def unbound(self) -> list[SourceRef]:

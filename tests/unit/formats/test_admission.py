@@ -313,3 +313,25 @@ def test_a_readable_binding_side_still_narrows_when_the_policy_side_is_unreadabl
     rule = {"apiGroups": ["apps"], "apiVersions": ["v1"], "resources": ["deployments"], "operations": ["*"]}
     imported = one(dict(vap(), spec=[]), vap_binding(matchResources={"resourceRules": [rule]}))
     assert imported.obj["spec"]["match"]["resourceRules"] == [dict(rule, resources=["deployments"], scope="*")]
+
+
+def test_the_caps_are_the_crd_s() -> None:
+    from webhook.files.schema import policy_openapi_schema
+    from webhook.formats.common import CAPS
+
+    spec = policy_openapi_schema()["properties"]["spec"]["properties"]
+    assert {field: s["maxItems"] for field, s in spec.items() if s.get("type") == "array" and "maxItems" in s} == CAPS
+
+
+def test_an_imported_policy_has_a_tollgate_policy_s_caps() -> None:
+    def validations(n: int) -> list[dict[str, str]]:
+        return [{"expression": f"object.metadata.name != 'x{i}'"} for i in range(n)]
+
+    assert compile_policy(one(vap(validations=validations(64)), vap_binding()).obj).condition["reason"] == "Compiled"
+    imported = one(vap(validations=validations(65)), vap_binding())
+    assert problems(imported) == [("ValidatingAdmissionPolicy need-team", "spec.validations")]
+    assert "65 items: more than the 64" in str(imported.problems[0])
+    compiled = compile_policy(imported.obj)
+    assert compiled.condition["reason"] == "ImportError" and compiled.matchable is not None  # per failurePolicy
+    kyverno = one(kyverno_vpol(validations=validations(65)))
+    assert [p.path for p in kyverno.problems] == ["spec.validations"]
