@@ -130,11 +130,16 @@ def test_unnamed_objects_are_problems_in_a_set() -> None:
 def test_names_that_would_collide_are_two_policies() -> None:
     # Policy a with binding b/c and policy a/b with binding c (a file can name them so): both served, apart.
     h, r = handler()
+    index = PolicyIndex()
+    h.add_handler(PolicyEventHandler(index))
     for obj in (vap("a"), vap_binding("b/c", policy="a"), vap("a/b"), vap_binding("c", policy="a/b")):
         h.on_add(obj, True)
-    assert sorted(r.seen) == [("add", "ValidatingAdmissionPolicy/a%2Fb/c", True),
-                              ("add", "ValidatingAdmissionPolicy/a/b%2Fc", True)]
+    keys = ["ValidatingAdmissionPolicy/a%2Fb/c", "ValidatingAdmissionPolicy/a/b%2Fc"]
+    assert sorted(r.seen) == [("add", key, True) for key in keys]
     assert len(h.objects()) == 2
+    for key in keys:  # both filed and Ready in the index the request path reads
+        state = index.state(key)
+        assert state is not None and state.ready
 
 
 def test_a_typo_keeps_the_last_good_version_and_is_reported() -> None:
