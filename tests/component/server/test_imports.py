@@ -346,3 +346,27 @@ async def test_reviews_and_healthz_answer_while_an_imported_policy_compiles(tmp_
             return bool(body) and len(held) == 2  # both bindings compiled again
         await until(recompiled)
         assert held == [True, True]
+
+
+async def test_names_that_would_collide_are_both_served(tmp_path: Path) -> None:
+    # Policy a with binding b/c and policy a/b with binding c: once one key, one shadowing the other.
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    policy, binding = list(yaml.safe_load_all((VAP_EXAMPLE / "admission-policy.yaml").read_text()))[:2]
+    del policy["spec"]["paramKind"], binding["spec"]["paramRef"], binding["spec"]["matchResources"]
+    policy["spec"]["variables"] = [{"name": "missing", "expression": "['team'].filter(l, !(l in "
+                                                                     "object.metadata.?labels.orValue({})))"}]
+    docs = []
+    for policy_name, binding_name, message in (("a", "b/c", "'one'"), ("a/b", "c", "'two'")):
+        p, b = copy.deepcopy(policy), copy.deepcopy(binding)
+        p["metadata"]["name"], b["metadata"]["name"], b["spec"]["policyName"] = policy_name, binding_name, policy_name
+        p["spec"]["validations"][0]["messageExpression"] = message
+        docs += [p, b]
+    (policies / "policies.yaml").write_text(yaml.safe_dump_all(docs))
+    async with serving(tmp_path, Settings(local_dir=policies, local_poll_interval=0.05, write_status=False,
+                                          eval_workers=0)) as client:
+        body = await until(client.readyz)
+        keys = ["ValidatingAdmissionPolicy/a%2Fb/c", "ValidatingAdmissionPolicy/a/b%2Fc"]
+        assert all(body["policies"][key]["ready"] for key in keys)
+        message = (await client.validate(deployment_review("shop", {})))["status"]["message"]
+        assert f"{keys[0]}: two" in message and f"{keys[1]}: one" in message
