@@ -234,8 +234,8 @@ async def test_a_wanted_kind_served_later_is_picked_up_without_waiting_for_the_d
         fake.discovery.builtin += list(ADMISSION_KINDS)  # the API server starts serving them
 
         async def watching() -> dict[str, Any] | None:
-            body = await client.readyz()
-            return body if body and body["imports"]["watching"] else None
+            body = await client.readyz()  # watched, and its policies filed (compiled off the loop: not at once)
+            return body if body and body["imports"]["watching"] and PROD in body["policies"] else None
 
         body = await until(watching)
         assert body["imports"]["watching"]["ValidatingAdmissionPolicy"] == "admissionregistration.k8s.io/v1"
