@@ -181,3 +181,11 @@ def test_a_deleted_policy_is_not_kept_and_a_typo_after_it_is_served() -> None:
     h.on_delete(vap())
     h.on_add(dict(vap(), spec=[]), False)
     assert r.seen[-1] == ("update", KEY, False) and h.kept == set()
+
+
+def test_a_kyverno_policy_with_a_typo_keeps_its_last_good_version() -> None:
+    h, r = handler()
+    h.on_add(kyverno_vpol(), False)
+    good = h.objects()
+    h.on_update(kyverno_vpol(), kyverno_vpol(matchConstraints={"resourceRules": "pods"}))
+    assert h.objects() == good and h.kept == {"ValidatingPolicy/check-team"} and len(r.seen) == 1
