@@ -123,8 +123,8 @@ class ImportEventHandler:
         """Each source's conversion (None: it gives no policy now). Reads the catalog only.
 
         The costly step (each expression is compiled to find the libraries it calls): a caller may run it
-        in a thread as long as nothing changes the catalog meanwhile (:class:`~webhook.server.policy_events.
-        ImportOffLoop` holds a lock over all three steps).
+        in a thread as long as nothing changes the catalog meanwhile
+        (:class:`~webhook.server.policy_events.ImportOffLoop` holds a lock over all three steps).
         """
         return [(source, self.catalog.convert(source)) for source in sources]
 
