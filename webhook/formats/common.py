@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
-from webhook.formats.imported import Problem, SourceRef
+from webhook.formats.imported import Imported, Problem, SourceRef
 from webhook.formats.kinds import ImportKind
 from webhook.policy.provenance import IMPORT_ERROR_ANNOTATION, IMPORTED_FROM_ANNOTATION
 from webhook.policy.vocabulary import API_VERSION, Action, PolicyKind
 
-__all__ = ["check_fields", "check_version", "internal_object", "name_of", "spec_of", "validation_actions"]
+__all__ = ["CAPS", "capped", "check_fields", "check_version", "internal_object", "name_of", "spec_of",
+           "validation_actions"]
 
 #: Report annotations Tollgate reads (``webhook.audit.evaluate``), carried over from a source object.
 REPORT_ANNOTATIONS = ("policies.tollgate.dev/severity", "policies.tollgate.dev/category")
@@ -102,3 +104,32 @@ def internal_object(name: str, spec: dict[str, Any], *, sources: Iterable[Source
     if isinstance(generation, int):
         meta["generation"] = generation
     return {"apiVersion": API_VERSION, "kind": str(PolicyKind.CLUSTER), "metadata": meta, "spec": spec}
+
+
+#: The most items a Tollgate policy's spec lists may hold: the ClusterAdmissionPolicy CRD's ``maxItems``
+#: (``manifests/crds/``; a unit test keeps them equal). The API server refuses a Tollgate policy beyond
+#: them, and so compiling one never takes longer than the largest policy a cluster accepts; an imported
+#: policy has the same caps (a ValidatingAdmissionPolicy itself has none).
+CAPS: dict[str, int] = {"validationActions": 2, "references": 16, "matchConditions": 64, "variables": 64,
+                        "validations": 64, "auditAnnotations": 20, "mutations": 64}
+
+
+def capped(imported: Imported) -> Imported:
+    """``imported`` with a problem for each list of its spec longer than :data:`CAPS` allows (not Ready then).
+
+    The problem names the source policy's field (``spec.validations``); the object carries it (its
+    import error), so it is answered per its failurePolicy without compiling anything.
+    """
+    spec = imported.obj.get("spec")
+    if not isinstance(spec, dict):
+        return imported
+    found = [Problem(imported.policy, f"spec.{field}", f"{len(spec[field])} items: more than the {cap} a Tollgate "
+                                                         "policy may hold")
+             for field, cap in CAPS.items() if isinstance(spec.get(field), list) and len(spec[field]) > cap]
+    if not found:
+        return imported
+    problems = (*imported.problems, *found)
+    meta = dict(imported.obj["metadata"])
+    meta["annotations"] = {**meta.get("annotations", {}),
+                           IMPORT_ERROR_ANNOTATION: "; ".join(str(p) for p in problems)}
+    return dataclasses.replace(imported, obj={**imported.obj, "metadata": meta}, problems=problems)

@@ -72,6 +72,11 @@ class Imported:
         authored_conditions: how many of ``obj``'s matchConditions are the source's own (those after
             them were generated from the match rules).
         missing_policy: the binding names a policy that is not there (``policy`` is the name it gives).
+        match_unreadable: its match rules could not be read (a malformed field, among ``problems``): ``obj``
+            selects what could be read, every request when nothing could, answered per ``failurePolicy``; a
+            watch keeps serving the source's last conversion whose match rules could be read instead
+            (:class:`~webhook.formats.events.ImportEventHandler`), as a file that stops parsing keeps its last
+            good objects.
     """
 
     obj: dict[str, Any]
@@ -81,6 +86,7 @@ class Imported:
     notes: tuple[Problem, ...] = ()
     authored_conditions: int = 0
     missing_policy: bool = False
+    match_unreadable: bool = False
 
     @property
     def key(self) -> str:

@@ -123,7 +123,8 @@ def build_components(settings: Settings, *, api_client: Any = None,
         import_sources = ImportSources(
             factory, imports, discover=local_discovery if local else cluster_discovery(api_client, groups),
             probe=None if local else cluster_probe(lister_watcher_factory(settings, api_client, [])),
-            interval=0.0 if local else settings.discovery_interval, wanted_groups=frozenset() if local else groups)
+            interval=0.0 if local else settings.discovery_interval, wanted_groups=frozenset() if local else groups,
+            serving=policies_synced)
         policies_synced.also.append(import_sources.synced)
 
     leader = (leadership(settings, api_client, metrics, policy_informers, policies_synced, imported=imports.objects)
@@ -138,7 +139,9 @@ def build_components(settings: Settings, *, api_client: Any = None,
     policies_synced.registrations.extend(inf.add_event_handler(CompileOffLoop(events), name="policy-index")
                                          for inf in policy_informers)
     # Imported policies: no status is written (their sources belong to the API server or to Kyverno).
-    imports.add_handler(PolicyEventHandler(index, on_change=reconciler.trigger if reconciler is not None else None))
+    # Compiled off the event loop, as Tollgate's own (webhook.server.policy_events).
+    imports.add_handler(CompileOffLoop(PolicyEventHandler(
+        index, on_change=reconciler.trigger if reconciler is not None else None), serving=policies_synced))
 
     # One factory of dynamic informers (one budget, one LIST/WATCH per GVR) for spec.references and the
     # background audit.
