@@ -317,6 +317,15 @@ class Document:
             node = child
         return line
 
+    def shallow(self, depth: int = 1) -> Document:
+        """This document keeping only the top ``depth`` levels of its node tree (the lines of its top fields).
+
+        A resource under test or audit is only ever named by ``file:line`` of its top fields; keeping its
+        whole node tree would cost about four times its objects (a 6.5 MB file of 20,000 Pods: 427 MB
+        resident with node trees, 104 MB without).
+        """
+        return Document(self.source, self.index, self.obj, _prune(self.node, depth), self.item)
+
     def where(self, path: Sequence[str | int] = ()) -> str:
         """``file:line: document N`` (``document N items[I]`` in a List) for messages (line of ``path`` when known)."""
         line = self.line_of(path)
@@ -519,6 +528,31 @@ def _documents(source: str, index: int, obj: Any, node: yaml.Node | None, line: 
                              f"got {_yaml_type(item)}")
         out.append(doc)
     return out
+
+
+class _Line:
+    """The part of a mark a pruned node keeps: its 0-based line (what :meth:`Document.line_of` reads)."""
+
+    __slots__ = ("line",)
+
+    def __init__(self, line: int) -> None:
+        self.line = line
+
+
+def _prune(node: yaml.Node | None, depth: int) -> yaml.Node | None:
+    """A copy of ``node`` down to ``depth`` collection levels, keeping only lines.
+
+    Deeper values become empty scalars at their line.
+    """
+    if node is None:
+        return None
+    mark: Any = _Line(node.start_mark.line)
+    if isinstance(node, yaml.ScalarNode) or depth <= 0:
+        return yaml.ScalarNode(node.tag if isinstance(node, yaml.ScalarNode) else "tag:yaml.org,2002:null",
+                               node.value if isinstance(node, yaml.ScalarNode) else "", mark, mark)
+    if isinstance(node, yaml.MappingNode):
+        return yaml.MappingNode(node.tag, [(_prune(k, 0), _prune(v, depth - 1)) for k, v in node.value], mark, mark)
+    return yaml.SequenceNode(node.tag, [_prune(v, depth - 1) for v in node.value], mark, mark)
 
 
 def _child(node: yaml.Node | None, key: str) -> yaml.Node | None:

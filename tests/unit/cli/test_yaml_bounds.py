@@ -7,6 +7,7 @@ import io
 from pathlib import Path
 
 import pytest
+import yaml
 
 from webhook.cli.command import ExitStatus
 from webhook.cli.main import main
@@ -177,3 +178,17 @@ def test_a_document_at_the_depth_limit_is_evaluated_end_to_end(tmp_path: Path,
     assert main(["test", "-p", str(POLICY), "-r", str(resource)]) == ExitStatus.OK
     assert "pass" in capsys.readouterr().out
     assert main(["audit", "-p", str(POLICY), "-r", str(resource), "--all"]) == ExitStatus.OK
+
+
+def test_a_shallow_document_keeps_the_lines_of_its_top_fields_only() -> None:
+    # Resources under test keep no deep node tree (it cost 4x their objects) but are still named by line.
+    [doc] = parse_text("# a Pod\n" + POD, "f.yaml")
+    shallow = doc.shallow()
+    assert shallow.obj is doc.obj
+    assert shallow.where() == doc.where() == "f.yaml:2: document 1"
+    assert shallow.problem(("apiVersion",), "x") == doc.problem(("apiVersion",), "x")
+    assert shallow.problem(("apiVersion",), "x") == "f.yaml:2: document 1: apiVersion: x"
+    assert shallow.line_of(("spec", "containers", 0, "image")) == 5  # the line of spec: nothing below it is kept
+    assert doc.line_of(("spec", "containers", 0, "image")) == 6
+    assert isinstance(shallow.node, yaml.MappingNode) and all(
+        isinstance(value, yaml.ScalarNode) for _key, value in shallow.node.value)
