@@ -173,7 +173,7 @@ def load_resources(paths: Iterable[Path]) -> list[Document]:
             raise InputError(doc.problem(("kind",), "required field is missing"))
         if not isinstance(doc.obj.get("metadata"), dict) or not doc.obj["metadata"].get("name"):
             raise InputError(doc.problem(("metadata", "name"), "required field is missing"))
-        out.append(doc)
+        out.append(doc.shallow())  # only its top fields are ever named: its node tree would cost 4x its objects
     return out
 
 

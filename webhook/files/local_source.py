@@ -87,8 +87,11 @@ class LocalDirectory:
     not YAML at all) therefore never removes or weakens a policy for the moment
     it is seen; a file that stays unusable (bad YAML, or a policy, ConfigMap or
     Namespace document that ``kubectl apply`` would refuse) keeps its last good
-    objects and is reported in :attr:`Listing` errors. The first listing of the
-    directory is served as read (there is nothing older to keep).
+    objects and is reported in :attr:`Listing` errors. A file that holds no
+    documents (truncated to 0 bytes, or only comments) is such a file too: however
+    long it stays so, it keeps its objects; only deleting the file removes them
+    (logged once). The first listing of the directory is served as read (there
+    is nothing older to keep).
 
     Args:
         root: the directory (or a single file).
@@ -193,9 +196,15 @@ class LocalDirectory:
     def _adopt(self, path: Path, state: _FileState | None, content: _Content | None) -> _Content | None:
         """Serve ``content`` for ``path`` (None: the file is gone); a bad one keeps the last good documents."""
         if content is None:
-            self._files.pop(path, None)
+            gone = self._files.pop(path, None)
+            if gone is not None and gone.served.documents:
+                log.info("%s: deleted: its %d document(s) are no longer served", path, len(gone.served.documents))
             return None
         previous = state.served if state is not None else None
+        if content.error is None and not content.documents and previous is not None and previous.documents:
+            # Truncated, or only comments left (a writer that died mid-save): never a removal.
+            content = _Content(content.stamp, [], f"{path}: holds no documents (empty, or only comments); "
+                                                  f"delete the file to remove its objects")
         if content.error is not None:
             kept = previous.documents if previous is not None else []
             if previous is None or previous.error != content.error:
