@@ -21,6 +21,7 @@ from typing import Any
 
 from webhook.files.yamlio import Document, InputError, load_paths, parse_path
 from webhook.formats.catalog import UNBOUND, import_policies
+from webhook.formats.common import source_ref
 from webhook.formats.imported import Imported, Problem, SourceRef
 from webhook.formats.kinds import IMPORT_KINDS, import_kind_of
 from webhook.policy.provenance import IMPORT_ERROR_ANNOTATION
@@ -162,7 +163,7 @@ def import_documents(docs: Iterable[Document], *, check_unbound: bool = False) -
         if not isinstance(name, str) or not name:
             out.problems.append(doc.problem(("metadata", "name"), f"{kind.kind}: required field is missing"))
             continue
-        ref = SourceRef(kind.kind, name)
+        ref = source_ref(kind, doc.obj)
         if ref in by_ref:
             out.problems.append(f"{doc.where()}: {ref}: defined twice (first in {by_ref[ref].where()})")
             continue

@@ -1,5 +1,10 @@
 """A Kyverno ``policies.kyverno.io`` ValidatingPolicy or MutatingPolicy → a Tollgate policy (pure; no I/O).
 
+Every version (v1, v1beta1, v1alpha1: one spec, see :mod:`webhook.formats.kinds`) and the namespaced
+twins ``NamespacedValidatingPolicy``/``NamespacedMutatingPolicy``, which become an ``AdmissionPolicy`` of
+their namespace: it selects requests of that namespace only and reads (``resource.Get``/``List``) only
+that namespace, as Kyverno confines them.
+
 Kyverno's CEL policies are ValidatingAdmissionPolicy / MutatingAdmissionPolicy specs with their
 binding folded in (Kyverno binds them itself) plus Kyverno's fields
 (``api/policies.kyverno.io/v1beta1``, aliased by v1):
@@ -47,7 +52,7 @@ from webhook.formats.common import (
     check_fields,
     check_version,
     internal_object,
-    name_of,
+    source_ref,
     spec_of,
     validation_actions,
 )
@@ -206,7 +211,7 @@ def convert_kyverno(kind: ImportKind, obj: dict[str, Any]) -> Imported:
     Returns:
         The :class:`Imported` policy: with problems, its object carries them and is not Ready.
     """
-    source = SourceRef(kind.kind, name_of(obj))
+    source = source_ref(kind, obj)
     spec_in = spec_of(obj)
     problems = check_version(kind, obj, source) + check_fields(
         spec_in, _MUTATING_FIELDS if kind.mutating else _VALIDATING_FIELDS, source)
@@ -259,6 +264,7 @@ def convert_kyverno(kind: ImportKind, obj: dict[str, Any]) -> Imported:
     annotations: dict[str, Any] = raw_annotations if isinstance(raw_annotations, dict) else {}
     severity = {ours: str(annotations[theirs]) for theirs, ours in _SEVERITY.items() if theirs in annotations}
     internal = internal_object(imported_name(kind.kind, source.name), spec, sources=(source,), problems=problems,
-                               carried=(obj,), extra_annotations=severity, generation=meta.get("generation"))
+                               carried=(obj,), extra_annotations=severity, generation=meta.get("generation"),
+                               namespace=source.namespace)
     return Imported(internal, source, None, tuple(problems), tuple(notes),
                     authored_conditions=len(authored) if isinstance(authored, list) else 0)
