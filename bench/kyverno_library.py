@@ -183,6 +183,17 @@ def markdown(summary: dict[str, Any], runs: list[TestRun], library: Path) -> str
     for c in summary["classes"]:
         example = c["example"].replace("|", "\\|")[:160]
         lines.append(f"| {c['class']} | {c['who']} | {c['rows']} | {example} |")
+    cel = sum(c["rows"] for c in summary["classes"] if c["who"] in ("CEL dialect", "CEL libraries"))
+    cel_tests = sum(1 for run in runs if run.status == 1 and all(
+        classify(r.get("mismatch", "") + " " + r.get("message", ""))[1] in ("CEL dialect", "CEL libraries")
+        for r in run.rows if not r.get("ok")))
+    lines += ["", f"The CEL dialect and library rows ({cel}) are the other slice of issue #30 (cel-go semantics, "
+              "Kyverno's network-free libraries); with them closed, "
+              f"{t.get('rows_ok', 0) + cel} of {t.get('rows', 0)} rows "
+              f"({_pct(t.get('rows_ok', 0) + cel, t.get('rows', 0))}) and {t.get('tests_ok', 0) + cel_tests} of "
+              f"{t.get('tests', 0)} tests ({_pct(t.get('tests_ok', 0) + cel_tests, t.get('tests', 0))}) would agree. "
+              "Tests whose Context gives `spec.images` stand in for `image.GetMetadata` (a registry lookup), "
+              "which Tollgate refuses by design: they stay exit 2."]
     lines += ["", "## Tests that do not exit 0", ""]
     for run in runs:
         if run.status != 0:
@@ -219,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"      {row['kind']} {row['name']}: {row.get('mismatch', '')}"[:300])
             for line in run.errors:
                 print(f"      {line}"[:300])
+    for run in runs:  # messages name files relative to the checkout, as the table does
+        run.errors = [e.replace(f"{args.library}/", "").removeprefix("tollgate test: ") for e in run.errors]
     summary = summarize(runs, args.library)
     t = summary["total"]
     for c in summary["classes"]:
