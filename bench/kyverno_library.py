@@ -125,7 +125,7 @@ def summarize(runs: list[TestRun], library: Path) -> dict[str, Any]:
         c["tests_ok"] += run.status == 0
         c["rows"] += run.expected_rows
         c["rows_ok"] += run.agreeing_rows
-        policy_dir = str(Path(*rel.parts[:2]))
+        policy_dir = str(rel.parent.parent)
         if run.status == 2 and not run.rows:
             key = classify(" ".join(run.errors))
             classes[key] += run.expected_rows
@@ -201,7 +201,7 @@ def markdown(summary: dict[str, Any], runs: list[TestRun], library: Path) -> str
             bad = [r for r in run.rows if not r.get("ok")]
             why = (bad[0].get("mismatch", "") if bad else (run.errors[0] if run.errors else ""))
             why = why.replace("|", "\\|").replace("\n", " ")[:200]
-            lines.append(f"- `{Path(*rel.parts[:2])}` (exit {run.status}, {len(bad)} row(s)): {why}")
+            lines.append(f"- `{rel.parent.parent}` (exit {run.status}, {len(bad)} row(s)): {why}")
     return "\n".join(lines) + "\n"
 
 
@@ -222,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         run = run_one(test_file)
         runs.append(run)
         rel = test_file.relative_to(args.library)
-        print(f"{'ok  ' if run.status == 0 else f'exit {run.status}'} {Path(*rel.parts[:2])}: "
+        print(f"{'ok  ' if run.status == 0 else f'exit {run.status}'} {rel.parent.parent}: "
               f"{run.agreeing_rows}/{run.expected_rows} rows", flush=True)
         if args.verbose and run.status != 0:
             for row in run.rows:

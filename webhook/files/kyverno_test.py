@@ -77,6 +77,22 @@ def _parsed(doc: Document, parse: Any) -> Any:
         raise InputError(doc.problem(e.path, e.message)) from None
 
 
+def _unique(resources: list[Document], warnings: list[str]) -> list[Document]:
+    """The resources with each (kind, namespace, name) once, the first kept, a warning for each repeat.
+
+    Kyverno's CLI removes duplicated resources the same way (``resource.RemoveDuplicates``) and warns.
+    """
+    seen: dict[tuple[str, str, str], Document] = {}
+    for doc in resources:
+        key = resource_key(doc.obj)
+        if key in seen:
+            warnings.append(f"{doc.where()}: {doc.display_name} is given twice (first in {seen[key].where()}); "
+                            "the first is used, as Kyverno's CLI does")
+            continue
+        seen[key] = doc
+    return list(seen.values())
+
+
 def _policies_by_name(loaded: list[LoadedPolicy]) -> dict[str, list[tuple[str, str | None]]]:
     """Kyverno's name of each policy → (the chain's name, its namespace or None)."""
     out: dict[str, list[tuple[str, str | None]]] = {}
@@ -177,7 +193,8 @@ def run_kyverno_test(test: Document, *, params_selector: str = "", explain: bool
     parsed: KyvernoTest = _parsed(test, parse_test)
     out = SuiteRun(test)
     loaded = load_policies([_path(test, ("policies", i), p) for i, p in enumerate(parsed.policies)])
-    resources = load_resources([_path(test, ("resources", i), p) for i, p in enumerate(parsed.resources)])
+    resources = _unique(load_resources([_path(test, ("resources", i), p) for i, p in enumerate(parsed.resources)]),
+                        out.warnings)
     values = parsed.values
     if parsed.variables is not None:
         values = _parsed(_one_document(test, "variables", parsed.variables), parse_values)

@@ -118,3 +118,12 @@ def test_a_request_fills_the_object_namespace_as_the_api_server_does() -> None:
     node = build_request({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"}}, operation="CREATE",
                          user_info={})
     assert "namespace" not in node["object"]["metadata"] and "namespace" not in node
+
+
+def test_a_resource_given_twice_is_one_row_and_a_warning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    dest = copy_test(tmp_path, "other-vpol/limit-hostpath-vols")
+    test_file = dest / TEST_FILE
+    test_file.write_text(test_file.read_text().replace("- badpod.yaml", "- badpod.yaml\n- goodpod.yaml"))
+    status, out, err = run(capsys, str(test_file), "-o", "json")
+    assert status == 0 and len(json.loads(out)) == 2
+    assert "is given twice" in err and "the first is used, as Kyverno's CLI does" in err
