@@ -231,3 +231,10 @@ def test_namespaced_twins_of_one_name_in_two_namespaces_are_two_policies() -> No
     assert sorted(i.key for i in result.policies) == ["ValidatingPolicy/check-team",
                                                       "a/NamespacedValidatingPolicy/check-team",
                                                       "b/NamespacedValidatingPolicy/check-team"]
+
+
+def test_target_match_fields_are_noted_without_mutate_existing() -> None:
+    imported = one(kyverno_mpol(targetMatchConstraints={"resourceRules": [copy.deepcopy(PODS_RULE)]},
+                                targetMatchConditions=[{"name": "t", "expression": "true"}]))
+    assert not imported.problems
+    assert [n.path for n in imported.notes] == ["spec.targetMatchConstraints", "spec.targetMatchConditions"]

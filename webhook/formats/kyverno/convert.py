@@ -37,7 +37,8 @@ policy annotations                          ``policies.tollgate.dev/severity``, 
 Notes (how a field is honoured differently): ``webhookConfiguration.timeoutSeconds`` (the webhook's
 own timeout applies), ``evaluation.background.interval`` (the background audit's own schedule),
 ``autogen.validatingAdmissionPolicy``/``mutatingAdmissionPolicy`` (Tollgate serves the policy
-itself), ``reinvocationPolicy: IfNeeded`` (invoked once), ``targetMatchConstraints`` without
+itself), ``reinvocationPolicy: IfNeeded`` (invoked once), ``targetMatchConstraints`` and
+``targetMatchConditions`` without
 ``mutateExisting``. Refused (problems): ``evaluation.mode: JSON`` (no admission request),
 ``evaluation.mutateExisting.enabled`` (Tollgate never mutates stored objects), a Kyverno library
 Tollgate lacks, a ``resource.Get``/``List`` with a computed apiVersion or resource, an unknown
@@ -68,8 +69,9 @@ __all__ = ["AUTOGEN_CONDITION", "KYVERNO_CONTROLLERS", "convert_kyverno"]
 
 _VALIDATING_FIELDS = ("matchConstraints", "validations", "failurePolicy", "auditAnnotations", "matchConditions",
                       "variables", "autogen", "validationActions", "webhookConfiguration", "evaluation")
-_MUTATING_FIELDS = ("matchConstraints", "failurePolicy", "targetMatchConstraints", "matchConditions", "variables",
-                    "autogen", "mutations", "webhookConfiguration", "evaluation", "reinvocationPolicy")
+_MUTATING_FIELDS = ("matchConstraints", "failurePolicy", "targetMatchConstraints", "targetMatchConditions",
+                    "matchConditions", "variables", "autogen", "mutations", "webhookConfiguration", "evaluation",
+                    "reinvocationPolicy")
 _COPIED = ("matchConditions", "variables", "validations", "auditAnnotations", "mutations")
 
 #: Kyverno's pod controllers (``pkg/cel/autogen/config.go``): resource → (group, resource) of the request.
@@ -174,9 +176,10 @@ def _evaluation(spec: dict[str, Any], kind: ImportKind, source: SourceRef, probl
         if _flag(spec, ("evaluation", "mutateExisting", "enabled"), False, source, problems):
             problems.append(Problem(source, "spec.evaluation.mutateExisting.enabled",
                                     "Tollgate never mutates stored objects, only admission requests"))
-        elif spec.get("targetMatchConstraints") is not None:
-            notes.append(Problem(source, "spec.targetMatchConstraints", "ignored (it selects what mutateExisting "
-                                                                         "mutates, which is off)"))
+        else:
+            notes += [Problem(source, f"spec.{field}", "ignored (it selects what mutateExisting mutates, which is "
+                                                       "off)")
+                      for field in ("targetMatchConstraints", "targetMatchConditions") if spec.get(field) is not None]
         if not admission:
             problems.append(Problem(source, "spec.evaluation.admission.enabled",
                                     "false: a MutatingPolicy that does not mutate admission requests only mutates "
