@@ -19,6 +19,7 @@ from typing import Any
 from webhook.files import schema
 from webhook.files.imported import import_problems
 from webhook.files.yamlio import Document, InputError, load_file, parse_path, yaml_files
+from webhook.formats.kyverno.testfile import TestFormatError, is_kyverno_test, parse_test
 from webhook.policy import CompiledPolicy, compile_policy
 from webhook.policy.cel.env import compile_expression
 from webhook.policy.merge_check import mutation_warnings
@@ -188,6 +189,12 @@ def lint_paths(paths: Iterable[Path], warnings: list[str] | None = None) -> tupl
                 continue
             every += docs
             for doc in docs:
+                if is_kyverno_test(doc.obj):  # Kyverno's CLI test: what tollgate test would refuse
+                    checked += 1
+                    try:
+                        parse_test(doc.obj)
+                    except TestFormatError as e:
+                        problems.append(doc.problem(e.path, e.message))
                 if schema.has_schema(doc.obj):
                     checked += 1
                     found = document_problems(doc)

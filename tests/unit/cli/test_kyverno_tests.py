@@ -127,3 +127,16 @@ def test_a_resource_given_twice_is_one_row_and_a_warning(tmp_path: Path, capsys:
     status, out, err = run(capsys, str(test_file), "-o", "json")
     assert status == 0 and len(json.loads(out)) == 2
     assert "is given twice" in err and "the first is used, as Kyverno's CLI does" in err
+
+
+def test_lint_checks_a_kyverno_test_for_what_tollgate_test_refuses(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    dest = copy_test(tmp_path, "other-vpol/limit-hostpath-vols")
+    test_file = dest / TEST_FILE
+    assert main(["lint", str(test_file)]) == 0
+    test_file.write_text(test_file.read_text() + "targetResources: [t.yaml]\n")
+    capsys.readouterr()
+    assert main(["lint", str(test_file)]) == 1
+    lines = len(test_file.read_text().splitlines())
+    assert f"{test_file}:{lines}: document 1: targetResources: target resources are what mutateExisting mutates" in \
+        capsys.readouterr().out
