@@ -20,6 +20,7 @@ from typing import Any
 from webhook.files import schema
 from webhook.files.imported import IMPORTED_KIND_NAMES, import_problems, is_imported_kind
 from webhook.files.yamlio import Document, InputError, load_file, parse_path, yaml_files
+from webhook.formats.kyverno.testfile import TestFormatError, is_kyverno_test, parse_test
 from webhook.policy import CompiledPolicy, compile_policy
 from webhook.policy.cel.env import compile_expression
 from webhook.policy.merge_check import mutation_warnings
@@ -29,7 +30,7 @@ __all__ = ["compile_document", "compile_for_evaluation", "compile_problems", "do
            "lint_paths", "schema_problems"]
 
 #: What ``tollgate lint`` reads, for messages: the kinds with a schema, then the imported ones.
-LINTED_KINDS = (*schema.API_VERSIONS, *IMPORTED_KIND_NAMES)
+LINTED_KINDS = (*schema.API_VERSIONS, *IMPORTED_KIND_NAMES, "Test (cli.kyverno.io)")
 
 #: Stands in for an expression already reported, so compiling again finds the next one: its type is
 #: ``dyn``, which every expected result type accepts and every expression reading a variable can use.
@@ -182,6 +183,11 @@ def document_warnings(doc: Document) -> list[str]:
             for path, message in mutation_warnings(policy.spec)]
 
 
+def lintable(doc: Document) -> bool:
+    """Whether ``tollgate lint`` checks ``doc``: a kind with a schema, an imported kind, a Kyverno CLI test."""
+    return schema.has_schema(doc.obj) or is_imported_kind(doc) or is_kyverno_test(doc.obj)
+
+
 def lint_paths(paths: Iterable[Path], warnings: list[str] | None = None) -> tuple[list[str], int]:
     """Lint files and directories (recursively).
 
@@ -205,12 +211,18 @@ def lint_paths(paths: Iterable[Path], warnings: list[str] | None = None) -> tupl
             except InputError as e:
                 problems.append(str(e))
                 continue
-            if path == root and not any(schema.has_schema(d.obj) or is_imported_kind(d) for d in docs):
+            if path == root and not any(lintable(d) for d in docs):
                 # A file named on the command line is never passed over in silence (a directory's Pods are).
                 problems.append(f"{path}: nothing to lint: no document of a kind tollgate lint reads "
                                 f"({', '.join(LINTED_KINDS)})")
             every += docs
             for doc in docs:
+                if is_kyverno_test(doc.obj):  # Kyverno's CLI test: what tollgate test would refuse
+                    checked += 1
+                    try:
+                        parse_test(doc.obj)
+                    except TestFormatError as e:
+                        problems.append(doc.problem(e.path, e.message))
                 if schema.has_schema(doc.obj):
                     checked += 1
                     found = document_problems(doc)

@@ -111,6 +111,8 @@ def _imported_policies(docs: list[Document]) -> list[LoadedPolicy]:
         raise InputError(imported.problems[0])
     for note in imported.notes:
         print(f"tollgate test: {note}", file=sys.stderr)
+    for line in imported.refused:
+        print(f"tollgate test: warning: {line}", file=sys.stderr)
     out = []
     for doc in imported.documents:
         compiled, error = compile_for_evaluation(doc)

@@ -33,6 +33,7 @@ from webhook.files.inputs import (
 )
 from webhook.files.requests import DEFAULT_USER, build_request, describe_key, old_object_for, resource_key
 from webhook.files.yamlio import STDIN, Document, InputError, load_file, yaml_files
+from webhook.formats.kyverno.testfile import is_kyverno_test
 from webhook.policy.explain import PolicyTrace
 from webhook.policy.resources import resource_for_kind
 
@@ -127,7 +128,25 @@ def run_adhoc(*, policies: list[Path], resources: list[Path], configmaps: list[P
 
 # ---------------------------------------------------------------- TestSuites
 
-_SUITE_MARK = re.compile(r"^kind:\s*[\"']?TestSuite[\"']?\s*$", re.MULTILINE)
+_SUITE_MARK = re.compile(r"^kind:\s*[\"']?(TestSuite|Test)[\"']?\s*$", re.MULTILINE)
+#: The directories Kyverno keeps its CLI tests in: searched although hidden (``kyverno test DIR`` finds them).
+KYVERNO_TEST_DIR = ".kyverno-test"
+
+
+def _is_suite(doc: Document) -> bool:
+    """A TestSuite, or a Kyverno CLI ``Test`` (:mod:`webhook.formats.kyverno.testfile`)."""
+    return doc.kind == "TestSuite" or is_kyverno_test(doc.obj)
+
+
+def _suite_files(root: Path) -> list[Path]:
+    """:func:`yaml_files`, plus the YAML files of Kyverno's hidden ``.kyverno-test`` directories under a directory."""
+    files = yaml_files(root)
+    if str(root) == STDIN or not root.is_dir():
+        return files
+    kyverno = [p for d in root.rglob(KYVERNO_TEST_DIR) if d.is_dir()
+               and not any(part.startswith(".") for part in d.relative_to(root).parts[:-1])
+               for p in yaml_files(d)]
+    return sorted({*files, *kyverno})
 
 
 @dataclass(slots=True)
@@ -141,8 +160,10 @@ class SuiteSearch:
 def find_suites(paths: Iterable[Path]) -> SuiteSearch:
     """The TestSuite documents of the given files; directories are searched recursively (like ``kyverno test DIR``).
 
+    Kyverno's CLI tests (``cli.kyverno.io/v1alpha1`` ``Test``) count as suites, and a directory's
+    hidden ``.kyverno-test`` directories are searched too, where Kyverno keeps them.
     A file given by name must hold TestSuites only; in a directory, files without
-    a ``kind: TestSuite`` line are skipped unparsed (resources, policies). An
+    a ``kind: TestSuite`` (or ``kind: Test``) line are skipped unparsed (resources, policies). An
     unusable path or file is reported and the search goes on, so one broken
     suite never hides the others.
 
@@ -156,7 +177,7 @@ def find_suites(paths: Iterable[Path]) -> SuiteSearch:
         is_dir = str(root) != STDIN and root.is_dir()
         found = 0
         try:
-            files = yaml_files(root)
+            files = _suite_files(root)
         except InputError as e:
             out.errors.append(str(e))
             continue
@@ -165,8 +186,10 @@ def find_suites(paths: Iterable[Path]) -> SuiteSearch:
                 if is_dir and not _SUITE_MARK.search(_read(path)):
                     continue
                 docs = load_file(path)
+                if is_dir and not any(_is_suite(d) for d in docs):
+                    continue  # a ``kind: Test`` of another API (not Kyverno's CLI)
                 for doc in docs:
-                    if doc.kind != "TestSuite":
+                    if not _is_suite(doc):
                         raise InputError(doc.problem(("kind",), f"expected TestSuite, got {doc.kind or 'nothing'}"))
             except InputError as e:
                 out.errors.append(str(e))

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.formats.common import capped, name_of, spec_of
+from webhook.formats.common import capped, name_of, source_ref, spec_of
 from webhook.formats.imported import Imported, Problem, SourceRef
 from webhook.formats.kinds import IMPORT_KINDS, KYVERNO_GROUP, ImportKind, import_kind_of
 from webhook.formats.kubernetes.convert import convert_binding
@@ -60,20 +60,18 @@ class Catalog:
     def put(self, obj: dict[str, Any]) -> SourceRef | None:
         """Add or replace a source object; returns its reference (None: not importable or nameless)."""
         kind = import_kind_of(obj)
-        name = name_of(obj)
-        if kind is None or not name:
+        if kind is None or not name_of(obj):
             return None
-        ref = SourceRef(kind.kind, name)
+        ref = source_ref(kind, obj)
         self._objects[ref] = obj
         return ref
 
     def remove(self, obj: dict[str, Any]) -> SourceRef | None:
         """Forget a source object (by its kind and name); returns its reference, or None."""
         kind = import_kind_of(obj)
-        name = name_of(obj)
-        if kind is None or not name:
+        if kind is None or not name_of(obj):
             return None
-        ref = SourceRef(kind.kind, name)
+        ref = source_ref(kind, obj)
         self._objects.pop(ref, None)
         return ref
 

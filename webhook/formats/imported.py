@@ -19,13 +19,14 @@ PathPart = str | int
 
 @dataclass(frozen=True, slots=True, order=True)
 class SourceRef:
-    """One source object: its ``kind`` and ``metadata.name`` (every importable kind is cluster-scoped)."""
+    """One source object: its ``kind``, ``metadata.name`` and, for a namespaced kind, ``metadata.namespace``."""
 
     kind: str
     name: str
+    namespace: str = ""
 
     def __str__(self) -> str:
-        return f"{self.kind} {self.name}"
+        return f"{self.kind} {self.namespace}/{self.name}" if self.namespace else f"{self.kind} {self.name}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,8 +91,10 @@ class Imported:
 
     @property
     def key(self) -> str:
-        """The policy's name and key (see :mod:`webhook.policy.provenance`)."""
-        return str(self.obj["metadata"]["name"])
+        """The policy's key (see :mod:`webhook.policy.provenance`): its name, ``namespace/name`` when namespaced."""
+        meta = self.obj["metadata"]
+        namespace = meta.get("namespace")
+        return f"{namespace}/{meta['name']}" if namespace else str(meta["name"])
 
     @property
     def sources(self) -> tuple[SourceRef, ...]:

@@ -59,6 +59,7 @@ def lister_watcher_factory(settings: Settings, api_client: Any,
             if imported is not None:
                 # Every version of the kind: the importer reads each and names a version it does not.
                 source = LocalDirectoryListerWatcher(root, kinds={imported[0].kind}, poll_interval=poll,
+                                                     default_namespace="default" if imported[0].namespaced else None,
                                                      directory=_directory(settings, local_sources))
                 local_sources.append(source)
                 return source

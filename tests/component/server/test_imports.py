@@ -125,6 +125,38 @@ async def test_local_files_of_the_imported_kinds_are_served_and_followed(tmp_pat
         assert (await client.validate(deployment_review("shop", {})))["allowed"] is True
 
 
+NO_EVIL = {"matchConstraints": {"resourceRules": [{"apiGroups": ["apps"], "apiVersions": ["v1"],
+                                                   "operations": ["CREATE"], "resources": ["deployments"]}]},
+           "validations": [{"expression": "!object.spec.template.spec.containers.exists(c, "
+                                          "c.image.startsWith('evil.example/'))", "message": "no evil images"}]}
+
+
+def kyverno_policy(kind: str, version: str, namespace: str | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "no-evil"}
+    if namespace:
+        meta["namespace"] = namespace
+    return {"apiVersion": f"policies.kyverno.io/{version}", "kind": kind, "metadata": meta, "spec": NO_EVIL}
+
+
+async def test_local_kyverno_v1alpha1_and_namespaced_policies_are_served_confined(tmp_path: Path) -> None:
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    (policies / "namespaced.yaml").write_text(yaml.safe_dump(
+        kyverno_policy("NamespacedValidatingPolicy", "v1beta1", "team-a")))
+    (policies / "cluster.yaml").write_text(yaml.safe_dump(
+        dict(kyverno_policy("ValidatingPolicy", "v1alpha1"), metadata={"name": "no-evil-anywhere"})))
+    async with serving(tmp_path, Settings(local_dir=policies, local_poll_interval=0.05, write_status=False,
+                                          eval_workers=0)) as client:
+        body = await until(client.readyz)
+        assert body["policies"]["team-a/NamespacedValidatingPolicy/no-evil"]["ready"] is True
+        assert body["policies"]["ValidatingPolicy/no-evil-anywhere"]["ready"] is True
+        denied = await client.validate(deployment_review("team-a", {}, image="evil.example/x:1"))
+        assert denied["allowed"] is False and "NamespacedValidatingPolicy/no-evil" in denied["status"]["message"]
+        elsewhere = await client.validate(deployment_review("team-b", {}, image="evil.example/x:1"))
+        assert elsewhere["allowed"] is False
+        assert "NamespacedValidatingPolicy" not in elsewhere["status"]["message"]
+
+
 # -- a cluster -------------------------------------------------------------------------------------------------
 
 ADMISSION_KINDS = (Served("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies",
@@ -370,3 +402,28 @@ async def test_names_that_would_collide_are_both_served(tmp_path: Path) -> None:
         assert all(body["policies"][key]["ready"] for key in keys)
         message = (await client.validate(deployment_review("shop", {})))["status"]["message"]
         assert f"{keys[0]}: two" in message and f"{keys[1]}: one" in message
+
+
+async def test_kyverno_kinds_served_at_v1alpha1_and_namespaced_twins_are_watched(tmp_path: Path) -> None:
+    # A Kyverno whose CRDs serve ValidatingPolicy at v1alpha1 only (Kyverno 1.14/1.15) and the namespaced
+    # twin at v1: each kind is watched in the version served, the twin confined to its namespace.
+    served = (Served("policies.kyverno.io", "v1alpha1", "validatingpolicies", "ValidatingPolicy", False),
+              Served("policies.kyverno.io", "v1", "namespacedvalidatingpolicies", "NamespacedValidatingPolicy",
+                     True))
+    async with cluster(tmp_path, served, imports=frozenset({"kyverno"})) as (fake, client):
+        fake.apply("namespacedvalidatingpolicies", kyverno_policy("NamespacedValidatingPolicy", "v1", "team-a"))
+        fake.apply("validatingpolicies", dict(kyverno_policy("ValidatingPolicy", "v1alpha1"),
+                                              metadata={"name": "no-evil-anywhere"}))
+
+        async def both() -> dict[str, Any] | None:
+            body = await client.readyz()
+            return body if body and "team-a/NamespacedValidatingPolicy/no-evil" in body["policies"] and \
+                "ValidatingPolicy/no-evil-anywhere" in body["policies"] else None
+
+        body = await until(both)
+        assert body["imports"]["watching"] == {"ValidatingPolicy": "policies.kyverno.io/v1alpha1",
+                                               "NamespacedValidatingPolicy": "policies.kyverno.io/v1"}
+        denied = await client.validate(deployment_review("team-a", {}, image="evil.example/x:1"))
+        assert "NamespacedValidatingPolicy/no-evil" in denied["status"]["message"]
+        elsewhere = await client.validate(deployment_review("team-b", {}, image="evil.example/x:1"))
+        assert "NamespacedValidatingPolicy" not in elsewhere["status"]["message"]

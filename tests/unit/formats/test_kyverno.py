@@ -177,7 +177,7 @@ def test_what_tollgate_cannot_do_is_refused_or_noted() -> None:
     assert paths(one(kyverno_vpol(evaluation={"background": {"enabled": "yes"}}))) == [
         "spec.evaluation.background.enabled"]
     assert paths(one(kyverno_vpol(rules=[]))) == ["spec.rules"]
-    assert paths(one(dict(kyverno_vpol(), apiVersion="policies.kyverno.io/v1alpha1"))) == ["apiVersion"]
+    assert paths(one(dict(kyverno_vpol(), apiVersion="policies.kyverno.io/v2"))) == ["apiVersion"]
 
 
 def test_a_mutating_policy_mutates_admission_requests_only() -> None:
@@ -190,3 +190,51 @@ def test_a_mutating_policy_mutates_admission_requests_only() -> None:
         "spec.evaluation.admission.enabled"]
     targets = one(kyverno_mpol(targetMatchConstraints={"expression": "true"}, reinvocationPolicy="IfNeeded"))
     assert not targets.problems and len(targets.notes) == 2
+
+
+@pytest.mark.parametrize("version", ["v1", "v1beta1", "v1alpha1"])
+@pytest.mark.parametrize("make", [kyverno_vpol, kyverno_mpol])
+def test_every_version_kyverno_serves_is_read(version: str, make: Any) -> None:
+    obj = dict(make(), apiVersion=f"policies.kyverno.io/{version}")
+    imported = one(obj)
+    assert not imported.problems and compile_policy(imported.obj).condition["status"] == "True"
+
+
+def namespaced(obj: dict[str, Any], namespace: str | None = "team-a") -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    out["kind"] = "Namespaced" + out["kind"]
+    if namespace is not None:
+        out["metadata"]["namespace"] = namespace
+    return out
+
+
+def test_a_namespaced_validating_policy_is_confined_to_its_namespace() -> None:
+    imported = one(namespaced(kyverno_vpol()))
+    assert not imported.problems and imported.key == "team-a/NamespacedValidatingPolicy/check-team"
+    assert (imported.obj["kind"], imported.obj["metadata"]["namespace"]) == ("AdmissionPolicy", "team-a")
+    assert str(imported.policy) == "NamespacedValidatingPolicy team-a/check-team"
+    unlabelled = pod(labels={})
+    in_ns, elsewhere = request(dict(unlabelled, metadata={"name": "p", "namespace": "team-a"}), namespace="team-a"), \
+        request(unlabelled, namespace="default")
+    assert verdicts(imported, in_ns, elsewhere) == ["fail", "none"]
+
+
+def test_a_namespaced_policy_without_a_namespace_is_in_default() -> None:
+    imported = one(namespaced(kyverno_mpol(), namespace=None))
+    assert imported.key == "default/NamespacedMutatingPolicy/add-team" and imported.obj["metadata"]["namespace"] == \
+        "default"
+    assert compile_policy(imported.obj).policy is not None
+
+
+def test_namespaced_twins_of_one_name_in_two_namespaces_are_two_policies() -> None:
+    result = import_policies([namespaced(kyverno_vpol(), "a"), namespaced(kyverno_vpol(), "b"), kyverno_vpol()])
+    assert sorted(i.key for i in result.policies) == ["ValidatingPolicy/check-team",
+                                                      "a/NamespacedValidatingPolicy/check-team",
+                                                      "b/NamespacedValidatingPolicy/check-team"]
+
+
+def test_target_match_fields_are_noted_without_mutate_existing() -> None:
+    imported = one(kyverno_mpol(targetMatchConstraints={"resourceRules": [copy.deepcopy(PODS_RULE)]},
+                                targetMatchConditions=[{"name": "t", "expression": "true"}]))
+    assert not imported.problems
+    assert [n.path for n in imported.notes] == ["spec.targetMatchConstraints", "spec.targetMatchConditions"]

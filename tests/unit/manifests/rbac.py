@@ -30,7 +30,8 @@ INSTALL_CLUSTER: dict[tuple[str, str], frozenset[str]] = {
     **{("admissionregistration.k8s.io", r): READ for r in (
         "validatingadmissionpolicies", "validatingadmissionpolicybindings",
         "mutatingadmissionpolicies", "mutatingadmissionpolicybindings")},
-    **{("policies.kyverno.io", r): READ for r in ("validatingpolicies", "mutatingpolicies")},
+    **{("policies.kyverno.io", r): READ for r in ("validatingpolicies", "mutatingpolicies",
+                                                 "namespacedvalidatingpolicies", "namespacedmutatingpolicies")},
 }
 INSTALL_NAMESPACED: dict[tuple[str, str], frozenset[str]] = {
     ("coordination.k8s.io", "leases"): frozenset({"get", "create", "update"}),

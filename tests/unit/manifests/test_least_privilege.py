@@ -61,7 +61,8 @@ ALLOWED_CLUSTER: dict[tuple[str, str], frozenset[str]] = {
     **{("admissionregistration.k8s.io", r): CACHED for r in (
         "validatingadmissionpolicies", "validatingadmissionpolicybindings", "mutatingadmissionpolicies",
         "mutatingadmissionpolicybindings")},
-    **{("policies.kyverno.io", r): CACHED for r in ("validatingpolicies", "mutatingpolicies")},
+    **{("policies.kyverno.io", r): CACHED for r in ("validatingpolicies", "mutatingpolicies",
+                                                   "namespacedvalidatingpolicies", "namespacedmutatingpolicies")},
 }
 #: Grants that must name their objects: nothing else in the cluster may be touched.
 PINNED_CLUSTER = {

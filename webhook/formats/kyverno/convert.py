@@ -1,5 +1,10 @@
 """A Kyverno ``policies.kyverno.io`` ValidatingPolicy or MutatingPolicy → a Tollgate policy (pure; no I/O).
 
+Every version (v1, v1beta1, v1alpha1: one spec, see :mod:`webhook.formats.kinds`) and the namespaced
+twins ``NamespacedValidatingPolicy``/``NamespacedMutatingPolicy``, which become an ``AdmissionPolicy`` of
+their namespace: it selects requests of that namespace only and reads (``resource.Get``/``List``) only
+that namespace, as Kyverno confines them.
+
 Kyverno's CEL policies are ValidatingAdmissionPolicy / MutatingAdmissionPolicy specs with their
 binding folded in (Kyverno binds them itself) plus Kyverno's fields
 (``api/policies.kyverno.io/v1beta1``, aliased by v1):
@@ -32,7 +37,8 @@ policy annotations                          ``policies.tollgate.dev/severity``, 
 Notes (how a field is honoured differently): ``webhookConfiguration.timeoutSeconds`` (the webhook's
 own timeout applies), ``evaluation.background.interval`` (the background audit's own schedule),
 ``autogen.validatingAdmissionPolicy``/``mutatingAdmissionPolicy`` (Tollgate serves the policy
-itself), ``reinvocationPolicy: IfNeeded`` (invoked once), ``targetMatchConstraints`` without
+itself), ``reinvocationPolicy: IfNeeded`` (invoked once), ``targetMatchConstraints`` and
+``targetMatchConditions`` without
 ``mutateExisting``. Refused (problems): ``evaluation.mode: JSON`` (no admission request),
 ``evaluation.mutateExisting.enabled`` (Tollgate never mutates stored objects), a Kyverno library
 Tollgate lacks, a ``resource.Get``/``List`` with a computed apiVersion or resource, an unknown
@@ -47,7 +53,7 @@ from webhook.formats.common import (
     check_fields,
     check_version,
     internal_object,
-    name_of,
+    source_ref,
     spec_of,
     validation_actions,
 )
@@ -63,8 +69,9 @@ __all__ = ["AUTOGEN_CONDITION", "KYVERNO_CONTROLLERS", "convert_kyverno"]
 
 _VALIDATING_FIELDS = ("matchConstraints", "validations", "failurePolicy", "auditAnnotations", "matchConditions",
                       "variables", "autogen", "validationActions", "webhookConfiguration", "evaluation")
-_MUTATING_FIELDS = ("matchConstraints", "failurePolicy", "targetMatchConstraints", "matchConditions", "variables",
-                    "autogen", "mutations", "webhookConfiguration", "evaluation", "reinvocationPolicy")
+_MUTATING_FIELDS = ("matchConstraints", "failurePolicy", "targetMatchConstraints", "targetMatchConditions",
+                    "matchConditions", "variables", "autogen", "mutations", "webhookConfiguration", "evaluation",
+                    "reinvocationPolicy")
 _COPIED = ("matchConditions", "variables", "validations", "auditAnnotations", "mutations")
 
 #: Kyverno's pod controllers (``pkg/cel/autogen/config.go``): resource → (group, resource) of the request.
@@ -169,9 +176,10 @@ def _evaluation(spec: dict[str, Any], kind: ImportKind, source: SourceRef, probl
         if _flag(spec, ("evaluation", "mutateExisting", "enabled"), False, source, problems):
             problems.append(Problem(source, "spec.evaluation.mutateExisting.enabled",
                                     "Tollgate never mutates stored objects, only admission requests"))
-        elif spec.get("targetMatchConstraints") is not None:
-            notes.append(Problem(source, "spec.targetMatchConstraints", "ignored (it selects what mutateExisting "
-                                                                         "mutates, which is off)"))
+        else:
+            notes += [Problem(source, f"spec.{field}", "ignored (it selects what mutateExisting mutates, which is "
+                                                       "off)")
+                      for field in ("targetMatchConstraints", "targetMatchConditions") if spec.get(field) is not None]
         if not admission:
             problems.append(Problem(source, "spec.evaluation.admission.enabled",
                                     "false: a MutatingPolicy that does not mutate admission requests only mutates "
@@ -206,7 +214,7 @@ def convert_kyverno(kind: ImportKind, obj: dict[str, Any]) -> Imported:
     Returns:
         The :class:`Imported` policy: with problems, its object carries them and is not Ready.
     """
-    source = SourceRef(kind.kind, name_of(obj))
+    source = source_ref(kind, obj)
     spec_in = spec_of(obj)
     problems = check_version(kind, obj, source) + check_fields(
         spec_in, _MUTATING_FIELDS if kind.mutating else _VALIDATING_FIELDS, source)
@@ -259,6 +267,7 @@ def convert_kyverno(kind: ImportKind, obj: dict[str, Any]) -> Imported:
     annotations: dict[str, Any] = raw_annotations if isinstance(raw_annotations, dict) else {}
     severity = {ours: str(annotations[theirs]) for theirs, ours in _SEVERITY.items() if theirs in annotations}
     internal = internal_object(imported_name(kind.kind, source.name), spec, sources=(source,), problems=problems,
-                               carried=(obj,), extra_annotations=severity, generation=meta.get("generation"))
+                               carried=(obj,), extra_annotations=severity, generation=meta.get("generation"),
+                               namespace=source.namespace)
     return Imported(internal, source, None, tuple(problems), tuple(notes),
                     authored_conditions=len(authored) if isinstance(authored, list) else 0)
