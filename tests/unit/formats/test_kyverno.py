@@ -12,7 +12,7 @@ from tests.unit.policy.imports_helpers import PODS_RULE, kyverno_mpol, kyverno_v
 from webhook.formats.catalog import import_policies
 from webhook.formats.imported import Imported
 from webhook.formats.kyverno.convert import AUTOGEN_CONDITION
-from webhook.policy import InMemoryLookups, compile_policy, evaluate_validating
+from webhook.policy import InMemoryLookups, compile_policy, evaluate_mutating, evaluate_validating
 from webhook.policy.model import Reference
 
 
@@ -190,3 +190,33 @@ def test_a_mutating_policy_mutates_admission_requests_only() -> None:
         "spec.evaluation.admission.enabled"]
     targets = one(kyverno_mpol(targetMatchConstraints={"expression": "true"}, reinvocationPolicy="IfNeeded"))
     assert not targets.problems and len(targets.notes) == 2
+
+
+def _mutations(imported: Imported, req: dict[str, Any]) -> Any:
+    compiled = compile_policy(imported.obj)
+    assert compiled.policy is not None, compiled.condition
+    out = evaluate_mutating(req, [compiled.policy], InMemoryLookups())
+    assert out.allowed, out.message
+    return out.patch
+
+
+def test_a_mutating_policys_match_conditions_read_its_variables_as_kyvernos_do() -> None:
+    # kyverno/policies other-mpol/remove-hostpath-volumes: Kyverno binds a MutatingPolicy's variables for its
+    # matchConditions (pkg/cel/policies/mpol/compiler/policy.go).
+    imported = one(kyverno_mpol(
+        variables=[{"name": "hostPaths", "expression": "object.spec.?volumes.orValue([]).filter(v, has(v.hostPath))"},
+                   {"name": "hasHostPath", "expression": "size(variables.hostPaths) > 0"}],
+        matchConditions=[{"name": "has-hostpath", "expression": "variables.hasHostPath"}]))
+    assert not imported.problems
+    with_host_path = pod()
+    with_host_path["spec"]["volumes"] = [{"name": "h", "hostPath": {"path": "/"}}]
+    assert _mutations(imported, request(with_host_path))
+    assert not _mutations(imported, request(pod()))
+
+
+def test_a_validating_policys_match_conditions_see_no_variables_as_in_kyverno() -> None:
+    # Kyverno compiles a ValidatingPolicy's matchConditions before its variables (pkg/cel/policies/vpol/compiler).
+    imported = one(kyverno_vpol(variables=[{"name": "x", "expression": "true"}],
+                                matchConditions=[{"name": "c", "expression": "variables.x"}]))
+    assert imported.obj["spec"]["matchConditions"][0]["expression"] == "variables.x"
+    assert "undeclared variable" in compile_policy(imported.obj).condition["message"]
