@@ -7,8 +7,10 @@ One :class:`PolicyEnv` (see ``docs/design/cel.md`` and "CEL environment" in
 * cel-cpp's own extensions, enabled natively through the environment's YAML config
   (:data:`CONFIG_YAML`): ext lists (``lists.range``, ``sort``, ``sortBy``, ``distinct``, ``flatten``,
   ``reverse``, ``slice``, ``first``, ``last``), ext sets, ext strings, two-variable comprehensions,
-  optional types, ``cel.bind``, math and encoders;
-* the Kubernetes libraries cel-cpp lacks, in Python (:mod:`webhook.policy.cel.library`);
+  optional types, ``cel.bind``, math and encoders, and regex (``regex.replace``/``extract``/``extractAll``,
+  which Kyverno's environment has: ``kyverno/kyverno`` ``pkg/cel/compiler/env.go`` ``ext.Regex``);
+* the Kubernetes libraries cel-cpp lacks and Kyverno's that need no network, in Python
+  (:mod:`webhook.policy.cel.library`);
 * source rewrites and compile-time validators for what neither can express
   (:mod:`webhook.policy.cel.rewrites`, :mod:`webhook.policy.cel.validators`): ``has()`` with cel-go's
   semantics, optionals returned by the format library, a bound on ``lists.range``, ``orValue`` on a value
@@ -74,6 +76,7 @@ extensions:
     version: latest
   - name: math
   - name: optional
+  - name: regex
   - name: sets
   - name: strings
   - name: two-var-comprehensions
