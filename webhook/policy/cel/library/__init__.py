@@ -43,6 +43,19 @@ from webhook.policy.cel.library import (
     urls,
 )
 
+#: cel-cpp's regex extension, enabled natively as Kyverno enables cel-go's ``ext.Regex``; Kubernetes has none.
+REGEX_EXTENSION = frozenset({"regex.replace", "regex.extract", "regex.extractAll"})
+
+
+def kyverno_functions() -> frozenset[str]:
+    """Names of the functions Tollgate has from Kyverno's environment, not Kubernetes' (export blocks them).
+
+    ``math.round`` is among them for its two-argument overload only (the one-argument one is cel-cpp's).
+    """
+    return frozenset(d.name for m in (kyverno_user, kyverno_time, kyverno_image, kyverno_json, kyverno_yaml,
+                                      kyverno_x509, kyverno_hash, kyverno_math)
+                     for d in m.declarations()) | REGEX_EXTENSION
+
 
 def declarations() -> list[Any]:
     """Every Python-implemented Kubernetes and Kyverno library function, ready for ``cel.CelExtension``."""
