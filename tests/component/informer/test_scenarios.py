@@ -333,7 +333,9 @@ async def test_e16_watches_closing_at_once_do_not_hot_loop(fake_api: FakeApiServ
 
     inf, _ = make_informer(short_watch=1.0, sleep=sleep)
     await inf.start()
-    await asyncio.sleep(0.5)
+    async with asyncio.timeout(30):  # a few watches closed at once (not a duration: a loaded machine is slower)
+        while len(fake_api.log("watch", CM)) < 3:
+            await asyncio.sleep(0.01)
     await inf.stop()
     # Every very short watch is followed by a backoff delay (0.02 s doubling to 0.1 s) and a relist.
     watches = len(fake_api.log("watch", CM))

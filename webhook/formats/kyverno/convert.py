@@ -34,6 +34,10 @@ policy annotations                          ``policies.tollgate.dev/severity``, 
 ``/category``
 ==========================================  ================================================================
 
+A MutatingPolicy's ``matchConditions`` that read ``variables.*`` get those variables bound in with
+``cel.bind`` (Kyverno binds a MutatingPolicy's variables for its matchConditions; a ValidatingPolicy's see
+none, as in Kyverno).
+
 Notes (how a field is honoured differently): ``webhookConfiguration.timeoutSeconds`` (the webhook's
 own timeout applies), ``evaluation.background.interval`` (the background audit's own schedule),
 ``autogen.validatingAdmissionPolicy``/``mutatingAdmissionPolicy`` (Tollgate serves the policy
@@ -63,6 +67,7 @@ from webhook.formats.kubernetes.convert import expressions, library_problems
 from webhook.formats.libraries import resource_reads
 from webhook.formats.matching import intersect as intersect_match
 from webhook.formats.matching import parse_match
+from webhook.policy.cel.rewrites import inline_variables, referenced_variables
 from webhook.policy.provenance import imported_name
 
 __all__ = ["AUTOGEN_CONDITION", "KYVERNO_CONTROLLERS", "convert_kyverno"]
@@ -208,6 +213,37 @@ def _notes(spec: dict[str, Any], kind: ImportKind, source: SourceRef) -> list[Pr
     return notes
 
 
+def _conditions_with_variables(spec: dict[str, Any]) -> list[Any] | None:
+    """A MutatingPolicy's ``matchConditions`` with the ``variables.*`` they read bound in (None: none read any).
+
+    Kyverno evaluates a MutatingPolicy's matchConditions with the policy's variables bound lazily
+    (``pkg/cel/policies/mpol/compiler/policy.go``: ``appendVariables`` before ``match``; ``compiler.go``
+    compiles the variables first); a ValidatingPolicy compiles its matchConditions before its variables,
+    so there they stay undeclared. Tollgate's matchConditions see no variables (as ValidatingAdmissionPolicy's),
+    so each variable a condition reads is bound in its expression, once and lazily, with ``cel.bind``
+    (:func:`webhook.policy.cel.rewrites.inline_variables`); an error in a variable is the condition's error,
+    answered per failurePolicy as Kyverno answers it.
+    """
+    conditions, variables = spec.get("matchConditions"), spec.get("variables")
+    if not isinstance(conditions, list) or not isinstance(variables, list):
+        return None
+    if not any(isinstance(c, dict) and isinstance(c.get("expression"), str)
+               and referenced_variables(c["expression"]) for c in conditions):
+        return None
+    inlined: dict[str, str] = {}
+    for v in variables:
+        if isinstance(v, dict) and isinstance(v.get("name"), str) and isinstance(v.get("expression"), str):
+            text = inline_variables(v["expression"], inlined)
+            if text is not None:
+                inlined[v["name"]] = text
+    out: list[Any] = []
+    for c in conditions:
+        text = c.get("expression") if isinstance(c, dict) else None
+        bound = inline_variables(text, inlined) if isinstance(text, str) and referenced_variables(text) else None
+        out.append({**c, "expression": bound} if bound is not None else c)
+    return out
+
+
 def convert_kyverno(kind: ImportKind, obj: dict[str, Any]) -> Imported:
     """A Kyverno ValidatingPolicy or MutatingPolicy as a Tollgate policy (see the module docstring's table).
 
@@ -254,6 +290,9 @@ def convert_kyverno(kind: ImportKind, obj: dict[str, Any]) -> Imported:
         if field in spec_in:
             spec[field] = spec_in[field]
     authored = spec_in.get("matchConditions")
+    bound = _conditions_with_variables(spec_in) if kind.mutating else None
+    if bound is not None:
+        spec["matchConditions"] = authored = bound
     if conditions and isinstance(authored, list | None):
         spec["matchConditions"] = [*(authored or []), *conditions]
     problems += library_problems(spec_in, source, kyverno=True)
