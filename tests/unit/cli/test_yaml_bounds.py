@@ -215,3 +215,19 @@ def test_serve_refuses_a_kubeconfig_bomb_in_one_line_and_exit_2(bomb: Path, tmp_
                             check=False, capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
     assert result.returncode == ExitStatus.USAGE, result.stderr
     assert result.stderr.count("\n") == 1 and "not a kubeconfig (9:27: document 1: aliases expand" in result.stderr
+
+
+def test_resources_under_test_are_read_one_at_a_time(tmp_path: Path) -> None:
+    # tollgate test -r evaluates each resource as it is read, keeping only its top node level: a 100 MB file
+    # is never held whole (its objects, or their node trees).
+    from webhook.files.inputs import iter_resources
+
+    path = tmp_path / "pods.yaml"
+    path.write_text(POD + "---\n" + laughs(9))
+    resources = iter_resources([path])
+    first = next(resources)
+    assert first.obj["metadata"]["name"] == "p" and first.where() == f"{path}:1: document 1"
+    assert isinstance(first.node, yaml.MappingNode)
+    assert all(isinstance(value, yaml.ScalarNode) for _key, value in first.node.value)
+    with pytest.raises(InputError, match="excessive aliasing"):
+        next(resources)
