@@ -46,7 +46,6 @@ YAML_SUFFIXES = (".yaml", ".yml")
 STDIN = "-"
 
 
-
 @dataclass(frozen=True, slots=True)
 class Limits:
     """What one document may cost, checked while it is composed (before any object is built).
