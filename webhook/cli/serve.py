@@ -19,12 +19,11 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from webhook import logs
 from webhook.aio import cancel_and_wait
 from webhook.cli.arguments import dns_label, dns_subdomain, int_in_range, port, seconds
 from webhook.cli.command import Subparsers, UsageError, add_command
+from webhook.files.yamlio import InputError, load_single
 from webhook.formats.kinds import IMPORT_SOURCES
 from webhook.server.settings import DEFAULTS, Settings
 from webhook.tls import generate as certs
@@ -226,12 +225,13 @@ def _check_kubeconfig_file(path: Path, label: str) -> None:
     """A kubeconfig must be a YAML mapping (``kind: Config``); anything else is refused in one line."""
     try:
         text = path.read_text(encoding="utf-8")
-        loaded = yaml.safe_load(text)
+        loaded = load_single(text, str(path))  # bounded: no alias bomb reaches the Kubernetes client
     except UnicodeDecodeError:
         raise UsageError(f"{label}: not a kubeconfig (not UTF-8 text)") from None
-    except (OSError, yaml.YAMLError) as e:
-        problem = getattr(e, "problem", None) or getattr(e, "strerror", None) or type(e).__name__
-        raise UsageError(f"{label}: not a kubeconfig ({problem})") from None
+    except InputError as e:
+        raise UsageError(f"{label}: not a kubeconfig ({str(e).removeprefix(f'{path}:')})") from None
+    except OSError as e:
+        raise UsageError(f"{label}: not a kubeconfig ({e.strerror or type(e).__name__})") from None
     if not isinstance(loaded, dict):
         raise UsageError(f"{label}: not a kubeconfig (a YAML mapping with clusters, users and contexts)")
 

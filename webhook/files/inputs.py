@@ -21,7 +21,7 @@ namespaced one without a namespace in ``default``, as ``kubectl apply`` puts it.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -167,7 +167,15 @@ def load_resources(paths: Iterable[Path]) -> list[Document]:
     Raises:
         InputError: unreadable file, or a resource without ``kind`` or ``metadata.name``.
     """
-    out = []
+    return list(iter_resources(paths))
+
+
+def iter_resources(paths: Iterable[Path]) -> Iterator[Document]:
+    """:func:`load_resources` one at a time, as the files are read (a caller that keeps none holds one).
+
+    Raises:
+        InputError: as :func:`load_resources`, when the document at fault is reached.
+    """
     for doc in load_paths(paths):
         if doc.kind in POLICY_KINDS or doc.kind == "TestSuite" or is_imported_kind(doc):
             continue
@@ -175,8 +183,7 @@ def load_resources(paths: Iterable[Path]) -> list[Document]:
             raise InputError(doc.problem(("kind",), "required field is missing"))
         if not isinstance(doc.obj.get("metadata"), dict) or not doc.obj["metadata"].get("name"):
             raise InputError(doc.problem(("metadata", "name"), "required field is missing"))
-        out.append(doc.shallow())  # only its top fields are ever named: its node tree would cost 4x its objects
-    return out
+        yield doc.shallow()  # only its top fields are ever named: its node tree would cost 4x its objects
 
 
 def reference_objects(docs: Iterable[Document]) -> dict[Reference, list[dict[str, Any]]]:

@@ -25,6 +25,7 @@ from webhook.files.chain import AdmissionChain, Evaluation
 from webhook.files.checks import schema_problems
 from webhook.files.inputs import (
     index_resources,
+    iter_resources,
     load_kind,
     load_policies,
     load_resources,
@@ -114,7 +115,7 @@ def run_adhoc(*, policies: list[Path], resources: list[Path], configmaps: list[P
     olds = index_resources(load_resources(old_resources))
     rows = []
     names = sorted(p.name for p in loaded)
-    for doc in load_resources(resources):
+    for doc in iter_resources(resources):  # one at a time: a 100 MB file is never held whole
         key = resource_key(doc.obj)
         old = old_object_for(key, olds, operation, doc.where())
         evaluation = chain.evaluate(build_request(doc.obj, operation=operation, user_info=user_info,

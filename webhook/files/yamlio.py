@@ -46,7 +46,6 @@ YAML_SUFFIXES = (".yaml", ".yml")
 STDIN = "-"
 
 
-
 @dataclass(frozen=True, slots=True)
 class Limits:
     """What one document may cost, checked while it is composed (before any object is built).
@@ -407,16 +406,40 @@ def _parse_yaml(text: str, source: str) -> Iterator[Document]:
             obj = loader.construct_document(node)
             if obj is not None:
                 yield from _documents(source, index, obj, node, node.start_mark.line + 1)
-    except _Refused as e:
-        at = f":{e.problem_mark.line + 1}:{e.problem_mark.column + 1}" if e.problem_mark is not None else ""
-        raise _Unusable(f"{source}{at}: document {index + 1}: {e.problem}") from None
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
-        where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        if mark is not None and _tab_at(text, mark.line, mark.column):
-            problem = "a tab character (YAML allows only spaces for indentation)"
-        raise InputError(f"{source}{where}: invalid YAML: {problem}") from None
+        raise _input_error(e, text, source, index + 1) from None
+    finally:
+        loader.dispose()
+
+
+def _input_error(e: yaml.YAMLError, text: str, source: str, index: int) -> InputError:
+    """One line for a YAML error: ``file:line:column: ...`` (a bound refused, or invalid YAML; a tab named)."""
+    if isinstance(e, _Refused):
+        at = f":{e.problem_mark.line + 1}:{e.problem_mark.column + 1}" if e.problem_mark is not None else ""
+        return _Unusable(f"{source}{at}: document {index}: {e.problem}")
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+    where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+    if mark is not None and _tab_at(text, mark.line, mark.column):
+        problem = "a tab character (YAML allows only spaces for indentation)"
+    return InputError(f"{source}{where}: invalid YAML: {problem}")
+
+
+def load_single(text: str, source: str) -> Any:
+    """The one YAML document of ``text`` (None when empty), within :data:`LIMITS`, as PyYAML's ``safe_load``.
+
+    For files other tools read too (a kubeconfig: client-go decodes it leniently), so a key given twice
+    is not refused here, as it is by :func:`parse_text`.
+
+    Raises:
+        InputError: invalid YAML (a tab in indentation named), more than one document, or a document
+            beyond the limits; one line naming ``source`` and the line.
+    """
+    loader = _Loader(text)
+    try:
+        return loader.get_single_data()
+    except yaml.YAMLError as e:
+        raise _input_error(e, text, source, 1) from None
     finally:
         loader.dispose()
 

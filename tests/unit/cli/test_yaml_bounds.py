@@ -4,6 +4,9 @@ file and line (exit 2 from the CLI), and a tab in indentation is named as a tab.
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,7 +15,8 @@ import yaml
 from webhook.cli.command import ExitStatus
 from webhook.cli.main import main
 from webhook.files import yamlio
-from webhook.files.yamlio import InputError, Limits, iter_text, parse_text
+from webhook.files.yamlio import InputError, Limits, iter_text, load_single, parse_text
+from webhook.tls import generate as certs
 
 ROOT = Path(__file__).resolve().parents[3]
 POLICY = ROOT / "policies" / "pod-security" / "baseline" / "disallow-privileged-containers.yaml"
@@ -192,3 +196,38 @@ def test_a_shallow_document_keeps_the_lines_of_its_top_fields_only() -> None:
     assert doc.line_of(("spec", "containers", 0, "image")) == 6
     assert isinstance(shallow.node, yaml.MappingNode) and all(
         isinstance(value, yaml.ScalarNode) for _key, value in shallow.node.value)
+
+
+def test_load_single_is_bounded_and_lenient_like_client_go() -> None:
+    assert load_single("a: 1\na: 2\n", "k") == {"a": 2}  # client-go decodes a kubeconfig leniently
+    assert load_single("", "k") is None
+    with pytest.raises(InputError, match=r"^k:9:27: document 1: aliases expand to .* \(excessive aliasing"):
+        load_single(laughs(9), "k")
+    with pytest.raises(InputError, match=r"^k:2:1: invalid YAML: a tab character"):
+        load_single("a:\n\tb: 1\n", "k")
+
+
+def test_serve_refuses_a_kubeconfig_bomb_in_one_line_and_exit_2(bomb: Path, tmp_path: Path) -> None:
+    certs.write_certs(tmp_path / "certs", dns_names=["a"], days=1)
+    env = {**os.environ, "HOME": str(tmp_path), "KUBECONFIG": "", "KUBERNETES_SERVICE_HOST": ""}
+    result = subprocess.run([sys.executable, "-m", "webhook.cli.main", "serve", "--kubeconfig", str(bomb),
+                             "--cert-dir", str(tmp_path / "certs")],
+                            check=False, capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
+    assert result.returncode == ExitStatus.USAGE, result.stderr
+    assert result.stderr.count("\n") == 1 and "not a kubeconfig (9:27: document 1: aliases expand" in result.stderr
+
+
+def test_resources_under_test_are_read_one_at_a_time(tmp_path: Path) -> None:
+    # tollgate test -r evaluates each resource as it is read, keeping only its top node level: a 100 MB file
+    # is never held whole (its objects, or their node trees).
+    from webhook.files.inputs import iter_resources
+
+    path = tmp_path / "pods.yaml"
+    path.write_text(POD + "---\n" + laughs(9))
+    resources = iter_resources([path])
+    first = next(resources)
+    assert first.obj["metadata"]["name"] == "p" and first.where() == f"{path}:1: document 1"
+    assert isinstance(first.node, yaml.MappingNode)
+    assert all(isinstance(value, yaml.ScalarNode) for _key, value in first.node.value)
+    with pytest.raises(InputError, match="excessive aliasing"):
+        next(resources)
