@@ -26,6 +26,9 @@ class Metrics:
                                  ["endpoint", "decision"], registry=r,
                                  buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 2.5, 5.0,
                                           10.0))
+        self.events = Counter("tollgate_events_total",
+                              "Kubernetes Events for denials and warnings by outcome (created, patched, throttled, "
+                              "dropped: queue full, failed)", ["outcome"], registry=r)
         self.bad_requests = Counter("tollgate_admission_bad_requests_total", "Malformed webhook calls (HTTP 4xx)",
                                     ["endpoint", "status"], registry=r)
         self.policy_results = PolicyResultCollector()

@@ -32,6 +32,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
+from webhook.admission.events import EventRecorder
 from webhook.admission.handler import AdmissionHandler
 from webhook.admission.isolation.evaluators import Evaluator, InlineEvaluator
 from webhook.admission.review import ReviewError, parse_review, review_body
@@ -120,13 +121,16 @@ class AdmissionServer:
             ``/validate`` and ``/mutate`` (401 without one). None (default):
             demand one exactly when the connection's TLS context requests
             client certificates, i.e. when served with ``--client-ca``.
+        events: where denials and warnings go as Kubernetes Events (queued, never awaited:
+            :mod:`webhook.admission.events`); None: no Events.
     """
 
     def __init__(self, handler: AdmissionHandler, metrics: Metrics, *, max_request_bytes: int,
                  default_timeout: float = DEFAULT_TIMEOUT, clock: Callable[[], float] = time.perf_counter,
                  evaluator: Evaluator | None = None, ready: Callable[[], bool] | None = None,
-                 require_client_certificate: bool | None = None) -> None:
+                 require_client_certificate: bool | None = None, events: EventRecorder | None = None) -> None:
         self.handler = handler
+        self.events = events
         self.metrics = metrics
         self.max_request_bytes = max_request_bytes
         self.default_timeout = default_timeout
@@ -325,6 +329,8 @@ class AdmissionServer:
             return self._reject(endpoint, e.http_status, e.reason)
         self.metrics.policy_results.record(decision.results)
         self.metrics.policy_durations.record(endpoint, decision.durations)
+        if self.events is not None and (decision.decision is not Decision.ALLOWED or "warnings" in decision.response):
+            self.events.record(admission_request, decision.results)  # a bounded queue: never waits
         elapsed = self._clock() - started
         self._child(self.metrics.requests, endpoint, decision.decision).inc()
         self._child(self.metrics.latency, endpoint, decision.decision).observe(elapsed)

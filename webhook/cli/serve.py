@@ -145,6 +145,10 @@ def add_parser(sub: Subparsers) -> None:
                         "ValidatingAdmissionPolicy/MutatingAdmissionPolicy and their bindings, 'kyverno' for Kyverno's "
                         "ValidatingPolicy/MutatingPolicy; only where their owner does not enforce them itself "
                         "(default: none; --local reads every kind in its directory)")
+    p.add_argument("--no-events", dest="events", action="store_false",
+                   help="record no Kubernetes Event on the object of a denied or warned request (default: one "
+                        "PolicyViolation/PolicyWarning Event, aggregated and rate-limited as client-go's; "
+                        "log lines with --local)")
     p.add_argument("--log-level", default=DEFAULT_LOG_LEVEL, help=f"(default {DEFAULT_LOG_LEVEL})")
 
 
@@ -450,6 +454,7 @@ def _run_serve(args: argparse.Namespace) -> int:
                         else 0.0 if args.local else DEFAULTS.shutdown_delay),
         background_audit=args.background_audit and args.local is None, audit_max_objects=args.audit_max_objects,
         decision_memo_bytes=args.decision_memo_bytes, explain=args.explain, imports=frozenset(args.imports),
+        events=args.events,
     )
     runner: Callable[[Coroutine[Any, Any, None]], None]
     try:

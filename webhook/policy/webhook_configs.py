@@ -292,7 +292,8 @@ def _entry(target: WebhookTarget, endpoint: Endpoint, failure_policy: FailurePol
             "values": sorted({target.namespace, *target.excluded_namespaces})}]},
         "objectSelector": {},
         "rules": rules,
-        "sideEffects": "None",
+        # Events are written for denials and warnings, never for a dryRun request (webhook.admission.events).
+        "sideEffects": "NoneOnDryRun",
         "timeoutSeconds": target.timeout_seconds,
     }
     if endpoint is Endpoint.MUTATE:

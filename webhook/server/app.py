@@ -22,6 +22,7 @@ from typing import Any
 
 from aiohttp import web
 
+from webhook.admission.events import EventCorrelator, EventRecorder, EventSink, LogEventSink
 from webhook.admission.explain import ExplainEndpoint
 from webhook.admission.handler import AdmissionHandler
 from webhook.admission.lifecycle import evaluation_pool_ctx
@@ -186,14 +187,15 @@ def build_components(settings: Settings, *, api_client: Any = None,
             import_sources.queued.append(q)
     # Until the policy caches sync, reviews get 503: the API server applies the webhook's own failurePolicy.
     server = AdmissionServer(handler, metrics, max_request_bytes=settings.max_request_bytes,
-                             default_timeout=settings.default_timeout, ready=policies_synced)
+                             default_timeout=settings.default_timeout, ready=policies_synced,
+                             events=event_recorder(settings, api_client, metrics))
     return Components(
         settings=settings, metrics=metrics, index=index, factory=factory, namespaces=namespaces,
         configmaps=configmaps, policy_informers=policy_informers, policies_synced=policies_synced, server=server,
         certs=certs, plans_pending=plans_pending, local_sources=local_sources,
         elector=leader.elector if leader else None, status_writer=writer, reconciler=reconciler,
         cert_manager=leader.cert_manager if leader else None, background=background, references=references,
-        imports=import_sources)
+        imports=import_sources, events=server.events)
 
 
 def create_app(settings: Settings, *, api_client: Any = None,
@@ -215,6 +217,8 @@ def create_app(settings: Settings, *, api_client: Any = None,
     app.cleanup_ctx.append(_informers_ctx(c))
     app.cleanup_ctx.append(_certs_ctx(c))
     app.cleanup_ctx.append(_tasks_ctx(c))
+    if c.events is not None:
+        app.cleanup_ctx.append(_events_ctx(c.events))
     if settings.eval_workers > 0:
         app.cleanup_ctx.append(evaluation_pool_ctx(c.server, c.metrics, workers=settings.eval_workers,
                                                    memory_limit_bytes=settings.eval_memory_limit_bytes,
@@ -227,6 +231,38 @@ def create_app(settings: Settings, *, api_client: Any = None,
                                        max_body_bytes=min(settings.max_request_bytes, 1024 * 1024)).routes())
     app.add_routes(health.routes())
     return app
+
+
+def event_recorder(settings: Settings, api_client: Any, metrics: Metrics) -> EventRecorder | None:
+    """The Events of denials and warnings: written to the API server, logged with ``--local``, or None.
+
+    None when ``settings.events`` is off or there is nowhere to write (tests without an API client).
+    """
+    if not settings.events:
+        return None
+    sink: EventSink
+    if settings.local_dir is not None:
+        sink = LogEventSink()
+    elif api_client is not None:
+        from webhook.kube.events import ApiEventSink
+
+        sink = ApiEventSink(api_client)
+    else:
+        return None
+    outcomes = {o: metrics.events.labels(o) for o in ("created", "patched", "throttled", "dropped", "failed")}
+    return EventRecorder(sink, EventCorrelator(instance=settings.pod_name),
+                         on_outcome=lambda outcome: outcomes[outcome].inc())
+
+
+def _events_ctx(recorder: EventRecorder) -> Callable[[web.Application], AsyncIterator[None]]:
+    async def ctx(app: web.Application) -> AsyncIterator[None]:
+        task = asyncio.get_running_loop().create_task(recorder.run())
+        try:
+            yield
+        finally:
+            await cancel_and_wait(task)
+
+    return ctx
 
 
 def api_server_version_ctx(c: Components, api_client: Any) -> Callable[[web.Application], AsyncIterator[None]]:

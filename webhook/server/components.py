@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from webhook.admission.events import EventRecorder
 from webhook.admission.server import AdmissionServer
 from webhook.caches.references import ReferenceInformers
 from webhook.files.local_source import LocalDirectoryListerWatcher
@@ -63,6 +64,8 @@ class Components:
             there is nowhere to list them from (tests that give only ``lister_watcher_for``).
         imports: the informers of the imported kinds (Kubernetes' admission policies, Kyverno's CEL
             policies; :mod:`webhook.server.imports`), or None (tests that give only ``lister_watcher_for``).
+        events: the Kubernetes Events of denials and warnings (``settings.events``; log lines with
+            ``--local``), or None.
     """
 
     settings: Settings
@@ -84,6 +87,7 @@ class Components:
     background: BackgroundAudit | None = None
     references: ReferenceInformers | None = None
     imports: ImportSources | None = None
+    events: EventRecorder | None = None
     api_server: dict[str, Any] = field(default_factory=dict)
 
     def local_file_errors(self) -> dict[str, str]:

@@ -87,6 +87,8 @@ class Settings:
         imports: whose policies a cluster's Tollgate imports and enforces as well (``--import``): names of
             :data:`~webhook.formats.kinds.IMPORT_SOURCES` (``admission``, ``kyverno``); none by
             default. ``--local`` reads every importable kind in its directory whatever this says.
+        events: record a Kubernetes Event on the object of each denied or warned review (``--no-events``
+            turns it off; :mod:`webhook.admission.events`); with ``--local`` they are log lines.
     """
 
     local_dir: Path | None = None
@@ -131,6 +133,7 @@ class Settings:
     ready_max_staleness: float = 30.0
     explain: bool = False
     imports: frozenset[str] = frozenset()
+    events: bool = True
 
 
 #: Every setting's default, in one place: ``tollgate serve``'s flags and the components read them from here

@@ -20,6 +20,7 @@ REPORTS = frozenset({"get", "list", "create", "update", "delete"})
 INSTALL_CLUSTER: dict[tuple[str, str], frozenset[str]] = {
     ("", "configmaps"): READ,
     ("", "namespaces"): READ,
+    ("", "events"): frozenset({"create", "patch"}),
     ("tollgate.dev", "clusteradmissionpolicies"): READ,
     ("tollgate.dev", "admissionpolicies"): READ,
     ("tollgate.dev", "clusteradmissionpolicies/status"): frozenset({"patch"}),

@@ -12,7 +12,7 @@ shipped policies (``webhook.policy.webhook_configs`` over policies/), and fails 
 * the Deployment could run as root, with a writable root filesystem, with
   privilege escalation, capabilities, host namespaces, or without resource
   requests and limits;
-* a generated webhook entry lacks ``sideEffects: None``, an explicit
+* a generated webhook entry lacks ``sideEffects: NoneOnDryRun``, an explicit
   ``failurePolicy``, ``timeoutSeconds`` <= 10, or a namespaceSelector that
   keeps ``tollgate-system`` (and ``kube-system``) out;
 * the probes or webhook paths are not routes of the app ``create_app`` builds,
@@ -46,11 +46,14 @@ SERVICE_ACCOUNT = "tollgate"
 CACHED = frozenset({"get", "list", "watch"})
 STATUS = frozenset({"patch"})
 LEASE = frozenset({"get", "create", "update"})
+EVENTS = frozenset({"create", "patch"})
 WEBHOOK_CONFIGS = frozenset({"get", "update", "patch"})
 WEBHOOK_CONFIG_NAME = "tollgate"
 ALLOWED_CLUSTER: dict[tuple[str, str], frozenset[str]] = {
     ("", "configmaps"): CACHED,
     ("", "namespaces"): CACHED,
+    # Events on the objects of denied and warned requests (webhook/kube/events.py): create, patch a repeat.
+    ("", "events"): EVENTS,
     ("tollgate.dev", "clusteradmissionpolicies"): CACHED,
     ("tollgate.dev", "admissionpolicies"): CACHED,
     ("tollgate.dev", "clusteradmissionpolicies/status"): STATUS,
@@ -297,7 +300,8 @@ def test_webhooks_fail_safe_settings() -> None:
     paths = set()
     for kind, hook in _webhooks():
         name = f"{kind}/{hook['name']}"
-        assert hook["sideEffects"] == "None", name
+        # A dryRun request makes no Event (webhook.admission.events.records_for).
+        assert hook["sideEffects"] == "NoneOnDryRun", name
         assert hook.get("failurePolicy") in ("Fail", "Ignore"), f"{name}: failurePolicy must be explicit"
         assert 1 <= hook["timeoutSeconds"] <= 10, name
         assert hook["admissionReviewVersions"] == ["v1"], name

@@ -128,7 +128,7 @@ def test_exclusions_follow_the_target() -> None:
     assert not _sent(hook, _request("", "events"))
     assert not _sent(hook, _request("authorization.k8s.io", "subjectaccessreviews"))
     assert _sent(hook, _request("", "pods"))
-    assert hook["sideEffects"] == "None" and hook["admissionReviewVersions"] == ["v1"]
+    assert hook["sideEffects"] == "NoneOnDryRun" and hook["admissionReviewVersions"] == ["v1"]
 
 
 def test_url_target_calls_the_url_instead_of_the_service() -> None:
