@@ -304,7 +304,7 @@ class FakeApiServer:
 
     def count(self, method: str, suffix: str = "") -> int:
         """How many ``method`` (HTTP) requests were made to paths ending in ``suffix``."""
-        return sum(1 for r in self.requests if r["method"] == method and r["path"].endswith(suffix))
+        return sum(1 for r in self.requests if r.get("method") == method and r.get("path", "").endswith(suffix))
 
     def compact(self, rv: int | None = None) -> None:
         """Drop history up to ``rv`` (default: now); older RVs then get 410."""
