@@ -290,3 +290,20 @@ def test_schema_refuses_bad_values(values: dict[str, Any]) -> None:
     assert helm_python is not None
     with pytest.raises(helm_python.HelmValuesError):
         render({"certificates": {"mode": "self-managed"}} | values)
+
+
+@needs_helm
+def test_events_value(pems: dict[str, str]) -> None:
+    static = {"certificates": {"static": pems}}
+    events_rule = {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]}
+
+    def role(docs: list[dict[str, Any]]) -> dict[str, Any]:
+        return next(d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "tollgate")
+
+    on = render(static)
+    assert events_rule in role(on)["rules"] and "--no-events" not in _container(on)["args"]
+    off = render({**static, "events": {"enabled": False}})
+    assert events_rule not in role(off)["rules"] and "--no-events" in _container(off)["args"]
+    from webhook.cli.main import build_parser
+
+    assert build_parser().parse_args(_container(off)["args"]).events is False
