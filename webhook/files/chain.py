@@ -85,8 +85,8 @@ class AdmissionChain:
     def evaluate(self, request: dict[str, Any]) -> Evaluation:
         """Mutations in chain order, then validations on the mutated object; an outcome for every policy."""
         lookups = self._lookups(request)
-        found_by_policy: dict[str, list[PolicyOutcome]] = {p.name: [] for p in self.policies}
-        explained: dict[str, list[PolicyTrace]] = {p.name: [] for p in self.policies} if self.explain else {}
+        found_by_policy: dict[str, list[PolicyOutcome]] = {p.key: [] for p in self.policies}
+        explained: dict[str, list[PolicyTrace]] = {p.key: [] for p in self.policies} if self.explain else {}
         current = request.get("object")
         # The API server's order: tenants' AdmissionPolicies, then ClusterAdmissionPolicies, each in name order.
         chain = sorted(self.policies, key=lambda p: (not p.namespaced, p.compiled.spec.name,
@@ -96,9 +96,9 @@ class AdmissionChain:
                 continue
             step = evaluate_mutating({**request, "object": current}, [policy.compiled], lookups)
             if self.explain:
-                explained[policy.name] += explain_mutating({**request, "object": current}, [policy.compiled],
+                explained[policy.key] += explain_mutating({**request, "object": current}, [policy.compiled],
                                                            lookups).policies
-            found = found_by_policy[policy.name]
+            found = found_by_policy[policy.key]
             for r in step.results:
                 if str(r.result) == "pass" and step.patch:
                     found.append(PolicyOutcome("pass", "patch: " + json.dumps(step.patch, sort_keys=True)))
@@ -112,14 +112,14 @@ class AdmissionChain:
                 continue
             outcome = evaluate_validating(validated, [policy.compiled], lookups)
             if self.explain:
-                explained[policy.name] += explain_validating(validated, [policy.compiled], lookups).policies
+                explained[policy.key] += explain_validating(validated, [policy.compiled], lookups).policies
             for r in outcome.results:
                 result = str(r.result)
                 if result == "fail":
                     actions = getattr(r, "actions", None) or policy.actions
                     if "Deny" not in actions and "Warn" in actions:
                         result = "warn"
-                found_by_policy[policy.name].append(PolicyOutcome(result, r.message))
+                found_by_policy[policy.key].append(PolicyOutcome(result, r.message))
         out = {}
         for name, found in found_by_policy.items():
             if not found:

@@ -50,6 +50,14 @@ class LoadedPolicy:
         return self.compiled.name
 
     @property
+    def key(self) -> str:
+        """The policy's key as the server, the audit and the metrics name it (``namespace/name`` if namespaced).
+
+        Two tenants' AdmissionPolicies may share a ``metadata.name``; their keys differ.
+        """
+        return self.compiled.key
+
+    @property
     def namespaced(self) -> bool:
         """True for an ``AdmissionPolicy``."""
         return self.doc.kind == PolicyKind.NAMESPACED

@@ -94,15 +94,15 @@ def _unique(resources: list[Document], warnings: list[str]) -> list[Document]:
 
 
 def _policies_by_name(loaded: list[LoadedPolicy]) -> dict[str, list[tuple[str, str | None]]]:
-    """Kyverno's name of each policy → (the chain's name, its namespace or None)."""
+    """Kyverno's name of each policy → (the chain's key, its namespace or None)."""
     out: dict[str, list[tuple[str, str | None]]] = {}
     for policy in loaded:
         doc = policy.doc
         if isinstance(doc, ImportedDocument) and doc.imported is not None:
             ref = doc.imported.policy
-            out.setdefault(ref.name, []).append((policy.name, ref.namespace or None))
+            out.setdefault(ref.name, []).append((policy.key, ref.namespace or None))
         else:
-            out.setdefault(policy.name, []).append((policy.name, policy.compiled.spec.namespace))
+            out.setdefault(policy.name, []).append((policy.key, policy.compiled.spec.namespace))
     return out
 
 

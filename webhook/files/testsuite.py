@@ -24,6 +24,7 @@ import jsonpatch
 from webhook.files.chain import AdmissionChain, Evaluation
 from webhook.files.checks import schema_problems
 from webhook.files.inputs import (
+    LoadedPolicy,
     index_resources,
     iter_resources,
     load_kind,
@@ -114,7 +115,7 @@ def run_adhoc(*, policies: list[Path], resources: list[Path], configmaps: list[P
                           objects=reference_objects(load_resources(references)), explain=explain)
     olds = index_resources(load_resources(old_resources))
     rows = []
-    names = sorted(p.name for p in loaded)
+    names = sorted(p.key for p in loaded)
     for doc in iter_resources(resources):  # one at a time: a 100 MB file is never held whole
         key = resource_key(doc.obj)
         old = old_object_for(key, olds, operation, doc.where())
@@ -239,6 +240,26 @@ class SuiteRun:
         return [r for r in self.rows if not r.ok]
 
 
+def _policy_key(named: str, loaded: list[LoadedPolicy], where: str) -> str:
+    """The key of the policy a TestSuite row names (``namespace/name`` for an AdmissionPolicy).
+
+    A bare name is accepted when only one of the suite's policies has it.
+
+    Raises:
+        InputError: no such policy, or a bare name two policies share (the row must say which).
+    """
+    keys = sorted(p.key for p in loaded)
+    if named in keys:
+        return named
+    same = sorted(p.key for p in loaded if p.name == named)
+    if len(same) == 1:
+        return same[0]
+    if same:
+        raise InputError(f"{where}: {named} names {len(same)} policies ({', '.join(same)}): name one as "
+                         "namespace/name")
+    raise InputError(f"{where}: no policy {named} in the suite's policies (have: {', '.join(keys)})")
+
+
 def run_suite(suite: Document, *, params_selector: str, explain: bool = False) -> SuiteRun:
     """Run one TestSuite document: every ``results`` entry becomes a row with ``mismatch`` set when it fails.
 
@@ -259,13 +280,10 @@ def run_suite(suite: Document, *, params_selector: str, explain: bool = False) -
                           explain=explain)
     resources = index_resources(load_resources(_files(suite, "resources")))
     olds = index_resources(load_resources(_files(suite, "oldResources")))
-    names = sorted(p.name for p in loaded)
     cache: dict[str, Evaluation] = {}
     for i, exp in enumerate(spec["results"]):
         where = suite.where(("results", i))
-        if exp["policy"] not in names:
-            raise InputError(f"{where}: results[{i}].policy: no policy {exp['policy']} in the suite's policies "
-                             f"(have: {', '.join(names)})")
+        policy = _policy_key(exp["policy"], loaded, f"{where}: results[{i}].policy")
         res = exp["resource"]
         kind = res["kind"]
         key = (kind, res.get("namespace") or "default" if resource_for_kind(kind).namespaced else "", res["name"])
@@ -281,10 +299,10 @@ def run_suite(suite: Document, *, params_selector: str, explain: bool = False) -
             cache[memo] = chain.evaluate(build_request(doc.obj, operation=operation, user_info=user_info,
                                                        old_object=old, sub_resource=sub_resource))
         evaluation = cache[memo]
-        outcome = evaluation.outcomes[exp["policy"]]
+        outcome = evaluation.outcomes[policy]
         row = Row(exp["policy"], key[0], key[1], key[2], outcome.result, outcome.message, suite=suite.source,
                   operation=operation, expected=exp["result"], sub_resource=sub_resource,
-                  explanation=evaluation.explanations.get(exp["policy"]) if explain else None)
+                  explanation=evaluation.explanations.get(policy) if explain else None)
         row.mismatch = _mismatch(suite, i, exp, row, evaluation)
         out.rows.append(row)
     return out
