@@ -307,3 +307,40 @@ def test_a_variable_that_errors_is_shown_with_its_error_and_operands_and_decides
     assert [o.text for o in first.evaluated.operands] == ["object.spec.containers[5]"]
     assert count.evaluated.value is not None and count.evaluated.value.value == 1
     assert trace.result == "pass"  # the engine never reads the broken variable
+
+
+SECRET_PARAMS = {"metadata": {"name": "shop", "namespace": "default", "labels": {"owner": "ops"}},
+                 "data": {"max": "2", "allowed": "a,b", "token": "s3cr3t"}}
+READS_SOME_PARAMS = policy(
+    "x-reads-some-params", paramRef={"name": "shop", "namespace": "default"},
+    variables=[{"name": "allowed", "expression": "params.data.allowed.split(',')"}],
+    validations=[{"expression": "size(object.spec.containers) <= int(params.data.max)",
+                  "messageExpression": "'at most ' + params.data.max"},
+                 {"expression": "object.spec.containers.all(c, c.image in variables.allowed)"}])
+
+
+def test_only_the_params_fields_a_policy_reads_are_shown() -> None:
+    lookups = InMemoryLookups(namespaces=NAMESPACES, configmaps=[SECRET_PARAMS])
+    req, candidates = request(pod(images=("a", "b", "c"))), [_compiled(READS_SOME_PARAMS)]
+    trace = explain_validating(req, candidates, lookups).policies[0]
+    assert trace.params is not None and trace.params.value == {"data": {"max": "2", "allowed": "a,b"}}
+    assert "s3cr3t" not in str(trace.as_dict()) and "ops" not in str(trace.as_dict())
+    engine, explained = _verdicts(req, candidates, lookups)  # the verdict on the fields read is the engine's
+    assert engine == explained and trace.result == "fail" and trace.message.startswith("at most 2; ")
+    assert trace.variables[0].evaluated.value is not None and trace.variables[0].evaluated.value.value == ["a", "b"]
+
+
+def test_an_operand_shows_params_only_as_read() -> None:
+    # ``params.data`` compared with a literal keeps its presence and type only: its operand shows no field of it.
+    p = _compiled(policy("x-params-presence", paramRef={"name": "shop", "namespace": "default"},
+                         validations=[{"expression": "params.data == null || params.data.max == '9'"}]))
+    trace = explain_validating(request(pod()), [p], InMemoryLookups(configmaps=[SECRET_PARAMS])).policies[0]
+    assert trace.result == "fail" and "s3cr3t" not in str(trace.as_dict()), trace.as_dict()
+    assert trace.params is not None and trace.params.value == {"data": {"max": "2"}}
+
+
+def test_a_policy_that_uses_params_whole_shows_them_whole() -> None:
+    p = _compiled(policy("x-params-whole", paramRef={"name": "shop", "namespace": "default"},
+                         validations=[{"expression": "string(params).size() < 10"}]))
+    trace = explain_validating(request(pod()), [p], InMemoryLookups(configmaps=[SECRET_PARAMS])).policies[0]
+    assert trace.params is not None and trace.params.value["data"]["token"] == "s3cr3t"

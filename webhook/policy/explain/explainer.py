@@ -56,10 +56,12 @@ from webhook.policy.lookups import Lookups
 from webhook.policy.matching import View
 from webhook.policy.model import Reference
 from webhook.policy.plan import Plan, build_plan
+from webhook.policy.projection import Tree, params_reads
+from webhook.policy.pruning import project
 from webhook.policy.vocabulary import Endpoint, PolicyResult, Result
 
 __all__ = ["EXPLAIN_WORK_FACTOR", "MAX_OPERANDS_PER_EXPLANATION", "MAX_SPLIT_PATCHES", "explain", "explain_mutating",
-           "explain_validating", "explain_work"]
+           "explain_validating", "explain_work", "params_read"]
 
 #: How much more an explanation may evaluate than the decision: every program once; the top-level operands of a
 #: false or failed one, which are disjoint parts of it (at most the program again); and for an operand that is an
@@ -85,6 +87,20 @@ def explain_work(plan: Plan, ctx: RequestContext, endpoint: Endpoint) -> int:
     if endpoint is Endpoint.MUTATE:
         factor += min(sum(1 for p, _view in plan.entries if p.mutating), MAX_SPLIT_PATCHES)
     return factor * estimated_work(plan, ctx, endpoint)
+
+
+def params_read(policy: CompiledPolicy) -> Tree:
+    """What the programs an explanation of ``policy`` evaluates can read of its ``params``.
+
+    Every matchCondition, variable, validation (and messageExpression), auditAnnotation and mutation
+    (:func:`webhook.policy.projection.params_reads`; cached by the programs' expressions).
+    """
+    programs = [*(p for _name, p in policy.match_conditions), *(v.expression for v in policy.validations),
+                *(v.message_expression for v in policy.validations if v.message_expression is not None),
+                *(p for _key, p in policy.audit_annotations), *(p for _name, p in policy.mutations)]
+    variables = tuple((name, v.program.serialize()) for name, v in policy.variables.items())
+    return params_reads(tuple(p.program.program.serialize() for p in programs) + tuple(v for _n, v in variables),
+                        variables)
 
 
 def _summary(request: dict[str, Any]) -> dict[str, Any]:
@@ -193,6 +209,9 @@ class _Explainer:
             return trace, None
         run = dataclasses.replace(prepared, policy=policy)
         if policy.spec.param_ref is not None:
+            # Only what the policy's programs read of its params is bound, so no value shown (params, a variable,
+            # an operand) holds a field of the ConfigMap it does not read; its programs' results are the same.
+            run.params = project(run.params, params_read(policy))
             trace.params = show(run.params)
         if not policy.match_conditions:
             return trace, run
