@@ -207,3 +207,37 @@ async def test_params_not_read_are_absent_from_the_explanation(server: Server) -
     (policy,) = explained["policies"]
     assert policy.get("params", {}).get("value") == {"data": {"forbidden": "evil"}}, policy
     assert "s3cr3t" not in str(explained) and "token" not in str(explained)
+
+
+async def test_probes_and_reviews_are_answered_while_an_explanation_is_computed(
+        server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The explanation holds its thread until /healthz and /validate have answered: on the loop, it would hold those."""
+    import threading
+
+    import webhook.admission.explain as module
+
+    loop = asyncio.get_running_loop()
+    started, release = asyncio.Event(), threading.Event()
+    order: list[str] = []
+    real = module.explain
+
+    def held(*args: Any, **kwargs: Any) -> Any:
+        loop.call_soon_threadsafe(started.set)
+        release.wait(30)  # a liveness bound only: the test releases it as soon as the probes answered
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, "explain", held)
+
+    async def explanation() -> None:
+        status, _, _ = await server.post("/explain?policy=forbidden-name", review(pod_create("evil")))
+        order.append(f"explain {status}")
+
+    task = asyncio.create_task(explanation())
+    await started.wait()
+    async with server.session.get(server.url + "/healthz") as resp:
+        order.append(f"healthz {resp.status}")
+    status, answer, _ = await server.post("/validate", review(pod_create("evil")))
+    order.append(f"validate {status} {answer['response']['allowed']}")
+    release.set()
+    await task
+    assert order == ["healthz 200", "validate 200 False", "explain 200"]

@@ -344,3 +344,22 @@ def test_a_policy_that_uses_params_whole_shows_them_whole() -> None:
                          validations=[{"expression": "string(params).size() < 10"}]))
     trace = explain_validating(request(pod()), [p], InMemoryLookups(configmaps=[SECRET_PARAMS])).policies[0]
     assert trace.params is not None and trace.params.value["data"]["token"] == "s3cr3t"
+
+
+def test_splitting_and_compiling_operands_is_paid_from_the_work_budget() -> None:
+    from webhook.policy.explain import explainer
+
+    long = " && ".join(f"object.metadata.name != 'n{i}'" for i in range(40)) + " && object.metadata.name == 'never'"
+    p = _compiled(policy("long", validations=[{"expression": f"({long}) || {j} < 0"} for j in range(8)]))
+    req = request(pod())
+    plan_work = explain_work(build_plan(RequestCoordinates.of(req), [p], validating=False),
+                             RequestContext(req, LOOKUPS), Endpoint.VALIDATE)
+    one = explainer.operand_work(f"({long}) || 0 < 0", split=True) + sum(
+        explainer.operand_work(text, split=False) for text in (f"({long})", "0 < 0"))
+    trace = explain_validating(req, [p], LOOKUPS, work_budget=plan_work + 3 * one).policies[0]
+    explained = [v for v in trace.validations if v.evaluated.operands[0].value is not None]
+    spent = [v for v in trace.validations if v.evaluated.operands[0].note == explainer._SPENT]
+    assert (len(explained), len(spent)) == (3, 5), trace.as_dict()
+    assert trace.result == "fail" and all(v.result == "fail" for v in trace.validations)  # the verdict is whole
+    unlimited = explain_validating(req, [p], LOOKUPS).policies[0]
+    assert all(v.evaluated.operands[0].value is not None for v in unlimited.validations)
