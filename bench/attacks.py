@@ -563,6 +563,48 @@ async def _ready(args: argparse.Namespace) -> None:
 
 
 # -- flood ------------------------------------------------------------------------------------------------
+async def _loop_cpu_probe(path: Path) -> None:
+    """Wake every 1 ms; write each interval in which the loop thread used 1 ms of CPU or more (``cpu_ms wall_ms``).
+
+    The CPU the event loop's own thread spends between two wake-ups is how long a review arriving then waits
+    behind the loop's work on an idle core; the wall time adds whatever else the machine runs.
+    """
+    with path.open("a", buffering=1) as out:
+        while True:
+            wall, cpu = time.monotonic(), time.thread_time()
+            await asyncio.sleep(0.001)
+            cpu_ms, wall_ms = (time.thread_time() - cpu) * 1000, (time.monotonic() - wall) * 1000 - 1
+            if cpu_ms >= 1:
+                out.write(f"{cpu_ms:.3f} {wall_ms:.3f}\n")
+
+
+def probed_serve(trace: Path, serve_args: list[str]) -> int:
+    """``tollgate serve`` (``webhook.cli.main`` unchanged) with :func:`_loop_cpu_probe` on its event loop."""
+    from webhook.cli import main as cli
+    from webhook.cli import serve as serve_command
+
+    serve = serve_command._serve
+
+    async def serve_with_probe(*args: Any) -> None:
+        probe = asyncio.get_running_loop().create_task(_loop_cpu_probe(trace))
+        try:
+            await serve(*args)
+        finally:
+            probe.cancel()
+
+    serve_command._serve = serve_with_probe  # type: ignore[assignment]
+    return cli.main(["serve", *serve_args])
+
+
+def _loop_cpu(trace: Path) -> dict[str, float]:
+    """p99 and max of the loop's CPU per 1 ms wake-up interval, from :func:`_loop_cpu_probe`'s file."""
+    cpu = sorted(float(line.split()[0]) for line in trace.read_text().splitlines() if line.strip())
+    if not cpu:
+        return {"loop_cpu_stalls": 0, "loop_cpu_p99_ms": 0.0, "loop_cpu_max_ms": 0.0}
+    return {"loop_cpu_stalls": len(cpu), "loop_cpu_p99_ms": cpu[int(0.99 * (len(cpu) - 1))],
+            "loop_cpu_max_ms": cpu[-1]}
+
+
 def _largest_review_under(limit: int) -> bytes:
     n, body = 1, b""
     while True:
@@ -620,7 +662,9 @@ def flood(args: argparse.Namespace) -> None:
     rows = []
     for budget in args.budgets:
         port = free_port()
-        proc = subprocess.Popen([sys.executable, "-m", "webhook", "serve", "--local", str(ROOT / "policies"),
+        trace = tmp / f"loop-cpu-{budget}.txt"
+        proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "probed-serve", str(trace), "--",
+                                 "--local", str(ROOT / "policies"),
                                  "--cert-dir", str(tmp), "--port", str(port), "--eval-workers", "2",
                                  "--inline-work-budget", str(budget), "--log-level", "warning"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
@@ -637,13 +681,17 @@ def flood(args: argparse.Namespace) -> None:
                     if time.monotonic() > deadline:
                         raise RuntimeError("the server did not become ready") from None
                     time.sleep(0.2)
+            trace.write_text("")  # the probe's records from now on: the flood, not the start
             row = asyncio.run(_flood_one(url, ctx, args.attackers, args.seconds))
+            row.update(_loop_cpu(trace))
             row["inline_work_budget"] = budget
             rows.append(row)
             print(f"budget {budget:>11}: flood {row['flood_body_bytes']} B x {args.attackers} clients, "
                   f"{row['flood_per_s']:6.1f}/s {row['flood_outcomes']}, over budget {row['over_budget']:.0f}; "
                   f"cheap p50 {row['cheap_p50_s'] * 1000:6.1f} ms p99 {row['cheap_p99_s'] * 1000:7.1f} ms "
-                  f"max {row['cheap_max_s'] * 1000:7.1f} ms ({row['cheap_count']} sent)", flush=True)
+                  f"max {row['cheap_max_s'] * 1000:7.1f} ms ({row['cheap_count']} sent); loop CPU per 1 ms wake-up: "
+                  f"{row['loop_cpu_stalls']} over 1 ms, p99 {row['loop_cpu_p99_ms']:.1f} ms "
+                  f"max {row['loop_cpu_max_ms']:.1f} ms", flush=True)
         finally:
             proc.kill()
             proc.wait()
@@ -730,6 +778,8 @@ def explain(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["probed-serve"]:  # the flood's server: python bench/attacks.py probed-serve TRACE -- ARGS
+        sys.exit(probed_serve(Path(sys.argv[2]), sys.argv[4:]))
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     g = sub.add_parser("gil")
