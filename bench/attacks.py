@@ -681,6 +681,7 @@ def flood(args: argparse.Namespace) -> None:
                     if time.monotonic() > deadline:
                         raise RuntimeError("the server did not become ready") from None
                     time.sleep(0.2)
+            time.sleep(args.settle)  # past the start's one-off work (the heap frozen 1 s after sync: a full collection)
             trace.write_text("")  # the probe's records from now on: the flood, not the start
             row = asyncio.run(_flood_one(url, ctx, args.attackers, args.seconds))
             row.update(_loop_cpu(trace))
@@ -807,6 +808,7 @@ def main() -> None:
     fl.add_argument("--attackers", type=int, default=8)
     fl.add_argument("--seconds", type=float, default=15.0)
     fl.add_argument("--budgets", type=lambda s: [int(x) for x in s.split(",")], default=[0, 50_000_000])
+    fl.add_argument("--settle", type=float, default=3.0, help="seconds between ready and the flood (default 3)")
     fl.add_argument("--json", help="write the rows here")
     ex = sub.add_parser("explain")
     ex.add_argument("--validations", type=int, default=64)
