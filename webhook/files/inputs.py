@@ -68,6 +68,11 @@ class LoadedPolicy:
         return frozenset(self.doc.obj.get("spec", {}).get("validationActions") or ("Deny",))
 
 
+#: Kinds a policies file may hold beside its policies (a kustomization's params ConfigMap, Namespaces),
+#: which ``-p`` leaves to ``-c``/``-n`` without a warning.
+_POLICY_COMPANIONS = frozenset({"ConfigMap", "Namespace", "TestSuite"})
+
+
 def load_policies(paths: Iterable[Path]) -> list[LoadedPolicy]:
     """Every ClusterAdmissionPolicy / AdmissionPolicy in the files, schema-checked and compiled.
 
@@ -101,7 +106,18 @@ def load_policies(paths: Iterable[Path]) -> list[LoadedPolicy]:
     if not out:
         raise InputError(f"no ClusterAdmissionPolicy or AdmissionPolicy (nor any of {', '.join(IMPORTED_KIND_NAMES)}) "
                          f"in {', '.join(map(str, paths))}")
+    named = {str(p) for p in paths if not p.is_dir()}
+    for doc in docs:
+        if doc.source in named and not _policy_input(doc):
+            # A file given as policies is never passed over in silence (a directory's other kinds are).
+            print(f"tollgate test: warning: {doc.where()}: {doc.display_name} is not a kind tollgate reads as a "
+                  "policy: ignored", file=sys.stderr)
     return out
+
+
+def _policy_input(doc: Document) -> bool:
+    """Whether a document among the policies is read: a policy, an imported kind, or what policies come with."""
+    return doc.kind in POLICY_KINDS or is_imported_kind(doc) or doc.kind in _POLICY_COMPANIONS
 
 
 def _imported_policies(docs: list[Document]) -> list[LoadedPolicy]:

@@ -385,3 +385,14 @@ def test_a_testsuite_names_a_tenant_policy_by_namespace_and_name(tmp_path: Path,
     assert main(["test", str(tmp_path / "suite.yaml")]) == 2
     assert "restrict-loadbalancer names 2 policies (team-b/restrict-loadbalancer, team-c/restrict-loadbalancer)" \
         in capsys.readouterr().err
+
+
+def test_a_kind_no_policy_reader_knows_in_a_policies_file_is_named(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    legacy = {"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "legacy"}, "spec": {}}
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump_all([_tenant_policy("team-c", "c says no"), legacy]))
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(_service("team-c")))
+    assert main(["test", "-p", str(tmp_path / "p.yaml"), "-r", str(tmp_path / "r.yaml")]) == 1
+    err = capsys.readouterr().err
+    assert f"tollgate test: warning: {tmp_path}/p.yaml:" in err
+    assert "ClusterPolicy legacy is not a kind tollgate reads as a policy: ignored" in err
