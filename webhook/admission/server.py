@@ -324,6 +324,8 @@ class AdmissionServer:
         except ReviewError as e:  # e.g. 503 before the policy caches synced: the webhook's failurePolicy applies
             return self._reject(endpoint, e.http_status, e.reason)
         self.metrics.policy_results.record(decision.results)
+        for exempted in decision.exempted:  # () unless a PolicyException applied
+            self.metrics.exceptions_applied.labels(exempted.policy, exempted.exception, exempted.result).inc()
         elapsed = self._clock() - started
         self._child(self.metrics.requests, endpoint, decision.decision).inc()
         self._child(self.metrics.latency, endpoint, decision.decision).observe(elapsed)

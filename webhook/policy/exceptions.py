@@ -45,9 +45,9 @@ from webhook.policy.request import RequestCoordinates
 from webhook.policy.status import ready_condition
 from webhook.policy.vocabulary import Action, PolicyKind, PolicyResult, Result
 
-__all__ = ["EXCEPTIONS_ANNOTATION_KEY", "EXCEPTION_KINDS", "CompiledException", "ExceptionCompileResult",
-           "ExceptionKind", "ExceptionMode", "ExceptionSet", "ExceptionSpecError", "compile_exception",
-           "exception_condition", "exceptions_annotation", "parse_time"]
+__all__ = ["EXCEPTIONS_ANNOTATION_KEY", "EXCEPTION_KINDS", "CompiledException", "ExceptionCache",
+           "ExceptionCompileResult", "ExceptionKind", "ExceptionMode", "ExceptionSet", "ExceptionSpecError",
+           "compile_exception", "exception_condition", "exceptions_annotation", "parse_time"]
 
 #: The ``auditAnnotations`` key of the exceptions that exempted a request (a JSON list).
 EXCEPTIONS_ANNOTATION_KEY = "exceptions"
@@ -429,3 +429,81 @@ def exceptions_annotation(results: Iterable[PolicyResult]) -> str | None:
     used = [{"policy": r.policy, "exception": r.exception, "result": str(r.result)} for r in results if r.exception]
     return json.dumps(used, sort_keys=True) if used else None
 
+
+
+#: Receives ``(exception object, Ready condition)`` whenever an exception's condition is (re)computed.
+ExceptionStatusSink = Callable[[dict[str, Any], dict[str, Any]], object]
+
+
+class ExceptionCache:
+    """The exceptions an informer (or a set of files) holds, compiled on their events; never per request.
+
+    A client-go ``ResourceEventHandler`` for the PolicyException and ClusterPolicyException informers
+    (structural typing, as :class:`webhook.policy.events.PolicyEventHandler`). :attr:`current` is an
+    immutable :class:`ExceptionSet` replaced on each change, so the request path reads one attribute.
+
+    Args:
+        policy_exists: whether a policy with this label exists (for the ``UnknownPolicy`` condition).
+        status_sink: called with ``(obj, condition)`` for each exception (the leader's status writer), or None.
+        now: the clock conditions are computed with (aware UTC).
+    """
+
+    #: Runs on the event loop (the informer's ``sync_calls``): it maintains what the request path reads.
+    sync_calls = "loop"
+
+    def __init__(self, policy_exists: Callable[[str], bool] = lambda _p: True,
+                 status_sink: ExceptionStatusSink | None = None,
+                 now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC)) -> None:
+        self.policy_exists = policy_exists
+        self.status_sink = status_sink
+        self.now = now
+        self.current = ExceptionSet()
+        self._compiled: dict[tuple[str, str], tuple[dict[str, Any], ExceptionCompileResult]] = {}
+
+    @staticmethod
+    def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
+        meta = obj.get("metadata") or {}
+        key = f"{meta.get('namespace')}/{meta.get('name')}" if meta.get("namespace") else str(meta.get("name"))
+        return str(obj.get("kind")), key
+
+    def _rebuild(self) -> None:
+        self.current = ExceptionSet.of(r.exception for _, r in self._compiled.values() if r.exception is not None)
+
+    def on_add(self, obj: dict[str, Any], is_in_initial_list: bool = False) -> None:
+        """Compile the exception, publish the new set and report its condition."""
+        key = self._key(obj)
+        old = self._compiled.get(key)
+        result = old[1] if old is not None and old[0].get("spec") == obj.get("spec") else compile_exception(obj)
+        self._compiled[key] = (obj, result)
+        self._rebuild()
+        self.report(obj, result)
+
+    def on_update(self, old: dict[str, Any], new: dict[str, Any]) -> None:
+        """As :meth:`on_add` (a status-only update is not recompiled)."""
+        self.on_add(new)
+
+    def on_delete(self, obj: Any) -> None:
+        """Forget the exception (a tombstone's ``obj`` is its last state)."""
+        final = obj if isinstance(obj, dict) else getattr(obj, "obj", None)
+        if isinstance(final, dict) and self._compiled.pop(self._key(final), None) is not None:
+            self._rebuild()
+
+    def report(self, obj: dict[str, Any], result: ExceptionCompileResult) -> None:
+        """Hand the exception's condition at this moment to the status sink (if any)."""
+        if self.status_sink is not None:
+            self.status_sink(obj, exception_condition(result, self.now(), self.policy_exists))
+
+    def recheck(self) -> None:
+        """Report every exception's condition again (an expiry passed, or the set of policies changed)."""
+        for obj, result in list(self._compiled.values()):
+            self.report(obj, result)
+
+    def next_expiry(self, after: datetime.datetime) -> datetime.datetime | None:
+        """The earliest ``expiresAt`` later than ``after`` (when a condition turns ``Expired``), or None."""
+        times = [r.exception.expires_at for _, r in self._compiled.values()
+                 if r.exception is not None and r.exception.expires_at is not None and r.exception.expires_at > after]
+        return min(times, default=None)
+
+    def results(self) -> list[tuple[dict[str, Any], ExceptionCompileResult]]:
+        """Every exception object with its compile result, by kind and key (lint, reports)."""
+        return [self._compiled[k] for k in sorted(self._compiled)]

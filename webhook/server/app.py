@@ -37,8 +37,16 @@ from webhook.informer.dynamic import Budget, DynamicInformerFactory
 from webhook.informer.handlers import HandlerRegistration
 from webhook.metrics import DecisionMemoCollector, DynamicInformerCollector, Metrics
 from webhook.policy import PolicyEventHandler, PolicyIndex
+from webhook.policy.exceptions import ExceptionCache
 from webhook.policy.memo import DecisionMemo
-from webhook.policy.resources import CLUSTER_POLICIES, CONFIGMAPS, NAMESPACED_POLICIES, NAMESPACES
+from webhook.policy.resources import (
+    CLUSTER_POLICIES,
+    CLUSTER_POLICY_EXCEPTIONS,
+    CONFIGMAPS,
+    NAMESPACED_POLICIES,
+    NAMESPACES,
+    POLICY_EXCEPTIONS,
+)
 from webhook.server import health
 from webhook.server.components import CERTS, COMPONENTS, Components
 from webhook.server.imports import ImportSources, QueuedHandler, cluster_discovery, cluster_probe, local_discovery
@@ -157,7 +165,12 @@ def build_components(settings: Settings, *, api_client: Any = None,
     memo = DecisionMemo(settings.decision_memo_bytes) if settings.decision_memo_bytes > 0 else None
     if memo is not None:
         metrics.registry.register(DecisionMemoCollector(memo))
-    handler = AdmissionHandler(index, lookups, memo)
+    # PolicyExceptions: compiled on their watch events into the set the request path reads (one attribute).
+    exceptions = ExceptionCache(policy_exists=lambda label: index.state(label) is not None,
+                                status_sink=writer.enqueue if writer is not None else None)
+    for resource in (POLICY_EXCEPTIONS, CLUSTER_POLICY_EXCEPTIONS):
+        factory.informer(InformerKey(resource.informer_resource)).add_event_handler(exceptions, name="exceptions")
+    handler = AdmissionHandler(index, lookups, memo, exceptions=lambda: exceptions.current)
     background = None
     if leader is not None and settings.background_audit:
         from webhook.server.audit_stack import BackgroundAudit
@@ -190,7 +203,7 @@ def build_components(settings: Settings, *, api_client: Any = None,
         certs=certs, plans_pending=plans_pending, local_sources=local_sources,
         elector=leader.elector if leader else None, status_writer=writer, reconciler=reconciler,
         cert_manager=leader.cert_manager if leader else None, background=background, references=references,
-        imports=import_sources)
+        imports=import_sources, exceptions=exceptions)
 
 
 def create_app(settings: Settings, *, api_client: Any = None,
