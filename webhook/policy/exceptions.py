@@ -459,6 +459,13 @@ class ExceptionCache:
         self.now = now
         self.current = ExceptionSet()
         self._compiled: dict[tuple[str, str], tuple[dict[str, Any], ExceptionCompileResult]] = {}
+        #: Called with the labels of the policies whose exemptions changed (an exception came, changed,
+        #: went or expired): the background audit re-evaluates them, the expiry task re-plans.
+        self.listeners: list[Callable[[frozenset[str]], object]] = []
+
+    def _notify(self, policies: frozenset[str]) -> None:
+        for listener in self.listeners:
+            listener(policies)
 
     @staticmethod
     def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
@@ -473,10 +480,13 @@ class ExceptionCache:
         """Compile the exception, publish the new set and report its condition."""
         key = self._key(obj)
         old = self._compiled.get(key)
-        result = old[1] if old is not None and old[0].get("spec") == obj.get("spec") else compile_exception(obj)
+        same = old is not None and old[0].get("spec") == obj.get("spec")
+        result = old[1] if old is not None and same else compile_exception(obj)
         self._compiled[key] = (obj, result)
         self._rebuild()
         self.report(obj, result)
+        if not same:
+            self._notify(result.policies | (old[1].policies if old is not None else frozenset()))
 
     def on_update(self, old: dict[str, Any], new: dict[str, Any]) -> None:
         """As :meth:`on_add` (a status-only update is not recompiled)."""
@@ -485,8 +495,10 @@ class ExceptionCache:
     def on_delete(self, obj: Any) -> None:
         """Forget the exception (a tombstone's ``obj`` is its last state)."""
         final = obj if isinstance(obj, dict) else getattr(obj, "obj", None)
-        if isinstance(final, dict) and self._compiled.pop(self._key(final), None) is not None:
+        gone = self._compiled.pop(self._key(final), None) if isinstance(final, dict) else None
+        if gone is not None:
             self._rebuild()
+            self._notify(gone[1].policies)
 
     def report(self, obj: dict[str, Any], result: ExceptionCompileResult) -> None:
         """Hand the exception's condition at this moment to the status sink (if any)."""
@@ -494,9 +506,18 @@ class ExceptionCache:
             self.status_sink(obj, exception_condition(result, self.now(), self.policy_exists))
 
     def recheck(self) -> None:
-        """Report every exception's condition again (an expiry passed, or the set of policies changed)."""
+        """Report every exception's condition again, and tell listeners of the policies of expired ones.
+
+        Called when an ``expiresAt`` passes (the decision paths compare with their clock and need nothing).
+        """
+        now = self.now()
+        expired: set[str] = set()
         for obj, result in list(self._compiled.values()):
             self.report(obj, result)
+            if result.exception is not None and result.exception.expired(now):
+                expired |= result.exception.policies
+        if expired:
+            self._notify(frozenset(expired))
 
     def next_expiry(self, after: datetime.datetime) -> datetime.datetime | None:
         """The earliest ``expiresAt`` later than ``after`` (when a condition turns ``Expired``), or None."""

@@ -54,7 +54,7 @@ from webhook.server.leadership import bootstrap_certificates, leadership, needs_
 from webhook.server.policy_events import CompileOffLoop
 from webhook.server.settings import Settings
 from webhook.server.sources import gvr_lister_watcher_factory, lister_watcher_factory
-from webhook.server.tasks import compile_plans, freeze_heap_when_synced
+from webhook.server.tasks import compile_plans, freeze_heap_when_synced, mark_expired_exceptions
 from webhook.tls.reload import CertReloader
 
 __all__ = ["CERTS", "COMPONENTS", "Components", "bootstrap_certificates", "build_components", "create_app"]
@@ -160,16 +160,16 @@ def build_components(settings: Settings, *, api_client: Any = None,
         for inf in policy_informers:
             inf.add_event_handler(references.handler(), name="references")
         queued.append(QueuedHandler(references.handler(), "imported-references"))
-    lookups = InformerLookups(namespaces, configmaps, policies_synced,
-                              references.informer if references is not None else lambda _ref: None)
-    memo = DecisionMemo(settings.decision_memo_bytes) if settings.decision_memo_bytes > 0 else None
-    if memo is not None:
-        metrics.registry.register(DecisionMemoCollector(memo))
     # PolicyExceptions: compiled on their watch events into the set the request path reads (one attribute).
     exceptions = ExceptionCache(policy_exists=lambda label: index.state(label) is not None,
                                 status_sink=writer.enqueue if writer is not None else None)
     for resource in (POLICY_EXCEPTIONS, CLUSTER_POLICY_EXCEPTIONS):
         factory.informer(InformerKey(resource.informer_resource)).add_event_handler(exceptions, name="exceptions")
+    lookups = InformerLookups(namespaces, configmaps, policies_synced,
+                              references.informer if references is not None else lambda _ref: None)
+    memo = DecisionMemo(settings.decision_memo_bytes) if settings.decision_memo_bytes > 0 else None
+    if memo is not None:
+        metrics.registry.register(DecisionMemoCollector(memo))
     handler = AdmissionHandler(index, lookups, memo, exceptions=lambda: exceptions.current)
     background = None
     if leader is not None and settings.background_audit:
@@ -178,7 +178,9 @@ def build_components(settings: Settings, *, api_client: Any = None,
         # Existing objects of the kinds background policies select, evaluated by the same engine;
         # reports written by the leader only.
         background = BackgroundAudit(api_client, lookups, leader.elector.is_leader, factory=dynamic,
-                                     discovery_interval=settings.discovery_interval)
+                                     discovery_interval=settings.discovery_interval,
+                                     exceptions=lambda: exceptions.current)
+        exceptions.listeners.append(background.auditor.exceptions_changed)
         for inf in policy_informers:
             inf.add_event_handler(background.policy_handler(), name="background-audit")
         queued.append(QueuedHandler(background.policy_handler(), "imported-audit"))
@@ -306,7 +308,8 @@ def _certs_ctx(c: Components) -> Callable[[web.Application], AsyncIterator[None]
 def _tasks_ctx(c: Components) -> Callable[[web.Application], AsyncIterator[None]]:
     async def ctx(app: web.Application) -> AsyncIterator[None]:
         loop = asyncio.get_running_loop()
-        tasks = [loop.create_task(compile_plans(c)), loop.create_task(freeze_heap_when_synced(c))]
+        tasks = [loop.create_task(compile_plans(c)), loop.create_task(freeze_heap_when_synced(c)),
+                 loop.create_task(mark_expired_exceptions(c))]
         try:
             yield
         finally:

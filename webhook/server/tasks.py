@@ -46,3 +46,25 @@ async def freeze_heap_when_synced(c: Components, *, settle: float = 1.0) -> None
     await asyncio.sleep(settle)
     gc.collect()
     gc.freeze()
+
+
+async def mark_expired_exceptions(c: Components, *, max_wait: float = 3600.0) -> None:
+    """At each PolicyException's ``expiresAt``, report its ``Expired`` condition and re-audit its policies.
+
+    Decisions never wait for this (admission, audit and the CLI compare ``expiresAt`` with their own clock);
+    it only updates what is reported: the status the leader writes and the background audit's rows.
+    Sleeps until the next expiry (re-planned whenever the exceptions change), at most ``max_wait`` seconds.
+    """
+    cache = c.exceptions
+    changed = asyncio.Event()
+    cache.listeners.append(lambda _policies: changed.set())
+    while True:
+        now = cache.now()
+        following = cache.next_expiry(now)
+        delay = max_wait if following is None else min(max_wait, (following - now).total_seconds())
+        try:
+            await asyncio.wait_for(changed.wait(), timeout=max(delay, 0.0) + 0.001)
+            changed.clear()
+        except TimeoutError:
+            if following is not None and cache.now() >= following:
+                cache.recheck()

@@ -211,3 +211,33 @@ def test_empty_set_is_falsy_and_never_reads_the_clock() -> None:
     out = evaluate_validating(req, index.candidates(RequestCoordinates.of(req)), InMemoryLookups(),
                               exceptions=ExceptionSet(), now=clock)
     assert not ExceptionSet() and not out.allowed
+
+
+def test_cache_compiles_on_events_reports_status_and_tells_listeners() -> None:
+    from webhook.policy.exceptions import ExceptionCache
+
+    clock = [T0.replace(hour=5)]
+    written: list[tuple[str, str, str]] = []
+    told: list[frozenset[str]] = []
+    cache = ExceptionCache(policy_exists=lambda p: p == "no-priv", now=lambda: clock[0],
+                           status_sink=lambda obj, c: written.append((obj["metadata"]["name"], c["status"],
+                                                                      c["reason"])))
+    cache.listeners.append(told.append)
+    good = exception("good", expiresAt="2026-11-28T06:00:00Z")
+    cache.on_add(good, True)
+    cache.on_add(exception("unknown", policies=("gone",)))
+    cache.on_add(exception("broken", reason=""))
+    assert written == [("good", "True", "Compiled"), ("unknown", "False", "UnknownPolicy"),
+                       ("broken", "False", "InvalidSpec")]
+    assert told == [frozenset({"no-priv"}), frozenset({"gone"}), frozenset({"no-priv"})]
+    assert set(cache.current.by_policy) == {"no-priv", "gone"}  # unknown still compiles; it exempts nothing
+    assert cache.next_expiry(clock[0]) == T0 and cache.next_expiry(T0) is None
+    # A status-only update is neither recompiled nor announced.
+    cache.on_update(good, {**good, "status": {"conditions": []}})
+    assert len(told) == 3
+    clock[0] = T0
+    written.clear()
+    cache.recheck()
+    assert ("good", "False", "Expired") in written and told[-1] == frozenset({"no-priv"})
+    cache.on_delete(good)
+    assert "no-priv" not in cache.current.by_policy and told[-1] == frozenset({"no-priv"})
