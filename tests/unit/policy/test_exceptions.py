@@ -201,7 +201,7 @@ def test_annotation_lists_the_exceptions_used() -> None:
     assert exceptions_annotation([]) is None
 
 
-def test_empty_set_is_falsy_and_never_reads_the_clock() -> None:
+def test_no_exception_for_the_policy_never_reads_the_clock() -> None:
     def clock() -> datetime.datetime:
         raise AssertionError("read the clock with no exception")
 
@@ -211,6 +211,10 @@ def test_empty_set_is_falsy_and_never_reads_the_clock() -> None:
     out = evaluate_validating(req, index.candidates(RequestCoordinates.of(req)), InMemoryLookups(),
                               exceptions=ExceptionSet(), now=clock)
     assert not ExceptionSet() and not out.allowed
+    # Exceptions for other policies only: still no clock read, no exemption.
+    out = evaluate_validating(req, index.candidates(RequestCoordinates.of(req)), InMemoryLookups(),
+                              exceptions=exceptions(exception(policies=("other",))), now=clock)
+    assert not out.allowed
 
 
 def test_cache_compiles_on_events_reports_status_and_tells_listeners() -> None:

@@ -169,7 +169,8 @@ def evaluate_validating(request: dict[str, Any], policies: Sequence[CompiledPoli
             continue
         result = prepared if isinstance(prepared, PolicyResult) else _validate(prepared, out.warnings,
                                                                                out.audit_annotations)
-        if exceptions and result.result is not Result.PASS and result.result is not Result.SKIP:
+        if (exceptions and result.result is not Result.PASS and result.result is not Result.SKIP
+                and result.policy in exceptions.by_policy):
             if decided_at is None:
                 decided_at = now() if now is not None else datetime.datetime.now(datetime.UTC)
             result = exceptions.apply(result, ctx.request, ctx.coords, ctx.namespace_object, decided_at)
