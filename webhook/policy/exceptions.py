@@ -505,6 +505,11 @@ class ExceptionCache:
         if self.status_sink is not None:
             self.status_sink(obj, exception_condition(result, self.now(), self.policy_exists))
 
+    def report_all(self) -> None:
+        """Report every exception's condition again (the set of policies changed: ``UnknownPolicy`` may flip)."""
+        for obj, result in list(self._compiled.values()):
+            self.report(obj, result)
+
     def recheck(self) -> None:
         """Report every exception's condition again, and tell listeners of the policies of expired ones.
 

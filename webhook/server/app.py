@@ -32,7 +32,13 @@ from webhook.caches.references import ReferenceInformers
 from webhook.files.local_source import LocalDirectoryListerWatcher
 from webhook.formats.events import ImportEventHandler
 from webhook.formats.kinds import IMPORT_SOURCES
-from webhook.informer import InformerKey, ListerWatcher, SharedInformer, SharedInformerFactory
+from webhook.informer import (
+    InformerKey,
+    ListerWatcher,
+    ResourceEventHandlerFuncs,
+    SharedInformer,
+    SharedInformerFactory,
+)
 from webhook.informer.dynamic import Budget, DynamicInformerFactory
 from webhook.informer.handlers import HandlerRegistration
 from webhook.metrics import DecisionMemoCollector, DynamicInformerCollector, Metrics
@@ -161,8 +167,15 @@ def build_components(settings: Settings, *, api_client: Any = None,
             inf.add_event_handler(references.handler(), name="references")
         queued.append(QueuedHandler(references.handler(), "imported-references"))
     # PolicyExceptions: compiled on their watch events into the set the request path reads (one attribute).
-    exceptions = ExceptionCache(policy_exists=lambda label: index.state(label) is not None,
-                                status_sink=writer.enqueue if writer is not None else None)
+    exceptions = ExceptionCache(
+        policy_exists=lambda label: index.state(label) is not None or any(
+            inf.indexer.get_by_key(label) is not None for inf in policy_informers),
+        status_sink=writer.enqueue if writer is not None else None)
+    if writer is not None:  # a policy came or went: an exception naming it may turn (not) UnknownPolicy
+        for inf in policy_informers:
+            inf.add_event_handler(ResourceEventHandlerFuncs(
+                add=lambda _obj, _initial: exceptions.report_all(),
+                delete=lambda _obj: exceptions.report_all(), sync_calls="loop"), name="exception-status")
     for resource in (POLICY_EXCEPTIONS, CLUSTER_POLICY_EXCEPTIONS):
         factory.informer(InformerKey(resource.informer_resource)).add_event_handler(exceptions, name="exceptions")
     lookups = InformerLookups(namespaces, configmaps, policies_synced,

@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import datetime
 import json
+from pathlib import Path
 from typing import Any
 
-from tests.component.server.conftest import Served, until
+from tests.component.server.conftest import Served, serve_tls, until
 from tests.component.server.test_admission_tls import PRIVILEGED_POLICY, pod_create, review, start
-from webhook.server.app import COMPONENTS
+from tests.fakeapi.server import STATUS_RESOURCES, FakeApiServer
+from webhook.kube.client import api_client_for_url
+from webhook.server.app import COMPONENTS, create_app
+from webhook.server.settings import Settings
+from webhook.tls import generate as certs
 
 EXPIRES = datetime.datetime(2026, 11, 28, 6, 0, tzinfo=datetime.UTC)
 EXCEPTION: dict[str, Any] = {
@@ -88,3 +93,34 @@ async def test_a_deleted_exception_exempts_nothing(served: Served) -> None:
     await until(gone)
     _, body = await served.post("/validate", review(pod_create("debug-1", privileged=True)))
     assert body["response"]["allowed"] is False
+
+
+async def test_the_leader_reports_unknown_policy_until_the_policy_comes(tmp_path: Path) -> None:
+    paths = certs.write_certs(tmp_path, dns_names=["localhost"], ip_addresses=["127.0.0.1"], days=1)
+    fake = FakeApiServer(status_resources=STATUS_RESOURCES | {"policyexceptions", "clusterpolicyexceptions"})
+    await fake.start()
+    client = api_client_for_url(fake.url)
+    app = create_app(Settings(cert_file=paths.cert, key_file=paths.key, write_status=True, pod_name="r1",
+                              manage_webhooks=False, eval_workers=0), api_client=client)
+    runner, _port = await serve_tls(app)
+    try:
+        fake.apply("policyexceptions", EXCEPTION)
+
+        def reason() -> Any:
+            stored = fake.get("policyexceptions", "default/debug-pods") or {}
+            return [c["reason"] for c in (stored.get("status") or {}).get("conditions") or []]
+
+        async def unknown() -> bool:
+            return reason() == ["UnknownPolicy"]
+
+        await until(unknown)
+        fake.apply("clusteradmissionpolicies", PRIVILEGED_POLICY)
+
+        async def compiled_or_expired() -> bool:
+            return reason() in (["Compiled"], ["Expired"])  # Expired once the wall clock passes EXPIRES
+
+        await until(compiled_or_expired)
+    finally:
+        await runner.cleanup()
+        await client.close()
+        await fake.stop()
