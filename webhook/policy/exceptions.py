@@ -47,7 +47,8 @@ from webhook.policy.vocabulary import Action, PolicyKind, PolicyResult, Result
 
 __all__ = ["EXCEPTIONS_ANNOTATION_KEY", "EXCEPTION_KINDS", "CompiledException", "ExceptionCache",
            "ExceptionCompileResult", "ExceptionKind", "ExceptionMode", "ExceptionSet", "ExceptionSpecError",
-           "compile_exception", "exception_condition", "exceptions_annotation", "parse_time"]
+           "compile_exception", "compile_match_conditions", "exception_condition", "exceptions_annotation",
+           "parse_time"]
 
 #: The ``auditAnnotations`` key of the exceptions that exempted a request (a JSON list).
 EXCEPTIONS_ANNOTATION_KEY = "exceptions"
@@ -200,26 +201,36 @@ def _policies(spec: dict[str, Any]) -> frozenset[str]:
     return frozenset(names)
 
 
-def _conditions(spec: dict[str, Any]) -> tuple[tuple[str, Program], ...]:
-    raw = spec.get("matchConditions")
+def compile_match_conditions(raw: Any, path: str = "spec.matchConditions") -> tuple[tuple[str, Program], ...]:
+    """Compile an exception's matchConditions (``[{name, expression}]``) in the policies' CEL environment.
+
+    For every source of exceptions: Tollgate's kinds here, a foreign kind (Kyverno's CEL PolicyException's
+    ``spec.matchConditions``) in its format's converter, with its own ``path``.
+
+    Raises:
+        ExceptionSpecError: not a list of named expressions, a duplicate name, more than
+            :data:`~webhook.policy.model.MAX_MATCH_CONDITIONS`.
+        CompileError: an expression that does not compile or is not a bool (spec path and CEL position),
+            or whose static cost exceeds :data:`~webhook.policy.cel.cost.MAX_STATIC_WORK`.
+    """
     if raw is None:
         return ()
     if not isinstance(raw, list):
-        raise ExceptionSpecError("spec.matchConditions", "must be a list")
+        raise ExceptionSpecError(path, "must be a list")
     if len(raw) > MAX_MATCH_CONDITIONS:
-        raise ExceptionSpecError("spec.matchConditions", f"at most {MAX_MATCH_CONDITIONS} entries")
+        raise ExceptionSpecError(path, f"at most {MAX_MATCH_CONDITIONS} entries")
     out: list[tuple[str, Program]] = []
     for i, c in enumerate(raw):
-        path = f"spec.matchConditions[{i}]"
+        where = f"{path}[{i}]"
         name = c.get("name") if isinstance(c, dict) else None
         expression = c.get("expression") if isinstance(c, dict) else None
         if not isinstance(name, str) or not name:
-            raise ExceptionSpecError(f"{path}.name", "required")
+            raise ExceptionSpecError(f"{where}.name", "required")
         if any(n == name for n, _ in out):
-            raise ExceptionSpecError(f"{path}.name", f"duplicate name {name!r}")
+            raise ExceptionSpecError(f"{where}.name", f"duplicate name {name!r}")
         if not isinstance(expression, str) or not expression.strip():
-            raise ExceptionSpecError(f"{path}.expression", "required")
-        out.append((name, compile_expression(expression, f"{path}.expression", expect=(T.BOOL,),
+            raise ExceptionSpecError(f"{where}.expression", "required")
+        out.append((name, compile_expression(expression, f"{where}.expression", expect=(T.BOOL,),
                                              known_variables=frozenset())))
     static = cost.total(*(p.work for _, p in out)).get((0, 0, 0), 0)
     if static > cost.MAX_STATIC_WORK:
@@ -267,7 +278,7 @@ def _parse(obj: dict[str, Any]) -> CompiledException:
         except ValueError as e:
             raise ExceptionSpecError("spec.expiresAt", f"must be an RFC 3339 timestamp: {e}") from None
     match = _match(spec, name)
-    conditions = _conditions(spec)
+    conditions = compile_match_conditions(spec.get("matchConditions"))
     generation = (obj.get("metadata") or {}).get("generation", 0)
     return CompiledException(
         kind=kind, name=name, namespace=namespace, policies=policies, reason=reason.strip(), mode=ExceptionMode(mode),
