@@ -242,7 +242,7 @@ def compile_match_conditions(raw: Any, path: str = "spec.matchConditions") -> tu
 
 def _head(obj: dict[str, Any]) -> tuple[ExceptionKind, str, str | None, dict[str, Any]]:
     kind = obj.get("kind")
-    if kind not in EXCEPTION_KINDS:
+    if not isinstance(kind, str) or kind not in EXCEPTION_KINDS:
         raise ExceptionSpecError("kind", f"must be one of {sorted(EXCEPTION_KINDS)}, got {kind!r}")
     meta = obj.get("metadata") or {}
     name = meta.get("name") if isinstance(meta, dict) else None
@@ -266,7 +266,7 @@ def _parse(obj: dict[str, Any]) -> CompiledException:
     if len(reason) > MAX_REASON_LENGTH:
         raise ExceptionSpecError("spec.reason", f"at most {MAX_REASON_LENGTH} characters")
     mode = spec.get("mode", ExceptionMode.EXEMPT.value)
-    if mode not in set(ExceptionMode):
+    if not isinstance(mode, str) or mode not in set(ExceptionMode):
         raise ExceptionSpecError("spec.mode", f"must be one of {sorted(ExceptionMode)}, got {mode!r}")
     expires_at = None
     raw_expiry = spec.get("expiresAt")

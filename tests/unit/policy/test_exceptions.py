@@ -169,6 +169,8 @@ def test_tenant_policy_is_named_namespace_slash_name() -> None:
     ({"expiresAt": "tomorrow"}, "InvalidSpec", "spec.expiresAt"),
     ({"expiresAt": "2026-11-28T06:00:00"}, "InvalidSpec", "spec.expiresAt"),
     ({"mode": "Off"}, "InvalidSpec", "spec.mode"),
+    ({"mode": ["Audit"]}, "InvalidSpec", "spec.mode"),
+    ({"matchConditions": {"name": "c"}}, "InvalidSpec", "spec.matchConditions: must be a list"),
     ({"match": {"objectSelector": {"matchLabels": {"a": 1}}}}, "InvalidSpec", "spec.match.objectSelector"),
     ({"matchConditions": [{"name": "c", "expression": "objekt.x"}]}, "CompileError",
      "spec.matchConditions[0].expression: ERROR: <input>:1:7: undeclared reference"),
@@ -245,3 +247,16 @@ def test_cache_compiles_on_events_reports_status_and_tells_listeners() -> None:
     assert ("good", "False", "Expired") in written and told[-1] == frozenset({"no-priv"})
     cache.on_delete(good)
     assert "no-priv" not in cache.current.by_policy and told[-1] == frozenset({"no-priv"})
+
+
+@pytest.mark.parametrize("obj", [
+    {"kind": ["PolicyException"], "metadata": {"name": "x"}, "spec": {}},
+    {"kind": "PolicyException", "metadata": ["x"], "spec": {}},
+    {"kind": "PolicyException", "metadata": {"name": "x"}, "spec": {}},  # no namespace
+    {"kind": "ClusterPolicyException", "metadata": {"name": "x"}, "spec": "everything"},
+    {"kind": "ClusterPolicyException", "metadata": {"name": "x"}, "spec": {"policies": "p", "reason": "r"}},
+    {},
+])
+def test_hostile_shapes_are_not_ready_never_an_exception(obj: dict[str, Any]) -> None:
+    result = compile_exception(obj)
+    assert result.exception is None and result.condition["reason"] == "InvalidSpec"
