@@ -402,6 +402,8 @@ class AdmissionServer:
             return self._reject(endpoint, e.http_status, e.reason)
         self.metrics.policy_results.record(decision.results)
         self.metrics.policy_durations.record(endpoint, decision.durations)
+        for exempted in decision.exempted:  # () unless a PolicyException applied
+            self.metrics.exceptions_applied.labels(exempted.policy, exempted.exception, exempted.result).inc()
         elapsed = self._clock() - started
         self._child(self.metrics.requests, endpoint, decision.decision).inc()
         self._child(self.metrics.latency, endpoint, decision.decision).observe(elapsed)

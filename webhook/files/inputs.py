@@ -31,6 +31,7 @@ from webhook.files.imported import IMPORTED_KIND_NAMES, import_documents, is_imp
 from webhook.files.requests import describe_key, resource_key
 from webhook.files.yamlio import Document, InputError, load_paths
 from webhook.policy import CompiledPolicy
+from webhook.policy.exceptions import EXCEPTION_KINDS, ExceptionSet, compile_exception
 from webhook.policy.labelquery import parse_label_selector_text
 from webhook.policy.model import Reference
 from webhook.policy.resources import resource_for_kind
@@ -117,7 +118,8 @@ def load_policies(paths: Iterable[Path]) -> list[LoadedPolicy]:
 
 def _policy_input(doc: Document) -> bool:
     """Whether a document among the policies is read: a policy, an imported kind, or what policies come with."""
-    return doc.kind in POLICY_KINDS or is_imported_kind(doc) or doc.kind in _POLICY_COMPANIONS
+    return (doc.kind in POLICY_KINDS or is_imported_kind(doc) or doc.kind in EXCEPTION_KINDS
+            or doc.kind in _POLICY_COMPANIONS)
 
 
 def _imported_policies(docs: list[Document]) -> list[LoadedPolicy]:
@@ -149,6 +151,31 @@ def _imported_policies(docs: list[Document]) -> list[LoadedPolicy]:
                       f"failurePolicy)", file=sys.stderr)
         out.append(LoadedPolicy(doc, compiled))
     return out
+
+
+def load_exceptions(paths: Iterable[Path]) -> ExceptionSet:
+    """The PolicyExceptions and ClusterPolicyExceptions among the policy files, schema-checked and compiled.
+
+    As in a cluster, one that does not compile exempts nothing: it is left out with a warning (``tollgate
+    lint`` refuses it).
+
+    Raises:
+        InputError: the first schema violation.
+    """
+    out = []
+    for doc in load_paths(paths):
+        if doc.kind not in EXCEPTION_KINDS:
+            continue
+        problems = schema_problems(doc)
+        if problems:
+            raise InputError(problems[0])
+        result = compile_exception(doc.obj)
+        if result.exception is None:
+            print(f"tollgate: warning: {doc.where()}: {doc.display_name}: {result.condition['message']} (not Ready: "
+                  "it exempts nothing)", file=sys.stderr)
+            continue
+        out.append(result.exception)
+    return ExceptionSet.of(out)
 
 
 def load_kind(paths: Iterable[Path], kind: str) -> list[Document]:
@@ -201,7 +228,7 @@ def iter_resources(paths: Iterable[Path]) -> Iterator[Document]:
         InputError: as :func:`load_resources`, when the document at fault is reached.
     """
     for doc in load_paths(paths):
-        if doc.kind in POLICY_KINDS or doc.kind == "TestSuite" or is_imported_kind(doc):
+        if doc.kind in POLICY_KINDS or doc.kind in EXCEPTION_KINDS or doc.kind == "TestSuite" or is_imported_kind(doc):
             continue
         if not doc.kind:
             raise InputError(doc.problem(("kind",), "required field is missing"))

@@ -27,6 +27,7 @@ from webhook.files.inputs import (
     LoadedPolicy,
     index_resources,
     iter_resources,
+    load_exceptions,
     load_kind,
     load_policies,
     load_resources,
@@ -112,7 +113,8 @@ def run_adhoc(*, policies: list[Path], resources: list[Path], configmaps: list[P
     loaded = load_policies(policies)
     params, warnings = select_params(load_kind(configmaps, "ConfigMap"), params_selector)
     chain = AdmissionChain(loaded, namespaces=[d.obj for d in load_kind(namespaces, "Namespace")], configmaps=params,
-                          objects=reference_objects(load_resources(references)), explain=explain)
+                          objects=reference_objects(load_resources(references)), explain=explain,
+                          exceptions=load_exceptions(policies))
     olds = index_resources(load_resources(old_resources))
     rows = []
     names = sorted(p.key for p in loaded)
@@ -277,7 +279,7 @@ def run_suite(suite: Document, *, params_selector: str, explain: bool = False) -
     params, out.warnings = select_params(load_kind(_files(suite, "configMaps"), "ConfigMap"), params_selector)
     chain = AdmissionChain(loaded, namespaces=[d.obj for d in load_kind(_files(suite, "namespaces"), "Namespace")],
                           configmaps=params, objects=reference_objects(load_resources(_files(suite, "references"))),
-                          explain=explain)
+                          explain=explain, exceptions=load_exceptions(_files(suite, "policies")))
     resources = index_resources(load_resources(_files(suite, "resources")))
     olds = index_resources(load_resources(_files(suite, "oldResources")))
     cache: dict[str, Evaluation] = {}

@@ -24,6 +24,10 @@ INSTALL_CLUSTER: dict[tuple[str, str], frozenset[str]] = {
     ("tollgate.dev", "admissionpolicies"): READ,
     ("tollgate.dev", "clusteradmissionpolicies/status"): frozenset({"patch"}),
     ("tollgate.dev", "admissionpolicies/status"): frozenset({"patch"}),
+    ("tollgate.dev", "policyexceptions"): READ,
+    ("tollgate.dev", "clusterpolicyexceptions"): READ,
+    ("tollgate.dev", "policyexceptions/status"): frozenset({"patch"}),
+    ("tollgate.dev", "clusterpolicyexceptions/status"): frozenset({"patch"}),
     ("admissionregistration.k8s.io", "validatingwebhookconfigurations"): frozenset({"get", "update", "patch"}),
     ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): frozenset({"get", "update", "patch"}),
     # Imported policies (webhook/server/imports.py), read only.

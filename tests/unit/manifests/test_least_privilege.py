@@ -55,6 +55,10 @@ ALLOWED_CLUSTER: dict[tuple[str, str], frozenset[str]] = {
     ("tollgate.dev", "admissionpolicies"): CACHED,
     ("tollgate.dev", "clusteradmissionpolicies/status"): STATUS,
     ("tollgate.dev", "admissionpolicies/status"): STATUS,
+    ("tollgate.dev", "policyexceptions"): CACHED,
+    ("tollgate.dev", "clusterpolicyexceptions"): CACHED,
+    ("tollgate.dev", "policyexceptions/status"): STATUS,
+    ("tollgate.dev", "clusterpolicyexceptions/status"): STATUS,
     ("admissionregistration.k8s.io", "validatingwebhookconfigurations"): WEBHOOK_CONFIGS,
     ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): WEBHOOK_CONFIGS,
     # Imported policies (webhook/server/imports.py): read only.
@@ -81,6 +85,10 @@ REQUIRED_CLUSTER: dict[tuple[str, str], frozenset[str]] = {
     ("tollgate.dev", "admissionpolicies"): CACHED,
     ("tollgate.dev", "clusteradmissionpolicies/status"): frozenset({"patch"}),
     ("tollgate.dev", "admissionpolicies/status"): frozenset({"patch"}),
+    ("tollgate.dev", "policyexceptions"): frozenset({"list", "watch"}),
+    ("tollgate.dev", "clusterpolicyexceptions"): frozenset({"list", "watch"}),
+    ("tollgate.dev", "policyexceptions/status"): frozenset({"patch"}),
+    ("tollgate.dev", "clusterpolicyexceptions/status"): frozenset({"patch"}),
     ("admissionregistration.k8s.io", "validatingwebhookconfigurations"): frozenset({"get", "update"}),
     ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): frozenset({"get", "update"}),
     # The imported kinds' informers list and watch every kind they import (webhook.formats.kinds).
