@@ -115,6 +115,7 @@ class CompiledException:
         match: the request selection (resource rules, selectors) as a policy's match part; None: every request.
         match_conditions: ``(name, program)`` pairs, all of which must be true.
         generation: ``metadata.generation``.
+        source: the object it was compiled from (an evaluation worker compiles it again from this).
     """
 
     kind: str
@@ -128,6 +129,7 @@ class CompiledException:
     match: PolicySpec | None = None
     match_conditions: tuple[tuple[str, Program], ...] = ()
     generation: int = 0
+    source: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @property
     def key(self) -> str:
@@ -283,7 +285,7 @@ def _parse(obj: dict[str, Any]) -> CompiledException:
     return CompiledException(
         kind=kind, name=name, namespace=namespace, policies=policies, reason=reason.strip(), mode=ExceptionMode(mode),
         expires_at=expires_at, confined_to=namespace, match=match, match_conditions=conditions,
-        generation=generation if isinstance(generation, int) else 0)
+        generation=generation if isinstance(generation, int) else 0, source=obj)
 
 
 def compile_exception(obj: dict[str, Any]) -> ExceptionCompileResult:

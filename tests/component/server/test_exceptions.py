@@ -15,6 +15,7 @@ from typing import Any
 from tests.component.server.conftest import Served, serve_tls, until
 from tests.component.server.test_admission_tls import PRIVILEGED_POLICY, pod_create, review, start
 from tests.fakeapi.server import STATUS_RESOURCES, FakeApiServer
+from webhook.admission.isolation.evaluators import IsolatedEvaluator
 from webhook.kube.client import api_client_for_url
 from webhook.server.app import COMPONENTS, create_app
 from webhook.server.settings import Settings
@@ -124,3 +125,27 @@ async def test_the_leader_reports_unknown_policy_until_the_policy_comes(tmp_path
         await runner.cleanup()
         await client.close()
         await fake.stop()
+
+
+async def test_a_review_decided_in_an_evaluation_worker_is_exempted_alike(served_in_workers: Served) -> None:
+    # Large reviews go to worker processes (here every review): the exception, its expiry against the
+    # server's clock, the annotation and the metric must be those of a review decided inline.
+    served = served_in_workers
+    now = [EXPIRES - datetime.timedelta(minutes=1)]
+    served.app[COMPONENTS].server.handler.clock = lambda: now[0]
+    await start(served, PRIVILEGED_POLICY)
+    await exception_loaded(served)
+    assert isinstance(served.app[COMPONENTS].server.evaluator, IsolatedEvaluator)  # every review in a worker
+    status, body = await served.post("/validate", review(pod_create("debug-1", privileged=True)))
+    assert status == 200 and body["response"]["allowed"] is True, body
+    assert json.loads(body["response"]["auditAnnotations"]["exceptions"]) == [
+        {"policy": "no-privileged", "exception": "PolicyException default/debug-pods", "result": "skip"}]
+    _, body = await served.post("/validate", review(pod_create("web", privileged=True)))
+    assert body["response"]["allowed"] is False
+    async with served.session.get(served.url + "/metrics") as resp:
+        text = await resp.text()
+    assert ('tollgate_policy_exceptions_applied_total{exception="PolicyException default/debug-pods",'
+            'policy="no-privileged",result="skip"} 1.0') in text
+    now[0] = EXPIRES  # the worker compares with the server's time, not its own
+    _, body = await served.post("/validate", review(pod_create("debug-1", privileged=True)))
+    assert body["response"]["allowed"] is False
