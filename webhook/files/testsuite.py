@@ -23,6 +23,7 @@ import jsonpatch
 
 from webhook.files.chain import AdmissionChain, Evaluation
 from webhook.files.checks import schema_problems
+from webhook.files.gator import run_gator_suite
 from webhook.files.inputs import (
     index_resources,
     load_kind,
@@ -33,6 +34,7 @@ from webhook.files.inputs import (
 )
 from webhook.files.requests import DEFAULT_USER, build_request, describe_key, old_object_for, resource_key
 from webhook.files.yamlio import STDIN, Document, InputError, load_file, yaml_files
+from webhook.formats.gatekeeper.suite import is_gator_suite
 from webhook.policy.explain import PolicyTrace
 from webhook.policy.resources import resource_for_kind
 
@@ -127,7 +129,7 @@ def run_adhoc(*, policies: list[Path], resources: list[Path], configmaps: list[P
 
 # ---------------------------------------------------------------- TestSuites
 
-_SUITE_MARK = re.compile(r"^kind:\s*[\"']?TestSuite[\"']?\s*$", re.MULTILINE)
+_SUITE_MARK = re.compile(r"^kind:\s*[\"']?(TestSuite|Suite)[\"']?\s*$", re.MULTILINE)
 
 
 @dataclass(slots=True)
@@ -166,7 +168,7 @@ def find_suites(paths: Iterable[Path]) -> SuiteSearch:
                     continue
                 docs = load_file(path)
                 for doc in docs:
-                    if doc.kind != "TestSuite":
+                    if doc.kind != "TestSuite" and not is_gator_suite(doc.obj):
                         raise InputError(doc.problem(("kind",), f"expected TestSuite, got {doc.kind or 'nothing'}"))
             except InputError as e:
                 out.errors.append(str(e))
@@ -223,6 +225,8 @@ def run_suite(suite: Document, *, params_selector: str, explain: bool = False) -
     Raises:
         InputError: the suite violates its schema, or names a policy, resource or file that is not there.
     """
+    if is_gator_suite(suite.obj):
+        return _gator_run(suite)
     problems = schema_problems(suite)
     if problems:
         raise InputError(problems[0])
@@ -264,6 +268,13 @@ def run_suite(suite: Document, *, params_selector: str, explain: bool = False) -
         row.mismatch = _mismatch(suite, i, exp, row, evaluation)
         out.rows.append(row)
     return out
+
+
+def _gator_run(suite: Document) -> SuiteRun:
+    """A gator Suite (:mod:`webhook.files.gator`): one row per assertion, ``expected`` the assertion."""
+    return SuiteRun(suite, [Row(r.policy, r.kind, r.namespace, r.name, r.result, r.message, suite=suite.source,
+                                operation=r.operation, expected=r.expected, mismatch=r.mismatch)
+                            for r in run_gator_suite(suite)])
 
 
 def _mismatch(suite: Document, i: int, exp: dict[str, Any], row: Row, evaluation: Evaluation) -> str:

@@ -1,9 +1,14 @@
-"""The kinds Tollgate imports: Kubernetes' admission policies and bindings, Kyverno's CEL policies (pure; no I/O).
+"""The kinds Tollgate imports: admission policies and bindings, Kyverno's and Gatekeeper's policies (pure; no I/O).
+
+Kubernetes' admission policies and bindings, Kyverno's CEL policies, Gatekeeper's ConstraintTemplates
+and Constraints.
 
 One :class:`ImportKind` per kind, with the versions Tollgate reads (preferred first: an informer
 watches the first one the API server serves) and, for a binding, the kind of policy it binds. Every
 importable version of a kind has the same fields (``admissionregistration.k8s.io`` v1 and v1beta1;
-Kyverno's ``policies.kyverno.io`` v1 aliases v1beta1's types).
+Kyverno's ``policies.kyverno.io`` v1 aliases v1beta1's types). Gatekeeper's constraint kinds are
+dynamic: each ConstraintTemplate defines one (``spec.crd.spec.names.kind``) in ``constraints.gatekeeper.sh``,
+and :func:`import_kind_of` gives any kind of that group (:func:`constraint_import_kind`).
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ from typing import Any
 
 __all__ = [
     "ADMISSION_GROUP",
+    "CONSTRAINT_GROUP",
+    "GATEKEEPER_TEMPLATE",
     "IMPORT_KINDS",
     "IMPORT_SOURCES",
     "KYVERNO_GROUP",
@@ -20,14 +27,18 @@ __all__ = [
     "KYVERNO_VALIDATING_POLICY",
     "MUTATING_ADMISSION_POLICY",
     "MUTATING_ADMISSION_POLICY_BINDING",
+    "TEMPLATE_GROUP",
     "VALIDATING_ADMISSION_POLICY",
     "VALIDATING_ADMISSION_POLICY_BINDING",
     "ImportKind",
+    "constraint_import_kind",
     "import_kind_of",
 ]
 
 ADMISSION_GROUP = "admissionregistration.k8s.io"
 KYVERNO_GROUP = "policies.kyverno.io"
+TEMPLATE_GROUP = "templates.gatekeeper.sh"
+CONSTRAINT_GROUP = "constraints.gatekeeper.sh"
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +50,8 @@ class ImportKind:
         kind: its ``kind``.
         plural: its resource name.
         versions: the versions Tollgate imports, preferred first.
-        binds: for a binding kind, the kind of the policy its ``spec.policyName`` names; else None.
+        binds: for a binding kind, the kind of the policy its ``spec.policyName`` names (a Gatekeeper
+            constraint: ``ConstraintTemplate``, named by the constraint's kind in lower case); else None.
         mutating: whether its policies mutate (MutatingAdmissionPolicy, Kyverno MutatingPolicy).
     """
 
@@ -74,16 +86,30 @@ MUTATING_ADMISSION_POLICY_BINDING = ImportKind(
 KYVERNO_VALIDATING_POLICY = ImportKind(KYVERNO_GROUP, "ValidatingPolicy", "validatingpolicies", ("v1", "v1beta1"))
 KYVERNO_MUTATING_POLICY = ImportKind(KYVERNO_GROUP, "MutatingPolicy", "mutatingpolicies", ("v1", "v1beta1"),
                                      mutating=True)
+GATEKEEPER_TEMPLATE = ImportKind(TEMPLATE_GROUP, "ConstraintTemplate", "constrainttemplates", ("v1", "v1beta1"))
+#: The versions of a constraint kind Gatekeeper's controller serves (the same schema).
+CONSTRAINT_VERSIONS = ("v1beta1", "v1alpha1")
 
-#: Every importable kind.
+#: Every importable kind of fixed name (Gatekeeper's constraint kinds are dynamic: :func:`constraint_import_kind`).
 IMPORT_KINDS = (VALIDATING_ADMISSION_POLICY, VALIDATING_ADMISSION_POLICY_BINDING, MUTATING_ADMISSION_POLICY,
-                MUTATING_ADMISSION_POLICY_BINDING, KYVERNO_VALIDATING_POLICY, KYVERNO_MUTATING_POLICY)
+                MUTATING_ADMISSION_POLICY_BINDING, KYVERNO_VALIDATING_POLICY, KYVERNO_MUTATING_POLICY,
+                GATEKEEPER_TEMPLATE)
 _BY_GROUP_KIND = {(k.group, k.kind): k for k in IMPORT_KINDS}
 #: ``tollgate serve --import`` names → API group: which owner's policies a cluster's Tollgate enforces too.
 #: Off by default, because their owner enforces them already: the API server its admission policies (its
 #: ValidatingAdmissionPolicy/MutatingAdmissionPolicy plugins run wherever it serves the kinds), Kyverno its
 #: own; a second enforcement doubles every warning and audit annotation and applies a JSONPatch ``add`` twice.
-IMPORT_SOURCES = {"admission": ADMISSION_GROUP, "kyverno": KYVERNO_GROUP}
+#: Gatekeeper's are its ConstraintTemplates and, through them, their constraints.
+IMPORT_SOURCES = {"admission": ADMISSION_GROUP, "kyverno": KYVERNO_GROUP, "gatekeeper": TEMPLATE_GROUP}
+
+
+def constraint_import_kind(kind: str) -> ImportKind:
+    """The importable kind of a Gatekeeper constraint of ``kind`` (its CRD's plural is the lower-case kind).
+
+    Gatekeeper's controller creates one CRD per ConstraintTemplate, ``<kind lower>.constraints.gatekeeper.sh``
+    (``k8srequiredlabels.constraints.gatekeeper.sh`` for ``K8sRequiredLabels``), cluster-scoped.
+    """
+    return ImportKind(CONSTRAINT_GROUP, kind, kind.lower(), CONSTRAINT_VERSIONS, binds=GATEKEEPER_TEMPLATE.kind)
 
 
 def import_kind_of(obj: Any) -> ImportKind | None:
@@ -97,4 +123,7 @@ def import_kind_of(obj: Any) -> ImportKind | None:
     kind, api_version = obj.get("kind"), obj.get("apiVersion")
     if not isinstance(kind, str) or not isinstance(api_version, str):
         return None
-    return _BY_GROUP_KIND.get((api_version.rpartition("/")[0], kind))
+    group = api_version.rpartition("/")[0]
+    if group == CONSTRAINT_GROUP and kind:
+        return constraint_import_kind(kind)
+    return _BY_GROUP_KIND.get((group, kind))

@@ -62,6 +62,7 @@ ALLOWED_CLUSTER: dict[tuple[str, str], frozenset[str]] = {
         "validatingadmissionpolicies", "validatingadmissionpolicybindings", "mutatingadmissionpolicies",
         "mutatingadmissionpolicybindings")},
     **{("policies.kyverno.io", r): CACHED for r in ("validatingpolicies", "mutatingpolicies")},
+    ("templates.gatekeeper.sh", "constrainttemplates"): CACHED,
 }
 #: Grants that must name their objects: nothing else in the cluster may be touched.
 PINNED_CLUSTER = {
