@@ -41,6 +41,7 @@ from webhook.policy.memo import DecisionMemo
 from webhook.policy.resources import CLUSTER_POLICIES, CONFIGMAPS, NAMESPACED_POLICIES, NAMESPACES
 from webhook.server import health
 from webhook.server.components import CERTS, COMPONENTS, Components
+from webhook.server.constraints import ConstraintInformers
 from webhook.server.imports import ImportSources, QueuedHandler, cluster_discovery, cluster_probe, local_discovery
 from webhook.server.leadership import bootstrap_certificates, leadership, needs_leader
 from webhook.server.policy_events import CompileOffLoop
@@ -149,6 +150,8 @@ def build_components(settings: Settings, *, api_client: Any = None,
         dynamic = DynamicInformerFactory(gvr_lister_watcher, budget=Budget(max_objects=settings.audit_max_objects,
                                                                            max_bytes=settings.audit_max_bytes))
         references = ReferenceInformers(dynamic)
+        if import_sources is not None:  # Gatekeeper's constraint kinds: dynamic informers (serve --import gatekeeper)
+            import_sources.constraints = ConstraintInformers(dynamic, imports)
         for inf in policy_informers:
             inf.add_event_handler(references.handler(), name="references")
         queued.append(QueuedHandler(references.handler(), "imported-references"))
