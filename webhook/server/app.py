@@ -41,8 +41,8 @@ from webhook.policy.memo import DecisionMemo
 from webhook.policy.resources import CLUSTER_POLICIES, CONFIGMAPS, NAMESPACED_POLICIES, NAMESPACES
 from webhook.server import health
 from webhook.server.components import CERTS, COMPONENTS, Components
-from webhook.server.constraints import ConstraintInformers
-from webhook.server.imports import ImportSources, QueuedHandler, cluster_discovery, cluster_probe, local_discovery
+from webhook.server.constraints import ConstraintInformers, local_discovery_with_constraints
+from webhook.server.imports import ImportSources, QueuedHandler, cluster_discovery, cluster_probe
 from webhook.server.leadership import bootstrap_certificates, leadership, needs_leader
 from webhook.server.policy_events import CompileOffLoop
 from webhook.server.settings import Settings
@@ -122,9 +122,12 @@ def build_components(settings: Settings, *, api_client: Any = None,
     if lister_watcher_for is None and (local or (api_client is not None and settings.imports)):
         groups = frozenset(IMPORT_SOURCES[name] for name in settings.imports)
         import_sources = ImportSources(
-            factory, imports, discover=local_discovery if local else cluster_discovery(api_client, groups),
+            factory, imports, discover=local_discovery_with_constraints(lambda: local_sources[0].directory,
+                                                                        settings.local_poll_interval / 2)
+            if local else cluster_discovery(api_client, groups),
             probe=None if local else cluster_probe(lister_watcher_factory(settings, api_client, [])),
-            interval=0.0 if local else settings.discovery_interval, wanted_groups=frozenset() if local else groups)
+            interval=0.0 if local else settings.discovery_interval,
+            wanted_groups=frozenset() if local else groups)
         policies_synced.also.append(import_sources.synced)
 
     leader = (leadership(settings, api_client, metrics, policy_informers, policies_synced, imported=imports.objects)

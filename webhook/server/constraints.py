@@ -12,16 +12,18 @@ first discovery that no longer does, after telling the import handler that its c
 
 from __future__ import annotations
 
-import inspect
 import logging
+from collections.abc import Awaitable, Callable
 
-from webhook.formats.kinds import CONSTRAINT_GROUP, ImportKind, constraint_import_kind
+from webhook.files.local_source import LocalDirectory
+from webhook.formats.events import ImportEventHandler
+from webhook.formats.kinds import CONSTRAINT_GROUP, IMPORT_KINDS, ImportKind, constraint_import_kind, import_kind_of
 from webhook.informer import SharedInformer
 from webhook.informer.dynamic import BudgetExceededError, DynamicInformerFactory
 from webhook.informer.gvr import GVR, DiscoverySnapshot
-from webhook.informer.handlers import HandlerRegistration, ResourceEventHandler
+from webhook.informer.handlers import HandlerRegistration
 
-__all__ = ["OWNER", "ConstraintInformers", "constraint_kinds"]
+__all__ = ["OWNER", "ConstraintInformers", "constraint_kinds", "local_discovery_with_constraints"]
 
 log = logging.getLogger("tollgate.imports")
 
@@ -40,6 +42,26 @@ def constraint_kinds(snapshot: DiscoverySnapshot) -> dict[ImportKind, str]:
     return out
 
 
+def local_discovery_with_constraints(directory: Callable[[], LocalDirectory], max_age: float
+                                     ) -> Callable[[], Awaitable[dict[ImportKind, str]]]:
+    """``--local``: every importable kind, and each constraint kind of the directory's documents in its version.
+
+    Args:
+        directory: the ``--local`` directory's reader (shared with every file source).
+        max_age: seconds a listing another source made may be reused.
+    """
+    async def discover() -> dict[ImportKind, str]:
+        served = {k: k.versions[0] for k in IMPORT_KINDS}
+        documents, _ = await directory().listing_yielding(max_age)
+        for _path, doc in documents:
+            kind = import_kind_of(doc)
+            if kind is not None and kind.group == CONSTRAINT_GROUP and kind not in served:
+                served[kind] = str(doc.get("apiVersion")).rpartition("/")[2]
+        return served
+
+    return discover
+
+
 class ConstraintInformers:
     """The constraint kinds' informers, held in a dynamic informer factory while their kind is served.
 
@@ -48,7 +70,7 @@ class ConstraintInformers:
         handler: the import handler (receives every constraint's notifications).
     """
 
-    def __init__(self, factory: DynamicInformerFactory, handler: ResourceEventHandler) -> None:
+    def __init__(self, factory: DynamicInformerFactory, handler: ImportEventHandler) -> None:
         self.factory = factory
         self.handler = handler
         self._running: dict[str, tuple[GVR, SharedInformer, HandlerRegistration]] = {}
@@ -77,7 +99,10 @@ class ConstraintInformers:
         return inf
 
     async def retire(self, served: set[str]) -> list[str]:
-        """Stop watching every kind not in ``served``; its constraints are deleted from the import handler first.
+        """Stop watching every kind not in ``served``; its constraints are withdrawn from the import handler.
+
+        The handler's registration goes first (a notification still queued for it is dropped), then every
+        constraint of the kind the handler holds is deleted from it, so none outlives its kind.
 
         Returns:
             The kinds stopped.
@@ -86,10 +111,10 @@ class ConstraintInformers:
         for kind in gone:
             gvr, inf, reg = self._running.pop(kind)
             await inf.remove_event_handler(reg)
-            for obj in inf.indexer.list():
-                result = self.handler.on_delete(obj)
-                if inspect.isawaitable(result):
-                    await result
             await self.factory.release(gvr, OWNER)
+            for imported in self.handler.imported():
+                if imported.binding is not None and imported.binding.kind == kind:
+                    self.handler.on_delete({"apiVersion": f"{CONSTRAINT_GROUP}/{gvr.version}", "kind": kind,
+                                            "metadata": {"name": imported.binding.name}})
             log.info("constraint kind %s is no longer served: its informer stopped", kind)
         return gone

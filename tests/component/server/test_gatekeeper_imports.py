@@ -102,3 +102,35 @@ async def test_without_import_gatekeeper_no_constraint_is_watched(tmp_path: Path
         assert POLICY not in body["policies"]
         assert not fake.log("list", "k8srequiredlabels")
         assert (await client.validate(namespace_review({})))["allowed"] is True
+
+
+async def test_serve_local_reads_templates_and_constraints(tmp_path: Path) -> None:
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    (policies / "constraint.yaml").write_text((LABELS / "samples" / "all-must-have-owner" / "constraint.yaml")
+                                              .read_text())
+    async with serving(tmp_path, Settings(local_dir=policies, local_poll_interval=0.05, write_status=False,
+                                          eval_workers=0)) as client:
+        # A constraint without its template: not Ready, with the problem naming the template.
+        body = await until(client.readyz)
+        assert body["policies"][POLICY] == {"ready": False, "reason": "ImportError"}
+        assert body["imports"]["problems"][POLICY] == [
+            "K8sRequiredLabels all-must-have-owner: kind: no ConstraintTemplate k8srequiredlabels defines kind "
+            "K8sRequiredLabels"]
+        (policies / "template.yaml").write_text((LABELS / "template.yaml").read_text())
+
+        async def enforced() -> dict[str, Any] | None:
+            body = await client.readyz()
+            return body if body and body["policies"].get(POLICY, {}).get("ready") else None
+
+        body = await until(enforced)
+        assert body["policies"][POLICY] == {"ready": True, "reason": "Compiled"}
+        assert (await client.validate(namespace_review({})))["allowed"] is False
+        (policies / "constraint.yaml").unlink()  # the constraint's file goes: its policy goes
+
+        async def withdrawn() -> dict[str, Any] | None:
+            body = await client.readyz()
+            return body if body and POLICY not in body["policies"] else None
+
+        await until(withdrawn)
+        assert (await client.validate(namespace_review({})))["allowed"] is True
