@@ -92,3 +92,10 @@ def test_an_unsupported_gator_field_is_refused_not_passed(tmp_path: Path,
     suite.write_text(yaml.safe_dump(doc))
     assert main(["test", str(suite)]) == 2
     assert "tests[0].expansion: not supported by tollgate test" in capsys.readouterr().err
+
+
+def test_audit_reads_templates_and_constraints(capsys: pytest.CaptureFixture[str]) -> None:
+    sample = LABELS / "samples" / "all-must-have-owner"
+    assert main(["audit", "-p", str(LABELS / "template.yaml"), "-p", str(sample / "constraint.yaml"),
+                 "-r", str(sample / "example_disallowed.yaml")]) == 1  # findings
+    assert "audited 1 policy on 1 object: pass 0, fail 2" in capsys.readouterr().err
