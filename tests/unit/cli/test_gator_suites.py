@@ -99,3 +99,14 @@ def test_audit_reads_templates_and_constraints(capsys: pytest.CaptureFixture[str
     assert main(["audit", "-p", str(LABELS / "template.yaml"), "-p", str(sample / "constraint.yaml"),
                  "-r", str(sample / "example_disallowed.yaml")]) == 1  # findings
     assert "audited 1 policy on 1 object: pass 0, fail 2" in capsys.readouterr().err
+
+
+def test_lint_names_the_templates_line_of_a_cel_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = (LABELS / "template.yaml").read_text().replace('message: "regex mismatch"',
+                                                          'messageExpression: "objekt.name"')
+    (tmp_path / "template.yaml").write_text(text)
+    line = next(i for i, t in enumerate(text.splitlines(), 1) if "objekt.name" in t)
+    assert main(["lint", str(tmp_path / "template.yaml"),
+                 str(LABELS / "samples" / "all-must-have-owner" / "constraint.yaml")]) == 1
+    out = capsys.readouterr().out
+    assert f"{tmp_path / 'template.yaml'}:{line}: " in out and "undeclared reference to 'objekt.name'" in out, out

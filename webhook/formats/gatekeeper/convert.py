@@ -453,14 +453,18 @@ def convert_constraint(kind: ImportKind, constraint: dict[str, Any], template: d
     variables: list[Any] = [{"name": "anyObject", "expression": ANY_OBJECT}, {"name": "params", "expression": params}]
     conditions: list[Any] = [condition] if condition else []
     authored = 0
+    rebased: tuple[tuple[str, tuple[str | int, ...], int], ...] = ()
     if template is None:
         problems.append(Problem(ref, "kind", f"no ConstraintTemplate {kind.kind.lower()} defines kind {kind.kind}"))
         spec["validations"] = []
     else:
         template_ref = SourceRef(GATEKEEPER_TEMPLATE.kind, name_of(template))
         problems += template_problems(template)
-        _, body, _ = template_source(template)
+        source_path, body, _ = template_source(template)
         if body is not None:
+            at = _parts(source_path)
+            rebased = (("validations", (*at, "validations"), 0), ("variables", (*at, "variables"), 2),
+                       ("matchConditions", (*at, "matchCondition"), 0))
             variables += _list(body, "variables")
             own = _list(body, "matchCondition")
             authored = len(own)
@@ -488,4 +492,15 @@ def convert_constraint(kind: ImportKind, constraint: dict[str, Any], template: d
                           sources=(ref,) if missing else (template_ref, ref), problems=problems,
                           carried=(template, constraint), generation=_get(constraint, "metadata", "generation"))
     return Imported(obj, template_ref, ref, tuple(problems), tuple(notes), authored_conditions=authored,
-                    missing_policy=missing)
+                    missing_policy=missing, rebased=rebased)
+
+
+def _parts(path: str) -> tuple[str | int, ...]:
+    """``spec.targets[0].code[1].source`` → ``("spec", "targets", 0, "code", 1, "source")``."""
+    out: list[str | int] = []
+    for part in path.split("."):
+        name, _, rest = part.partition("[")
+        out.append(name)
+        for index in rest.rstrip("]").split("][") if rest else ():
+            out.append(int(index))
+    return tuple(out)
