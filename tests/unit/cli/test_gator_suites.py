@@ -110,3 +110,18 @@ def test_lint_names_the_templates_line_of_a_cel_error(tmp_path: Path, capsys: py
                  str(LABELS / "samples" / "all-must-have-owner" / "constraint.yaml")]) == 1
     out = capsys.readouterr().out
     assert f"{tmp_path / 'template.yaml'}:{line}: " in out and "undeclared reference to 'objekt.name'" in out, out
+
+
+def test_export_renders_a_constraint_as_a_policy_and_binding_that_decide_the_same(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sample = LABELS / "samples" / "all-must-have-owner"
+    assert main(["export", str(LABELS / "template.yaml"), str(sample / "constraint.yaml")]) == 0
+    exported = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert [(d["kind"], d["metadata"]["name"]) for d in exported] == [
+        ("ValidatingAdmissionPolicy", "k8srequiredlabels-all-must-have-owner"),
+        ("ValidatingAdmissionPolicyBinding", "k8srequiredlabels-all-must-have-owner-binding")]
+    (tmp_path / "exported.yaml").write_text(yaml.safe_dump_all(exported))
+    for name, result in (("example_disallowed.yaml", "fail"), ("example_allowed.yaml", "pass")):
+        assert main(["test", "-o", "json", "-p", str(tmp_path / "exported.yaml"), "-r", str(sample / name)]) in (0, 1)
+        (row,) = json.loads(capsys.readouterr().out)
+        assert row["result"] == result, row
