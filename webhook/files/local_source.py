@@ -14,6 +14,7 @@ handlers, exactly like the cluster path.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -24,6 +25,7 @@ from typing import Any
 from webhook.aio import yield_to_loop
 from webhook.files import schema
 from webhook.files.yamlio import InputError, load_file, yaml_files
+from webhook.formats.kinds import CONSTRAINT_GROUP
 from webhook.informer.store import meta_namespace_key
 from webhook.informer.types import KubeObject, ListOptions, ListResult, WatchEvent
 from webhook.policy.labelquery import parse_label_selector_text
@@ -300,6 +302,8 @@ class LocalDirectoryListerWatcher:
                 if not isinstance(kind, str) or api_version != self.api_resource[0]:
                     continue
                 r = resource_for_kind(kind, api_version)
+                if api_version.startswith(f"{CONSTRAINT_GROUP}/"):  # Gatekeeper's: plural = lower-case kind, cluster
+                    r = dataclasses.replace(r, plural=kind.lower(), namespaced=False)
                 if r.plural != self.api_resource[1]:
                     continue
                 default_namespace = (default_namespace or "default") if r.namespaced else None

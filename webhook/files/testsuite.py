@@ -23,6 +23,7 @@ import jsonpatch
 
 from webhook.files.chain import AdmissionChain, Evaluation
 from webhook.files.checks import schema_problems
+from webhook.files.gator import run_gator_suite
 from webhook.files.inputs import (
     LoadedPolicy,
     index_resources,
@@ -36,6 +37,7 @@ from webhook.files.inputs import (
 )
 from webhook.files.requests import DEFAULT_USER, build_request, describe_key, old_object_for, resource_key
 from webhook.files.yamlio import STDIN, Document, InputError, load_file, yaml_files
+from webhook.formats.gatekeeper.suite import is_gator_suite
 from webhook.formats.kyverno.testfile import is_kyverno_test
 from webhook.policy.explain import PolicyTrace
 from webhook.policy.resources import resource_for_kind
@@ -132,14 +134,14 @@ def run_adhoc(*, policies: list[Path], resources: list[Path], configmaps: list[P
 
 # ---------------------------------------------------------------- TestSuites
 
-_SUITE_MARK = re.compile(r"^kind:\s*[\"']?(TestSuite|Test)[\"']?\s*$", re.MULTILINE)
+_SUITE_MARK = re.compile(r"^kind:\s*[\"']?(TestSuite|Test|Suite)[\"']?\s*$", re.MULTILINE)
 #: The directories Kyverno keeps its CLI tests in: searched although hidden (``kyverno test DIR`` finds them).
 KYVERNO_TEST_DIR = ".kyverno-test"
 
 
 def _is_suite(doc: Document) -> bool:
-    """A TestSuite, or a Kyverno CLI ``Test`` (:mod:`webhook.formats.kyverno.testfile`)."""
-    return doc.kind == "TestSuite" or is_kyverno_test(doc.obj)
+    """A TestSuite, a Kyverno CLI ``Test`` or a gator ``Suite`` (the foreign ones: :mod:`webhook.formats`)."""
+    return doc.kind == "TestSuite" or is_kyverno_test(doc.obj) or is_gator_suite(doc.obj)
 
 
 def _suite_files(root: Path) -> list[Path]:
@@ -270,6 +272,8 @@ def run_suite(suite: Document, *, params_selector: str, explain: bool = False) -
     Raises:
         InputError: the suite violates its schema, or names a policy, resource or file that is not there.
     """
+    if is_gator_suite(suite.obj):
+        return _gator_run(suite)
     problems = schema_problems(suite)
     if problems:
         raise InputError(problems[0])
@@ -308,6 +312,13 @@ def run_suite(suite: Document, *, params_selector: str, explain: bool = False) -
         row.mismatch = _mismatch(suite, i, exp, row, evaluation)
         out.rows.append(row)
     return out
+
+
+def _gator_run(suite: Document) -> SuiteRun:
+    """A gator Suite (:mod:`webhook.files.gator`): one row per assertion, ``expected`` the assertion."""
+    return SuiteRun(suite, [Row(r.policy, r.kind, r.namespace, r.name, r.result, r.message, suite=suite.source,
+                                operation=r.operation, expected=r.expected, mismatch=r.mismatch)
+                            for r in run_gator_suite(suite)])
 
 
 def _mismatch(suite: Document, i: int, exp: dict[str, Any], row: Row, evaluation: Evaluation) -> str:

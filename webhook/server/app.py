@@ -55,7 +55,8 @@ from webhook.policy.resources import (
 )
 from webhook.server import health
 from webhook.server.components import CERTS, COMPONENTS, Components
-from webhook.server.imports import ImportSources, QueuedHandler, cluster_discovery, cluster_probe, local_discovery
+from webhook.server.constraints import ConstraintInformers, local_discovery_with_constraints
+from webhook.server.imports import ImportSources, QueuedHandler, cluster_discovery, cluster_probe
 from webhook.server.leadership import bootstrap_certificates, leadership, needs_leader
 from webhook.server.policy_events import CompileOffLoop
 from webhook.server.settings import Settings
@@ -135,7 +136,9 @@ def build_components(settings: Settings, *, api_client: Any = None,
     if lister_watcher_for is None and (local or (api_client is not None and settings.imports)):
         groups = frozenset(IMPORT_SOURCES[name] for name in settings.imports)
         import_sources = ImportSources(
-            factory, imports, discover=local_discovery if local else cluster_discovery(api_client, groups),
+            factory, imports, discover=local_discovery_with_constraints(lambda: local_sources[0].directory,
+                                                                        settings.local_poll_interval / 2)
+            if local else cluster_discovery(api_client, groups),
             probe=None if local else cluster_probe(lister_watcher_factory(settings, api_client, [])),
             interval=0.0 if local else settings.discovery_interval, wanted_groups=frozenset() if local else groups,
             serving=policies_synced)
@@ -166,6 +169,8 @@ def build_components(settings: Settings, *, api_client: Any = None,
         dynamic = DynamicInformerFactory(gvr_lister_watcher, budget=Budget(max_objects=settings.audit_max_objects,
                                                                            max_bytes=settings.audit_max_bytes))
         references = ReferenceInformers(dynamic)
+        if import_sources is not None:  # Gatekeeper's constraint kinds: dynamic informers (serve --import gatekeeper)
+            import_sources.constraints = ConstraintInformers(dynamic, imports, import_sources.delivery)
         for inf in policy_informers:
             inf.add_event_handler(references.handler(), name="references")
         queued.append(QueuedHandler(references.handler(), "imported-references"))

@@ -23,7 +23,9 @@ belong to the API server or to Kyverno; their problems are the imported policies
 (``/readyz``, logs, ``tollgate_policies_ready``).
 
 Order: the policy kinds are started first, the binding kinds once the policy informers have synced,
-so a binding is not seen without its policy merely because its list arrived first.
+so a binding is not seen without its policy merely because its list arrived first. Gatekeeper's
+constraint kinds (one CRD per ConstraintTemplate) are bindings of their templates, found by discovery
+and watched through dynamic informers (:mod:`webhook.server.constraints`) that stop when the kind goes.
 """
 
 from __future__ import annotations
@@ -36,9 +38,10 @@ from typing import Any
 
 from webhook.aio import cancel_and_wait
 from webhook.formats.events import ImportEventHandler
-from webhook.formats.kinds import IMPORT_KINDS, ImportKind
+from webhook.formats.kinds import CONSTRAINT_GROUP, IMPORT_KINDS, TEMPLATE_GROUP, ImportKind
 from webhook.informer import InformerKey, ListerWatcher, SharedInformer, SharedInformerFactory
 from webhook.informer.handlers import HandlerRegistration, ResourceEventHandler
+from webhook.server.constraints import ConstraintInformers, constraint_kinds
 from webhook.server.policy_events import ImportOffLoop
 from webhook.server.sources import import_informer_key
 
@@ -137,6 +140,8 @@ def cluster_discovery(api_client: Any, groups: frozenset[str]) -> Callable[[], A
                 if r is not None and {"list", "watch"} <= r.verbs:
                     served[kind] = version
                     break
+        if TEMPLATE_GROUP in groups:
+            served.update(constraint_kinds(snapshot))
         return served
 
     return discover
@@ -200,11 +205,18 @@ class ImportSources:
         self._registrations: list[HandlerRegistration] = []
         self._discovered = False
         self._task: asyncio.Task[None] | None = None
+        #: Gatekeeper's constraint kinds' informers (set by the app when it has a dynamic informer factory).
+        self.constraints: ConstraintInformers | None = None
+
+    @property
+    def delivery(self) -> ImportOffLoop:
+        """The off-loop delivery every imported kind's informer notifies (constraint kinds' too)."""
+        return self._delivery
 
     def synced(self) -> bool:
         """Discovery has run, and every watched kind's informer has synced and delivered its list."""
         return self._discovered and all(i.has_synced() for i in self._informers) and all(
-            r.has_synced() for r in self._registrations)
+            r.has_synced() for r in self._registrations) and (self.constraints is None or self.constraints.synced())
 
     def status(self) -> dict[str, Any]:
         """For ``/readyz``: what is watched, what is refused, the last discovery error, the policies' problems.
@@ -299,11 +311,19 @@ class ImportSources:
             policies = [inf for kind in self._new(served, bindings=False)
                         if (inf := await self._start(kind, served[kind])) is not None]
             await self._bindings(served, policies)
+            if self.constraints is not None:  # a constraint kind no longer served (its template went)
+                for gone in await self.constraints.retire({k.kind for k in served if k.group == CONSTRAINT_GROUP}):
+                    self.watching.pop(gone, None)
             if self.interval <= 0:
                 return
             await asyncio.sleep(self.next_discovery())
 
     async def _start(self, kind: ImportKind, version: str) -> SharedInformer | None:
+        if kind.group == CONSTRAINT_GROUP:
+            inf = await self.constraints.start(kind, version) if self.constraints is not None else None
+            if inf is not None:
+                self.watching[kind.kind] = f"{kind.group}/{version}"
+            return inf
         key = import_informer_key(kind, version)
         reason = await self._probe(key) if self._probe is not None else None
         if reason is not None:
