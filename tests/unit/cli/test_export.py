@@ -28,9 +28,12 @@ from webhook.formats.kubernetes.export import (
     POLICY_FIELDS,
     blockers,
     export_policy,
+    pod_expression,
     replace_identifiers,
     typed_mutation,
 )
+from webhook.policy.cel.env import environment
+from webhook.policy.engine.context import synthesize_pod
 from webhook.policy.vocabulary import PatchType
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -257,7 +260,7 @@ def test_autogen_adds_the_controllers_and_reads_the_template_pod_through_variabl
         "expression": "variables.tollgateOldPod == null || 'object' != variables.tollgatePod.kind",
         "messageExpression": "'in ' + variables.tollgatePod.metadata.namespace"}
     # matchConditions run before variables: the Pod's expression is inlined there.
-    assert spec["matchConditions"][0]["expression"].startswith("has((object == null ? null : ")
+    assert spec["matchConditions"][0]["expression"].startswith("has((object == null ? null :\n")
     assert "spec.jobTemplate.spec.template" in spec["variables"][0]["expression"]
 
 
@@ -359,3 +362,37 @@ def test_no_policy_in_the_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFi
     (tmp_path / "pod.yaml").write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\n")
     assert main(["export", str(tmp_path)]) == 2
     assert capsys.readouterr().err == "tollgate export: no ClusterAdmissionPolicy or AdmissionPolicy found\n"
+
+
+def _template_pod(root: str, request: dict[str, Any], obj: Any) -> Any:
+    env = environment()
+    program = env.compile(pod_expression(root))
+    return program.eval(env.Activation({"request": request, root: obj})).plain_value()
+
+
+WORKLOAD_TEMPLATE = {"metadata": {"labels": {"app": "web"}, "annotations": {"a": "b"}},
+                     "spec": {"containers": [{"name": "c", "image": "nginx"}]}}
+
+
+@pytest.mark.parametrize(("group", "resource", "path"), [
+    ("apps", "deployments", ("spec", "template")),
+    ("", "replicationcontrollers", ("spec", "template")),
+    ("batch", "jobs", ("spec", "template")),
+    ("batch", "cronjobs", ("spec", "jobTemplate", "spec", "template")),
+])
+def test_the_exported_pod_is_the_pod_tollgate_evaluates(group: str, resource: str, path: tuple[str, ...]) -> None:
+    workload: dict[str, Any] = {"metadata": {"name": "w", "namespace": "team-a"}}
+    node = workload
+    for part in path[:-1]:
+        node = node.setdefault(part, {})
+    node[path[-1]] = copy.deepcopy(WORKLOAD_TEMPLATE)
+    request = {"resource": {"group": group, "version": "v1", "resource": resource}}
+    for root in POD_VARIABLES:
+        assert _template_pod(root, request, workload) == synthesize_pod(workload, path)
+        assert _template_pod(root, request, None) is None
+
+
+def test_the_exported_pod_of_a_pod_request_is_the_pod_itself() -> None:
+    pod = {"metadata": {"name": "p", "namespace": "x"}, "spec": {"containers": []}}
+    request = {"resource": {"group": "", "version": "v1", "resource": "pods"}}
+    assert _template_pod("object", request, pod) == pod

@@ -256,8 +256,8 @@ def pod_expression(root: str) -> str:
         template = ".".join((root, *path))
         test = (f"request.resource.group + '/' + request.resource.resource == {names[0]}" if len(names) == 1
                 else f"request.resource.group + '/' + request.resource.resource in [{', '.join(sorted(names))}]")
-        text = f"{test} ? {_pod_of(root, template)} : {text}"
-    return f"{root} == null ? null : {text}"
+        text = f"{test} ? {_pod_of(root, template)} :\n{text}"
+    return f"{root} == null ? null :\n{text}"
 
 
 def _parsed(text: str) -> celast.CheckedAst | None:
