@@ -22,6 +22,9 @@ import yaml
 from tests.fixtures import fixture_dir
 from tests.unit.policy.helpers import policy
 from webhook.cli.main import main
+from webhook.files.chain import AdmissionChain
+from webhook.files.inputs import load_kind, load_policies, load_resources
+from webhook.files.requests import build_request
 from webhook.formats.kubernetes.export import (
     BINDING_FIELDS,
     POD_VARIABLES,
@@ -396,3 +399,20 @@ def test_the_exported_pod_of_a_pod_request_is_the_pod_itself() -> None:
     pod = {"metadata": {"name": "p", "namespace": "x"}, "spec": {"containers": []}}
     request = {"resource": {"group": "", "version": "v1", "resource": "pods"}}
     assert _template_pod("object", request, pod) == pod
+
+
+def test_the_typed_mutations_patch_as_the_map_literals_did(tmp_path: Path) -> None:
+    example = ROOT / "policies" / "examples" / "add-default-labels"
+    exported = tmp_path / "exported.yaml"
+    exported.write_text(yaml.safe_dump_all(export_policy(
+        yaml.safe_load((example / "policy.yaml").read_text())).objects))
+    namespaces = [d.obj for d in load_kind([example / "namespaces.yaml"], "Namespace")]
+    resources = load_resources([example / "resources.yaml"])
+    patched = []
+    for source in (example / "policy.yaml", exported):
+        chain = AdmissionChain(load_policies([source]), namespaces=namespaces)
+        patched.append([chain.evaluate(build_request(doc.obj, operation="CREATE", user_info={"username": "alice"}))
+                        .patched for doc in resources])
+    original, back = patched
+    assert original == back
+    assert all(p is not None and p["metadata"]["labels"]["tollgate.dev/managed"] == "true" for p in back)
