@@ -33,6 +33,7 @@ from webhook.formats.kubernetes.export import (
     export_policy,
     pod_expression,
     replace_identifiers,
+    template_path_expression,
     typed_mutation,
 )
 from webhook.policy.cel.env import environment
@@ -257,11 +258,11 @@ def test_autogen_adds_the_controllers_and_reads_the_template_pod_through_variabl
     excluded = {r for rule in constraints["excludeResourceRules"] for r in rule["resources"]}
     assert "deployments" in excluded and "cronjobs" in excluded  # Tollgate excludes them as Pods too
     spec = vap["spec"]
-    assert [v["name"] for v in spec["variables"]] == ["tollgatePod", "tollgateOldPod", "names"]
-    assert spec["variables"][2]["expression"] == "variables.tollgatePod.spec.containers.map(c, c.name)"
+    assert [v["name"] for v in spec["variables"]] == ["tollgatePod", "tollgateOldPod", "tollgateTemplatePath", "names"]
+    assert spec["variables"][3]["expression"] == "variables.tollgatePod.spec.containers.map(c, c.name)"
     assert spec["validations"][0] == {
         "expression": "variables.tollgateOldPod == null || 'object' != variables.tollgatePod.kind",
-        "messageExpression": "'in ' + variables.tollgatePod.metadata.namespace"}
+        "messageExpression": "variables.tollgateTemplatePath + ('in ' + variables.tollgatePod.metadata.namespace)"}
     # matchConditions run before variables: the Pod's expression is inlined there.
     assert spec["matchConditions"][0]["expression"].startswith("has((object == null ? null :\n")
     assert "spec.jobTemplate.spec.template" in spec["variables"][0]["expression"]
@@ -393,6 +394,24 @@ def test_the_exported_pod_is_the_pod_tollgate_evaluates(group: str, resource: st
     for root in POD_VARIABLES:
         assert _template_pod(root, request, workload) == synthesize_pod(workload, path)
         assert _template_pod(root, request, None) is None
+
+
+def test_messages_carry_tollgates_template_prefix() -> None:
+    obj = policy("m", autogen={"podControllers": True}, validations=[
+        {"expression": "object.spec.x == 1", "message": 'no "x"'}, {"expression": "object.spec.y == 1"}])
+    vap = export_policy(obj).objects[0]
+    first, second = vap["spec"]["validations"]
+    assert first["message"] == 'no "x"'  # the fallback when the messageExpression fails
+    assert first["messageExpression"] == 'variables.tollgateTemplatePath + "no \\"x\\""'
+    assert second["messageExpression"] == (
+        'variables.tollgateTemplatePath + "failed expression: object.spec.y == 1"')
+    env = environment()
+    prefix = env.compile(template_path_expression())
+    for resource, want in (("cronjobs", "spec.jobTemplate.spec.template: "), ("jobs", "spec.template: "),
+                           ("pods", "")):
+        group = {"cronjobs": "batch", "jobs": "batch", "pods": ""}[resource]
+        request = {"resource": {"group": group, "version": "v1", "resource": resource}}
+        assert prefix.eval(env.Activation({"request": request})).plain_value() == want
 
 
 def test_the_exported_pod_of_a_pod_request_is_the_pod_itself() -> None:

@@ -30,6 +30,7 @@ that is not Ready.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -53,12 +54,14 @@ __all__ = [
     "PARAM_REF_FIELDS",
     "POD_VARIABLES",
     "POLICY_FIELDS",
+    "TEMPLATE_PATH_VARIABLE",
     "Blocker",
     "Export",
     "blockers",
     "export_policy",
     "pod_expression",
     "replace_identifiers",
+    "template_path_expression",
     "typed_mutation",
 ]
 
@@ -258,6 +261,49 @@ def pod_expression(root: str) -> str:
                 else f"request.resource.group + '/' + request.resource.resource in [{', '.join(sorted(names))}]")
         text = f"{test} ? {_pod_of(root, template)} :\n{text}"
     return f"{root} == null ? null :\n{text}"
+
+
+#: The variable holding Tollgate's message prefix on a controller's request (``spec.template: ``).
+TEMPLATE_PATH_VARIABLE = "tollgateTemplatePath"
+
+
+def template_path_expression() -> str:
+    """CEL for the prefix Tollgate gives a message about a template's Pod (``webhook.policy.engine.prepare``).
+
+    ``'spec.template: '``, ``'spec.jobTemplate.spec.template: '`` for CronJobs, ``''`` on any other
+    request, chosen by ``request.resource`` as :func:`pod_expression` chooses the Pod.
+    """
+    by_path: dict[tuple[str, ...], list[str]] = {}
+    for (group, resource), path in POD_CONTROLLERS.items():
+        by_path.setdefault(path, []).append(f"'{group}/{resource}'")
+    text = "''"
+    for path, names in sorted(by_path.items(), key=lambda item: len(item[0])):
+        test = f"request.resource.group + '/' + request.resource.resource in [{', '.join(sorted(names))}]"
+        text = f"{test} ? '{'.'.join(path)}: ' :\n{text}"
+    return text
+
+
+def _string_literal(text: str) -> str:
+    """``text`` as a CEL double-quoted string literal (JSON's escapes are CEL's for these characters)."""
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _prefixed_message(validation: dict[str, Any]) -> None:
+    """Give a validation's message Tollgate's template-path prefix, through ``messageExpression``.
+
+    As the engine's ``_message``: the messageExpression, else the message, else ``failed expression:
+    <expression>``; the ``message`` stays the fallback Kubernetes uses when the messageExpression fails.
+    """
+    prefix = f"variables.{TEMPLATE_PATH_VARIABLE}"
+    expression = validation.get("messageExpression")
+    message = str(validation.get("message") or "").strip()
+    if isinstance(expression, str) and expression.strip():
+        validation["messageExpression"] = f"{prefix} + ({expression})"
+    elif message:
+        validation["messageExpression"] = f"{prefix} + {_string_literal(message)}"
+    elif "\n" not in str(validation.get("expression", "")).strip():
+        default = "failed expression: " + str(validation["expression"]).strip()
+        validation["messageExpression"] = f"{prefix} + {_string_literal(default)}"
 
 
 def _parsed(text: str) -> celast.CheckedAst | None:
@@ -461,7 +507,7 @@ def _autogen_blockers(spec: PolicySpec) -> list[Blocker]:
         found.append(Blocker(path, f"the policy's own rules may select {direct}, which Tollgate then evaluates "
                                    "as itself, not as its template's Pod; the exported expressions could not "
                                    "tell the two apart"))
-    taken = sorted(set(POD_VARIABLES.values()) & {v.name for v in spec.variables})
+    taken = sorted({*POD_VARIABLES.values(), TEMPLATE_PATH_VARIABLE} & {v.name for v in spec.variables})
     if taken:
         found.append(Blocker(path, f"variable {', '.join(taken)} is the name the export gives the template's Pod"))
     for where, text in _expressions(spec):
@@ -519,7 +565,8 @@ def _autogen(raw: dict[str, Any], spec: PolicySpec) -> None:
     The controllers join the match rules (and the excludes) beside every rule that selects Pods, as
     :func:`webhook.policy.matching.autogen_rules` routes them; ``object`` and ``oldObject`` become the
     variables of :data:`POD_VARIABLES` (:func:`pod_expression`), declared first, and in
-    ``matchConditions`` (which Kubernetes evaluates before any variable) the expression itself.
+    ``matchConditions`` (which Kubernetes evaluates before any variable) the expression itself. Each
+    validation's message gets Tollgate's template-path prefix (:func:`template_path_expression`).
     """
     match = raw["match"]
     match["resourceRules"] = match["resourceRules"] + _controller_rules(spec.resource_rules)
@@ -545,6 +592,10 @@ def _autogen(raw: dict[str, Any], spec: PolicySpec) -> None:
             out.append(item)
         return out
 
+    if raw.get("validations"):
+        raw["validations"] = [dict(v) for v in raw["validations"]]
+        for validation in raw["validations"]:
+            _prefixed_message(validation)
     if raw.get("matchConditions"):
         raw["matchConditions"] = each("matchConditions", ("expression",), inline)
     variables = each("variables", ("expression",), by_variable)
@@ -552,8 +603,11 @@ def _autogen(raw: dict[str, Any], spec: PolicySpec) -> None:
                              ("auditAnnotations", ("valueExpression",))):
         if raw.get(field_name):
             raw[field_name] = each(field_name, keys, by_variable)
-    raw["variables"] = [{"name": POD_VARIABLES[root], "expression": pod_expression(root)}
-                        for root in POD_VARIABLES if root in used] + variables
+    pod_variables = [{"name": POD_VARIABLES[root], "expression": pod_expression(root)}
+                     for root in POD_VARIABLES if root in used]
+    if raw.get("validations"):
+        pod_variables.append({"name": TEMPLATE_PATH_VARIABLE, "expression": template_path_expression()})
+    raw["variables"] = pod_variables + variables
 
 
 def _rule(raw: dict[str, Any]) -> dict[str, Any]:
@@ -598,8 +652,7 @@ def export_policy(obj: dict[str, Any], *, mutating_version: str = "v1") -> Expor
     if spec.pod_controllers:
         _autogen(source["spec"], spec)
         out.notes.append("spec.autogen.podControllers: exported as rules for the controllers and, in place of "
-                         "object/oldObject, variables holding the Pod of a controller's template (messages lack "
-                         "Tollgate's template-path prefix)")
+                         "object/oldObject, variables holding the Pod of a controller's template")
     kinds = []
     if spec.validations or spec.audit_annotations:
         kinds.append(("ValidatingAdmissionPolicy", "v1", _MUTATING_ONLY, True))
