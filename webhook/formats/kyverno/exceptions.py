@@ -21,7 +21,7 @@ so an imported exception means exactly what Tollgate's own does (one home of the
   to create one in a namespace never reaches another tenant's objects.
 * ``expiresAt`` is compared with each decision's clock (admission, background audit and the CLI alike;
   Kyverno's background scan and CLI ignore it: kyverno#17473).
-* ``spec.reason`` is Kyverno-less: the reason becomes ``Kyverno PolicyException <ns>/<name>``.
+* Kyverno's exception has no ``reason``: results say it was imported from Kyverno, and name it.
 * ``spec.images`` and ``spec.allowedValues`` (fine-grained exceptions, read by the policy's own CEL as
   ``exceptions.allowedImages``/``allowedValues``) are refused: Tollgate's policies have no
   ``exceptions`` variable, and reading such an exception as a whole-object exemption would fail open.
@@ -140,7 +140,7 @@ def to_tollgate(obj: dict[str, Any]) -> dict[str, Any]:
         raise ExceptionSpecError("spec.reportResult", f"must be skip or pass, got {report!r}")
     tollgate_spec: dict[str, Any] = {
         "policies": [{"name": policy_label(ref, namespace, i)} for i, ref in enumerate(refs)],
-        "reason": f"Kyverno PolicyException {namespace}/{meta['name']}",
+        "reason": "imported from Kyverno (its PolicyException has no reason field)",
     }
     if spec.get("matchConditions") is not None:
         tollgate_spec["matchConditions"] = spec["matchConditions"]
