@@ -25,12 +25,14 @@ from typing import Any
 
 __all__ = [
     "ADMISSION_GROUP",
+    "IMPORT_EXCEPTION_KINDS",
     "IMPORT_KINDS",
     "IMPORT_SOURCES",
     "KYVERNO_GROUP",
     "KYVERNO_MUTATING_POLICY",
     "KYVERNO_NAMESPACED_MUTATING_POLICY",
     "KYVERNO_NAMESPACED_VALIDATING_POLICY",
+    "KYVERNO_POLICY_EXCEPTION",
     "KYVERNO_VALIDATING_POLICY",
     "MUTATING_ADMISSION_POLICY",
     "MUTATING_ADMISSION_POLICY_BINDING",
@@ -99,6 +101,14 @@ KYVERNO_NAMESPACED_VALIDATING_POLICY = ImportKind(KYVERNO_GROUP, "NamespacedVali
 KYVERNO_NAMESPACED_MUTATING_POLICY = ImportKind(KYVERNO_GROUP, "NamespacedMutatingPolicy",
                                                 "namespacedmutatingpolicies", _KYVERNO_VERSIONS, mutating=True,
                                                 namespaced=True)
+
+#: Kyverno's CEL PolicyException (namespaced): not a policy, so not among :data:`IMPORT_KINDS` (nothing converts
+#: it into a policy); ``serve --import kyverno`` watches it too and hands it to the exception cache
+#: (:mod:`webhook.formats.kyverno.exceptions` compiles it).
+KYVERNO_POLICY_EXCEPTION = ImportKind(KYVERNO_GROUP, "PolicyException", "policyexceptions", _KYVERNO_VERSIONS,
+                                      namespaced=True)
+#: The imported exception kinds.
+IMPORT_EXCEPTION_KINDS = (KYVERNO_POLICY_EXCEPTION,)
 
 #: Every importable kind.
 IMPORT_KINDS = (VALIDATING_ADMISSION_POLICY, VALIDATING_ADMISSION_POLICY_BINDING, MUTATING_ADMISSION_POLICY,

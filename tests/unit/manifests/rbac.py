@@ -35,7 +35,8 @@ INSTALL_CLUSTER: dict[tuple[str, str], frozenset[str]] = {
         "validatingadmissionpolicies", "validatingadmissionpolicybindings",
         "mutatingadmissionpolicies", "mutatingadmissionpolicybindings")},
     **{("policies.kyverno.io", r): READ for r in ("validatingpolicies", "mutatingpolicies",
-                                                 "namespacedvalidatingpolicies", "namespacedmutatingpolicies")},
+                                                 "namespacedvalidatingpolicies", "namespacedmutatingpolicies",
+                                                 "policyexceptions")},
 }
 INSTALL_NAMESPACED: dict[tuple[str, str], frozenset[str]] = {
     ("coordination.k8s.io", "leases"): frozenset({"get", "create", "update"}),
