@@ -132,3 +132,16 @@ def test_lint_refuses_a_kyverno_exception_it_cannot_honour(tmp_path: Path, capsy
     assert main(["lint", str(tmp_path)]) == 1
     out = capsys.readouterr().out
     assert f"exception.yaml:{line}: document 1: PolicyException team-a/debug-pods: {message}" in out, out
+
+
+def test_audit_reports_the_exempted_object_as_skip_naming_the_exception(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    write(tmp_path)
+    status = main(["audit", "-p", str(tmp_path / "policy.yaml"), "-p", str(tmp_path / "exception.yaml"),
+                   "-r", str(tmp_path / "resources.yaml"), "-o", "json"])
+    reports = json.loads(capsys.readouterr().out)
+    rows = {(r["resources"][0]["name"]): (r["result"], r.get("properties"))
+            for report in reports.get("items", []) for r in report.get("results", [])}
+    assert status == 1  # two objects fail
+    assert rows["debug-1"] == ("skip", {"exception": "PolicyException.policies.kyverno.io team-a/debug-pods"})
+    assert rows["web"][0] == rows["debug-2"][0] == "fail"

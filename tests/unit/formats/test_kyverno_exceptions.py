@@ -171,3 +171,21 @@ def test_a_cache_fed_both_sources_keeps_same_named_exceptions_apart() -> None:
 def test_the_imported_policy_compiles() -> None:
     (imported,) = import_policies([kyverno_vpol()]).policies
     assert compile_policy(imported.obj).policy is not None
+
+
+def test_an_evaluation_worker_compiles_kyverno_exceptions_from_their_source() -> None:
+    import socket
+
+    from webhook.admission.isolation.worker import Worker
+    from webhook.admission.limits import OutputLimits
+
+    compiled = compile_kyverno_exception(kyverno_exception())
+    assert compiled.exception is not None and compiled.exception.source is not None
+    a, b = socket.socketpair()
+    try:
+        worker = Worker(a, OutputLimits())
+        exc = worker.exception_set([dict(compiled.exception.source)])
+    finally:
+        a.close()
+        b.close()
+    assert decide(unlabelled(), exc).results[0].exception == f"{KYVERNO_EXCEPTION_LABEL} team-a/debug"
