@@ -7,7 +7,8 @@ the CLI (each hands the engine an :class:`ExceptionSet` and a clock):
   ``ClusterPolicyException`` (cluster-scoped) into the neutral :class:`CompiledException`, compiling its
   ``spec.matchConditions`` in the policies' CEL environment (``object``, ``oldObject``, ``request``,
   ``namespaceObject``) with the policies' bounds (expression length, static cost). A foreign exception
-  (Kyverno's CEL ``PolicyException``) is converted into the same model by its format's home.
+  (Kyverno's CEL ``PolicyException``) is converted into the same model by its format's home
+  (:mod:`webhook.formats.kyverno.exceptions`); an :class:`ExceptionCache` is given its compile function.
 * :meth:`ExceptionSet.exempt` decides, for one policy's non-passing result, whether an exception
   exempts the request: it names the policy (its label, :func:`webhook.policy.engine.outcome.label`),
   has not expired at ``now`` (compared at decision time, so an exception stops exempting at the
