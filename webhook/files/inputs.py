@@ -30,8 +30,9 @@ from webhook.files.checks import compile_for_evaluation, schema_problems
 from webhook.files.imported import IMPORTED_KIND_NAMES, import_documents, is_imported_kind
 from webhook.files.requests import describe_key, resource_key
 from webhook.files.yamlio import Document, InputError, load_paths
+from webhook.formats.kyverno.exceptions import compile_any_exception
 from webhook.policy import CompiledPolicy
-from webhook.policy.exceptions import EXCEPTION_KINDS, ExceptionSet, compile_exception
+from webhook.policy.exceptions import EXCEPTION_KINDS, ExceptionSet
 from webhook.policy.labelquery import parse_label_selector_text
 from webhook.policy.model import Reference
 from webhook.policy.resources import resource_for_kind
@@ -156,6 +157,9 @@ def _imported_policies(docs: list[Document]) -> list[LoadedPolicy]:
 def load_exceptions(paths: Iterable[Path]) -> ExceptionSet:
     """The PolicyExceptions and ClusterPolicyExceptions among the policy files, schema-checked and compiled.
 
+    Kyverno's CEL PolicyExceptions (``policies.kyverno.io``) among them are read too, converted by
+    :mod:`webhook.formats.kyverno.exceptions` (checked there, not by Tollgate's schema).
+
     As in a cluster, one that does not compile exempts nothing: it is left out with a warning (``tollgate
     lint`` refuses it).
 
@@ -169,7 +173,7 @@ def load_exceptions(paths: Iterable[Path]) -> ExceptionSet:
         problems = schema_problems(doc)
         if problems:
             raise InputError(problems[0])
-        result = compile_exception(doc.obj)
+        result = compile_any_exception(doc.obj)
         if result.exception is None:
             print(f"tollgate: warning: {doc.where()}: {doc.display_name}: {result.condition['message']} (not Ready: "
                   "it exempts nothing)", file=sys.stderr)

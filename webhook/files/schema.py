@@ -26,6 +26,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from webhook.formats.kyverno.exceptions import is_kyverno_exception
 from webhook.policy.exceptions import EXCEPTION_KINDS
 from webhook.policy.vocabulary import API_VERSION, POLICY_KINDS, PolicyKind
 
@@ -226,7 +227,7 @@ def validate(obj: Any) -> list[SchemaProblem]:
 
 def has_schema(obj: Any) -> bool:
     """Whether :func:`validate` knows the document's kind."""
-    return isinstance(obj, dict) and obj.get("kind") in API_VERSIONS
+    return isinstance(obj, dict) and obj.get("kind") in API_VERSIONS and not is_kyverno_exception(obj)
 
 
 def sync_from_crd(crd: Path, out: Path) -> None:

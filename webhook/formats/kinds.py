@@ -34,12 +34,14 @@ __all__ = [
     "ADMISSION_GROUP",
     "CONSTRAINT_GROUP",
     "GATEKEEPER_TEMPLATE",
+    "IMPORT_EXCEPTION_KINDS",
     "IMPORT_KINDS",
     "IMPORT_SOURCES",
     "KYVERNO_GROUP",
     "KYVERNO_MUTATING_POLICY",
     "KYVERNO_NAMESPACED_MUTATING_POLICY",
     "KYVERNO_NAMESPACED_VALIDATING_POLICY",
+    "KYVERNO_POLICY_EXCEPTION",
     "KYVERNO_VALIDATING_POLICY",
     "MUTATING_ADMISSION_POLICY",
     "MUTATING_ADMISSION_POLICY_BINDING",
@@ -116,6 +118,14 @@ KYVERNO_NAMESPACED_MUTATING_POLICY = ImportKind(KYVERNO_GROUP, "NamespacedMutati
 GATEKEEPER_TEMPLATE = ImportKind(TEMPLATE_GROUP, "ConstraintTemplate", "constrainttemplates", ("v1", "v1beta1"))
 #: The versions of a constraint kind Gatekeeper's controller serves (the same schema).
 CONSTRAINT_VERSIONS = ("v1beta1", "v1alpha1")
+
+#: Kyverno's CEL PolicyException (namespaced): not a policy, so not among :data:`IMPORT_KINDS` (nothing converts
+#: it into a policy); ``serve --import kyverno`` watches it too and hands it to the exception cache
+#: (:mod:`webhook.formats.kyverno.exceptions` compiles it).
+KYVERNO_POLICY_EXCEPTION = ImportKind(KYVERNO_GROUP, "PolicyException", "policyexceptions", _KYVERNO_VERSIONS,
+                                      namespaced=True)
+#: The imported exception kinds.
+IMPORT_EXCEPTION_KINDS = (KYVERNO_POLICY_EXCEPTION,)
 
 #: Every importable kind of fixed name (Gatekeeper's constraint kinds are dynamic: :func:`constraint_import_kind`).
 IMPORT_KINDS = (VALIDATING_ADMISSION_POLICY, VALIDATING_ADMISSION_POLICY_BINDING, MUTATING_ADMISSION_POLICY,

@@ -7,7 +7,8 @@ the CLI (each hands the engine an :class:`ExceptionSet` and a clock):
   ``ClusterPolicyException`` (cluster-scoped) into the neutral :class:`CompiledException`, compiling its
   ``spec.matchConditions`` in the policies' CEL environment (``object``, ``oldObject``, ``request``,
   ``namespaceObject``) with the policies' bounds (expression length, static cost). A foreign exception
-  (Kyverno's CEL ``PolicyException``) is converted into the same model by its format's home.
+  (Kyverno's CEL ``PolicyException``) is converted into the same model by its format's home
+  (:mod:`webhook.formats.kyverno.exceptions`); an :class:`ExceptionCache` is given its compile function.
 * :meth:`ExceptionSet.exempt` decides, for one policy's non-passing result, whether an exception
   exempts the request: it names the policy (its label, :func:`webhook.policy.engine.outcome.label`),
   has not expired at ``now`` (compared at decision time, so an exception stops exempting at the
@@ -459,6 +460,9 @@ class ExceptionCache:
         policy_exists: whether a policy with this label exists (for the ``UnknownPolicy`` condition).
         status_sink: called with ``(obj, condition)`` for each exception (the leader's status writer), or None.
         now: the clock conditions are computed with (aware UTC).
+        compile: compiles one exception object (default :func:`compile_exception`; a cache also fed a
+            foreign source's exceptions is given that format's dispatcher, as
+            ``webhook.formats.kyverno.exceptions.compile_any_exception``).
     """
 
     #: Runs on the event loop (the informer's ``sync_calls``): it maintains what the request path reads.
@@ -466,8 +470,10 @@ class ExceptionCache:
 
     def __init__(self, policy_exists: Callable[[str], bool] = lambda _p: True,
                  status_sink: ExceptionStatusSink | None = None,
-                 now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC)) -> None:
+                 now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
+                 compile: Callable[[dict[str, Any]], ExceptionCompileResult] = compile_exception) -> None:
         self.policy_exists = policy_exists
+        self.compile = compile
         self.status_sink = status_sink
         self.now = now
         self.current = ExceptionSet()
@@ -484,7 +490,8 @@ class ExceptionCache:
     def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
         meta = obj.get("metadata") or {}
         key = f"{meta.get('namespace')}/{meta.get('name')}" if meta.get("namespace") else str(meta.get("name"))
-        return str(obj.get("kind")), key
+        group = str(obj.get("apiVersion") or "").rpartition("/")[0]  # two sources' PolicyException kinds differ
+        return f"{obj.get('kind')}.{group}", key
 
     def _rebuild(self) -> None:
         self.current = ExceptionSet.of(r.exception for _, r in self._compiled.values() if r.exception is not None)
@@ -494,7 +501,7 @@ class ExceptionCache:
         key = self._key(obj)
         old = self._compiled.get(key)
         same = old is not None and old[0].get("spec") == obj.get("spec")
-        result = old[1] if old is not None and same else compile_exception(obj)
+        result = old[1] if old is not None and same else self.compile(obj)
         self._compiled[key] = (obj, result)
         self._rebuild()
         self.report(obj, result)

@@ -32,6 +32,7 @@ from webhook.caches.references import ReferenceInformers
 from webhook.files.local_source import LocalDirectoryListerWatcher
 from webhook.formats.events import ImportEventHandler
 from webhook.formats.kinds import IMPORT_SOURCES
+from webhook.formats.kyverno.exceptions import compile_any_exception, is_kyverno_exception
 from webhook.informer import (
     InformerKey,
     ListerWatcher,
@@ -175,10 +176,14 @@ def build_components(settings: Settings, *, api_client: Any = None,
             inf.add_event_handler(references.handler(), name="references")
         queued.append(QueuedHandler(references.handler(), "imported-references"))
     # PolicyExceptions: compiled on their watch events into the set the request path reads (one attribute).
+    # Kyverno's CEL PolicyExceptions too (serve --import kyverno; --local reads both groups' PolicyException
+    # documents through Tollgate's source): same semantics, no status written to Kyverno's objects.
     exceptions = ExceptionCache(
         policy_exists=lambda label: index.state(label) is not None or any(
             inf.indexer.get_by_key(label) is not None for inf in policy_informers),
-        status_sink=writer.enqueue if writer is not None else None)
+        status_sink=_tollgate_only(writer.enqueue) if writer is not None else None, compile=compile_any_exception)
+    if import_sources is not None and not local:
+        import_sources.exceptions = exceptions
     if writer is not None:  # a policy came or went: an exception naming it may turn (not) UnknownPolicy
         for inf in policy_informers:
             inf.add_event_handler(ResourceEventHandlerFuncs(
@@ -227,6 +232,12 @@ def build_components(settings: Settings, *, api_client: Any = None,
         elector=leader.elector if leader else None, status_writer=writer, reconciler=reconciler,
         cert_manager=leader.cert_manager if leader else None, background=background, references=references,
         imports=import_sources, exceptions=exceptions)
+
+
+def _tollgate_only(sink: Callable[[dict[str, Any], dict[str, Any]], object]
+                   ) -> Callable[[dict[str, Any], dict[str, Any]], object]:
+    """``sink`` for Tollgate's exceptions only: Kyverno's objects are Kyverno's (their status is never written)."""
+    return lambda obj, condition: None if is_kyverno_exception(obj) else sink(obj, condition)
 
 
 def create_app(settings: Settings, *, api_client: Any = None,

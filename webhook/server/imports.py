@@ -38,7 +38,7 @@ from typing import Any
 
 from webhook.aio import cancel_and_wait
 from webhook.formats.events import ImportEventHandler
-from webhook.formats.kinds import CONSTRAINT_GROUP, IMPORT_KINDS, TEMPLATE_GROUP, ImportKind
+from webhook.formats.kinds import CONSTRAINT_GROUP, IMPORT_EXCEPTION_KINDS, IMPORT_KINDS, TEMPLATE_GROUP, ImportKind
 from webhook.informer import InformerKey, ListerWatcher, SharedInformer, SharedInformerFactory
 from webhook.informer.handlers import HandlerRegistration, ResourceEventHandler
 from webhook.server.constraints import ConstraintInformers, constraint_kinds
@@ -134,7 +134,7 @@ def cluster_discovery(api_client: Any, groups: frozenset[str]) -> Callable[[], A
 
         snapshot = await Discovery(api_client).snapshot()
         served: Served = {}
-        for kind in (k for k in IMPORT_KINDS if k.group in groups):
+        for kind in (k for k in IMPORT_KINDS + IMPORT_EXCEPTION_KINDS if k.group in groups):
             for version in kind.versions:
                 r = snapshot.resource(GVR(kind.group, version, kind.plural))
                 if r is not None and {"list", "watch"} <= r.verbs:
@@ -181,14 +181,19 @@ class ImportSources:
             :data:`PENDING_INTERVAL` ``)`` instead, so they are picked up within a minute of appearing.
         serving: whether reviews are answered yet: from then on every conversion runs off the event loop
             (:class:`~webhook.server.policy_events.ImportOffLoop`), a later-discovered kind's initial list too.
+        exceptions: receives the imported exception kinds' notifications (Kyverno's CEL PolicyException:
+            :data:`~webhook.formats.kinds.IMPORT_EXCEPTION_KINDS`), the server's exception cache; None: they are
+            not watched. ``--local`` discovers none: the directory's PolicyException documents of either
+            group reach the cache through Tollgate's own PolicyException source.
     """
 
     def __init__(self, factory: SharedInformerFactory, handler: ImportEventHandler, *,
                  discover: Callable[[], Awaitable[Served]],
                  probe: Callable[[InformerKey], Awaitable[str | None]] | None = None, interval: float = 0.0,
                  queued: list[QueuedHandler] | None = None, wanted_groups: frozenset[str] = frozenset(),
-                 serving: Callable[[], bool] | None = None) -> None:
+                 serving: Callable[[], bool] | None = None, exceptions: ResourceEventHandler | None = None) -> None:
         self.factory = factory
+        self.exceptions = exceptions
         self.handler = handler
         self._delivery = ImportOffLoop(handler, serving=serving)  # every kind's informer: one lock, in order
         self._discover = discover
@@ -273,7 +278,8 @@ class ImportSources:
         log.warning("discovery of the imported kinds failed (retrying in %.0f s): %s", retry, self.discovery_error)
 
     def _new(self, served: Served, *, bindings: bool) -> list[ImportKind]:
-        return [k for k in served if k.is_binding == bindings and k.kind not in self.watching]
+        return [k for k in served if k.is_binding == bindings and k.kind not in self.watching
+                and (self.exceptions is not None or k not in IMPORT_EXCEPTION_KINDS)]
 
     async def _bindings(self, served: Served, started: list[SharedInformer]) -> None:
         """Once the policy informers just started have synced, start the binding kinds' informers."""
@@ -333,7 +339,10 @@ class ImportSources:
             return None
         self.refused.pop(kind.kind, None)
         inf = self.factory.informer(key)
-        self._registrations.append(inf.add_event_handler(self._delivery, name="imports"))
+        if kind in IMPORT_EXCEPTION_KINDS and self.exceptions is not None:  # compiled by the exception cache
+            self._registrations.append(inf.add_event_handler(self.exceptions, name="imported-exceptions"))
+        else:
+            self._registrations.append(inf.add_event_handler(self._delivery, name="imports"))
         self._informers.append(inf)
         self.watching[kind.kind] = f"{kind.group}/{version}"
         await inf.start()

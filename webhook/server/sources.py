@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from webhook.files.local_source import LocalDirectory, LocalDirectoryListerWatcher
-from webhook.formats.kinds import IMPORT_KINDS, ImportKind
+from webhook.formats.kinds import IMPORT_EXCEPTION_KINDS, IMPORT_KINDS, ImportKind
 from webhook.informer import InformerKey, ListerWatcher
 from webhook.informer.gvr import GVR
 from webhook.policy.resources import (
@@ -35,7 +35,8 @@ def import_informer_key(kind: ImportKind, version: str) -> InformerKey:
     return InformerKey(f"{kind.plural}.{version}.{kind.group}")
 
 
-_IMPORTED = {import_informer_key(k, v).resource: (k, v) for k in IMPORT_KINDS for v in k.versions}
+_IMPORTED = {import_informer_key(k, v).resource: (k, v) for k in IMPORT_KINDS + IMPORT_EXCEPTION_KINDS
+             for v in k.versions}
 
 
 def _directory(settings: Settings, local_sources: list[LocalDirectoryListerWatcher]) -> LocalDirectory:

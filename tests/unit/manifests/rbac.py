@@ -35,7 +35,8 @@ INSTALL_CLUSTER: dict[tuple[str, str], frozenset[str]] = {
         "validatingadmissionpolicies", "validatingadmissionpolicybindings",
         "mutatingadmissionpolicies", "mutatingadmissionpolicybindings")},
     **{("policies.kyverno.io", r): READ for r in ("validatingpolicies", "mutatingpolicies",
-                                                 "namespacedvalidatingpolicies", "namespacedmutatingpolicies")},
+                                                 "namespacedvalidatingpolicies", "namespacedmutatingpolicies",
+                                                 "policyexceptions")},
     ("templates.gatekeeper.sh", "constrainttemplates"): READ,
     ("constraints.gatekeeper.sh", "*"): READ,
 }

@@ -66,7 +66,8 @@ ALLOWED_CLUSTER: dict[tuple[str, str], frozenset[str]] = {
         "validatingadmissionpolicies", "validatingadmissionpolicybindings", "mutatingadmissionpolicies",
         "mutatingadmissionpolicybindings")},
     **{("policies.kyverno.io", r): CACHED for r in ("validatingpolicies", "mutatingpolicies",
-                                                   "namespacedvalidatingpolicies", "namespacedmutatingpolicies")},
+                                                   "namespacedvalidatingpolicies", "namespacedmutatingpolicies",
+                                                   "policyexceptions")},
     ("templates.gatekeeper.sh", "constrainttemplates"): CACHED,
     ("constraints.gatekeeper.sh", "*"): CACHED,
 }

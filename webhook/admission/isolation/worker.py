@@ -58,9 +58,10 @@ from webhook.admission.isolation.messages import (
 )
 from webhook.admission.limits import OutputLimits, bound_decision
 from webhook.admission.review import AdmissionRequest
+from webhook.formats.kyverno.exceptions import compile_any_exception
 from webhook.policy import PolicyIndex, RequestCoordinates, compile_policy
 from webhook.policy.compiler import CompiledPolicy
-from webhook.policy.exceptions import ExceptionCompileResult, ExceptionSet, compile_exception
+from webhook.policy.exceptions import ExceptionCompileResult, ExceptionSet
 from webhook.policy.plan import Plan, build_plan
 
 #: Compiled policies kept per worker (least recently used dropped first).
@@ -165,7 +166,7 @@ class Worker:
             key = orjson.dumps(source, option=orjson.OPT_SORT_KEYS)
             result = self.exceptions.get(key)
             if result is None:
-                result = self.exceptions[key] = compile_exception(source)
+                result = self.exceptions[key] = compile_any_exception(source)  # Kyverno's too
                 while len(self.exceptions) > 256:
                     del self.exceptions[next(iter(self.exceptions))]
             if result.exception is not None:
