@@ -145,18 +145,6 @@ def _literal_int(node: Node) -> int | None:
 _INPUTS = frozenset({"object", "oldObject", "request", "params", "namespaceObject", "variables"})
 #: The activation's variables holding the input's own data (``variables`` may hold derived lists).
 _STRUCTURAL_INPUTS = frozenset({"object", "oldObject", "request", "params", "namespaceObject"})
-#: Checked types whose values have a constant size.
-_SCALAR_TYPES = frozenset({"int", "uint", "double", "bool", "null_type", "google.protobuf.Timestamp",
-                           "google.protobuf.Duration", "timestamp", "duration"})
-# -- work: polynomials in B, C and one symbol per enclosing comprehension's element --------------------------
-#
-# A monomial is a tuple of exponents (B, C, S, X1, X2, ...): B is the input's bytes, C its largest collection,
-# S its longest string, Xd the size of the element the comprehension at nesting depth d iterates with. When a
-# loop is closed, the work of one iteration W(X) is summed over its elements: terms without X are multiplied by the
-# iteration count (C for the input's own lists, the range's size r otherwise), and a term c·M·X^k (k ≥ 1) becomes
-# c·M·r^k, since the elements of one list are disjoint parts of it (Σ Xᵢ^k ≤ (Σ Xᵢ)^k ≤ r^k). A string check
-# on each container is then linear in the input, not quadratic.
-
 _Mono = tuple[int, ...]
 _MPoly = dict[_Mono, int]
 _M_ONE: _MPoly = {(): 1}
@@ -724,8 +712,9 @@ def estimate(ast: CheckedAst, rules: Mapping[str, Rule] | None = None,
             bound, work = _comprehension(node, env, depth)
         else:
             bound, work = _call(node, env, depth)
-        if ast.type_of(node) in _SCALAR_TYPES:
-            bound = Bound(_M_ONE, None)  # a number, bool, null, timestamp or duration: not its input's size
+        # No size from the checker's type: cel-cpp types the element of some ext lists results (distinct, slice,
+        # flatten) as a type parameter that a later ``+`` binds to int, so ``l.distinct().map(x, x + x)`` checks as
+        # list(int) while it builds strings. A call's size is its rule's (``size()`` and comparisons are scalar).
         # Sizes are judged against the input's bytes: an element is at most the whole input.
         worst = _max(worst, _m_to_poly(bound.size))
         return bound, work
@@ -756,7 +745,10 @@ def estimate(ast: CheckedAst, rules: Mapping[str, Rule] | None = None,
             inner[accu] = acc
         _cond, cond_work = walk(cond, inner, inner_depth)
         step_bound, step_work = walk(step, inner, inner_depth)
-        if accu and not is_bind:
+        step_rule = table.get(step.name) if step.kind == "call" else None
+        if accu and not is_bind and step_rule is not None and step_rule.size is scalar:
+            inner[accu] = Bound(_m_max(acc.size, step_bound.size), None)  # all/exists: a bool, not accumulated
+        elif accu and not is_bind:
             grown = _m_add(acc.size, _m_close(step_bound.size, inner_depth, r.size, _entries(r), summed=True))
             count = _m_add(acc.count or {}, iterations) if init.kind == "list" else None
             entries = _m_add(acc.count or {}, _entries(r)) if init.kind == "list" else None
