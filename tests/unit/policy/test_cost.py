@@ -106,6 +106,26 @@ def test_a_result_is_sized_by_its_rule_not_by_the_checkers_type() -> None:
     assert compiled.estimated.value.size_at(size.bytes, size.largest_collection, size.longest_string) >= 4
 
 
+def test_rule_table_adds_the_python_rules_and_combines_a_shared_name() -> None:
+    table = cost.rule_table({"string": cost.PYTHON_TEXT, "newFunction": cost.PYTHON_SCALAR})
+    assert table["newFunction"] is cost.PYTHON_SCALAR and table["lowerAscii"] is cost.NATIVE_RULES["lowerAscii"]
+    big = cost.Bound({(1,): 3}, None)
+    call = cost.Call("string", (celast.Node(kind="ident", name="x"),), (big,))
+    native, python = cost.NATIVE_RULES["string"], cost.PYTHON_TEXT
+    assert table["string"].cost(call) == {(): cost.PYTHON_CALL, (1,): 6}  # the Python overload's, the larger
+    assert native.cost(call) == {(1,): 1}
+    assert table["string"].size(call).size == {(1,): 3, (): 24} == python.size(call).size
+    assert cost.either(native, python).size(call) == table["string"].size(call)
+
+
+def test_total_adds_up_work_and_a_bound_inside_a_loop_has_no_size_at() -> None:
+    assert cost.total({(0, 0, 0): 1, (1, 0, 0): 2}, {(1, 0, 0): 3, (0, 1, 0): 4}) == {
+        (0, 0, 0): 1, (1, 0, 0): 5, (0, 1, 0): 4}
+    assert cost.Bound({(1, 0, 1): 2, (): 1}, None).size_at(10, 3, 5) == 101
+    with pytest.raises(ValueError, match="comprehension"):
+        cost.Bound({(0, 0, 0, 1): 1}, None).size_at(10, 3, 5)
+
+
 # -- every function has a rule -------------------------------------------------------------------------------------
 
 def test_a_library_function_cannot_be_declared_without_a_rule() -> None:
@@ -407,6 +427,11 @@ PINNED_CORPUS = [
     "{'a': object.s, 'b': object.t}", "[object.s, object.t].map(x, x.size())", "params.l.map(x, x + 'a')",
     "variables.v.map(x, x + 'a')", "request.userInfo.username.lowerAscii()", "object.spec.containers[0].name",
     "object.spec.containers.filter(c, c.name != '').map(c, c.image.split(':')).size()",
+    "object.m.map(k, object.p[k])", "object.m.map(k, object.m.x[k])", "object.m.x.map(k, object.m.y[k])",
+    "object.m.map(k, object.m[k + 'a'])", "object.l.map(k, object.m.map(j, object.m[k]))",
+    "object.m.map(k, {'a': object.s}[k])", "lists.range(2 + 1)", "lists.range(3).map(i, object.m['a'][i])",
+    "object.m.map(k, object.l.map(j, object.m[j]))", "[object.s].map(k, object.m.map(k, object.m[k]))",
+    "object.m.map(k, object.m.map(j, object.m[k] + object.m[j]))", "object.m.map(k, dyn(object.m)[k])",
 ]
 
 
@@ -720,6 +745,51 @@ PINNED: dict[str, tuple[Any, ...]] = {
     "object.spec.containers.filter(c, c.name != '').map(c, c.image.split(':')).size()":
         (((0, 4), (1, 2)), (((0, 0, 0), 161), ((0, 0, 1), 12), ((0, 1, 0), 293), ((0, 1, 1), 12), ((1, 0, 0), 3)),
          (((), 1),), None, None, '', 161, 204),
+    'object.m.map(k, object.p[k])':
+        (((0, 1), (1, 1), (2, 1)), (((0, 0, 0), 4), ((0, 1, 0), 138), ((1, 1, 0), 1)), (((), 1), ((1, 1), 1)),
+         (((), 1), ((0, 1), 1)), (((), 1), ((0, 1), 1)),
+         'expression may build a value that grows faster than its input (e.g. s.replace(x, s))', 4, 10101),
+    'object.m.map(k, object.m.x[k])':
+        (((0, 1), (1, 1), (2, 1)), (((0, 0, 0), 4), ((0, 1, 0), 139), ((1, 1, 0), 1)), (((), 1), ((1, 1), 1)),
+         (((), 1), ((0, 1), 1)), (((), 1), ((0, 1), 1)),
+         'expression may build a value that grows faster than its input (e.g. s.replace(x, s))', 4, 10101),
+    'object.m.x.map(k, object.m.y[k])':
+        (((0, 1), (1, 1), (2, 1)), (((0, 0, 0), 5), ((0, 1, 0), 139), ((1, 1, 0), 1)), (((), 1), ((1, 1), 1)),
+         (((), 1), ((0, 1), 1)), (((), 1), ((0, 1), 1)),
+         'expression may build a value that grows faster than its input (e.g. s.replace(x, s))', 5, 10101),
+    "object.m.map(k, object.m[k + 'a'])":
+        (((0, 1), (1, 1), (2, 1)), (((0, 0, 0), 4), ((0, 1, 0), 141), ((0, 1, 1), 1), ((0, 2, 0), 1), ((1, 1, 0), 1)),
+         (((), 1), ((1, 1), 1)), (((), 1), ((0, 1), 1)), (((), 1), ((0, 1), 1)),
+         'expression may build a value that grows faster than its input (e.g. s.replace(x, s))', 4, 10101),
+    'object.l.map(k, object.m.map(j, object.m[k]))':
+        (((0, 1), (1, 1), (2, 1), (3, 1)), (((0, 0, 0), 4), ((0, 1, 0), 139), ((0, 2, 0), 138), ((1, 2, 0), 2)),
+         (((), 1), ((0, 1), 1), ((1, 2), 1)), (((), 1), ((0, 1), 1)), (((), 1), ((0, 1), 1)),
+         'expression may build a value that grows faster than its input (e.g. s.replace(x, s))', 4, 1010101),
+    "object.m.map(k, {'a': object.s}[k])":
+        (((0, 1), (1, 1), (2, 1)), (((0, 0, 0), 4), ((0, 1, 0), 141), ((1, 1, 0), 1)),
+         (((), 1), ((0, 1), 1), ((1, 1), 1)), (((), 1), ((0, 1), 1)), (((), 1), ((0, 1), 1)),
+         'expression may build a value that grows faster than its input (e.g. s.replace(x, s))', 4, 10101),
+    'lists.range(2 + 1)':
+        (((0, 100000),), (((0, 0, 0), 200609),), (((), 100000),), (((), 100000),), None, '', 200609, 100000),
+    "lists.range(3).map(i, object.m['a'][i])":
+        (((0, 3), (1, 3)), (((0, 0, 0), 1033), ((1, 0, 0), 3)), (((), 1), ((1,), 3)), (((), 4),), (((), 4),), '',
+         1033, 303),
+    'object.m.map(k, object.l.map(j, object.m[j]))':
+        (((0, 1), (1, 1), (2, 1), (3, 1)), (((0, 0, 0), 4), ((0, 1, 0), 139), ((0, 2, 0), 138), ((1, 2, 0), 2)),
+         (((), 1), ((0, 1), 1), ((1, 2), 1)), (((), 1), ((0, 1), 1)), (((), 1), ((0, 1), 1)),
+         'expression may build a value that grows faster than its input (e.g. s.replace(x, s))', 4, 1010101),
+    '[object.s].map(k, object.m.map(k, object.m[k]))':
+        (((0, 2), (1, 1)), (((0, 0, 0), 144), ((0, 1, 0), 138), ((1, 0, 0), 2)), (((), 2), ((1,), 1)), (((), 2),),
+         (((), 2),), '', 144, 102),
+    'object.m.map(k, object.m.map(j, object.m[k] + object.m[j]))':
+        (((0, 1), (1, 1), (2, 2)),
+         (((0, 0, 0), 4), ((0, 1, 0), 139), ((0, 2, 0), 143), ((0, 2, 1), 2), ((0, 3, 0), 2), ((1, 1, 0), 4)),
+         (((), 1), ((0, 1), 1), ((1, 1), 2)), (((), 1), ((0, 1), 1)), (((), 1), ((0, 1), 1)),
+         'expression may build a value that grows faster than its input (e.g. s.replace(x, s))', 4, 20101),
+    'object.m.map(k, dyn(object.m)[k])':
+        (((0, 1), (1, 1), (2, 1)), (((0, 0, 0), 4), ((0, 1, 0), 139), ((1, 1, 0), 1)), (((), 1), ((1, 1), 1)),
+         (((), 1), ((0, 1), 1)), (((), 1), ((0, 1), 1)),
+         'expression may build a value that grows faster than its input (e.g. s.replace(x, s))', 4, 10101),
 }
 
 

@@ -49,22 +49,6 @@ _RANGE_LIMIT = 100_000
 Poly = dict[int, int]  # degree → coefficient: size ≤ Σ coefficient · N^degree
 
 
-def _add(*ps: Poly) -> Poly:
-    out: Poly = {}
-    for p in ps:
-        for d, c in p.items():
-            out[d] = out.get(d, 0) + c
-    return out
-
-
-def _mul(a: Poly, b: Poly) -> Poly:
-    out: Poly = {}
-    for da, ca in a.items():
-        for db, cb in b.items():
-            out[da + db] = out.get(da + db, 0) + ca * cb
-    return out
-
-
 def _max(*ps: Poly) -> Poly:
     out: Poly = {}
     for p in ps:
@@ -128,10 +112,6 @@ def _const_size(node: Node) -> Poly:
     if node.const_kind in ("string", "bytes"):
         return {0: max(1, len(node.value))}
     return _ONE
-
-
-def _scale(p: Poly, k: int) -> Poly:
-    return {d: c * k for d, c in p.items()}
 
 
 def _literal_int(node: Node) -> int | None:
@@ -368,17 +348,44 @@ class Rule(NamedTuple):
     size: SizeRule
 
 
+# The parametrised rules are small callable classes rather than closures, so that what they compute runs when a
+# call is estimated (and a mutation of it shows in the tests: bench/mutation/setup-cost.cfg).
+
+
+@dataclass(frozen=True, slots=True)
+class _EitherCost:
+    rules: tuple[Rule, ...]
+
+    def __call__(self, c: Call) -> _MPoly:
+        """The call's own work."""
+        return _m_max(*(r.cost(c) for r in self.rules))
+
+
+@dataclass(frozen=True, slots=True)
+class _EitherSize:
+    rules: tuple[Rule, ...]
+
+    def __call__(self, c: Call) -> Bound:
+        """The call's result size."""
+        return Bound(_m_max(*(r.size(c).size for r in self.rules)), None)
+
+
 def either(*rules: Rule) -> Rule:
     """One rule for a name with several implementations (a native and a Python overload): the larger of each."""
-    return Rule(lambda c: _m_max(*(r.cost(c) for r in rules)),
-                lambda c: Bound(_m_max(*(r.size(c).size for r in rules)), None))
+    return Rule(_EitherCost(rules), _EitherSize(rules))
 
 
 # Cost rules.
 
-def fixed(units: int) -> CostRule:
+@dataclass(frozen=True, slots=True)
+class Fixed:
     """A constant cost (units per call)."""
-    return lambda _c: {(): units} if units else {}
+
+    units: int
+
+    def __call__(self, _c: Call) -> _MPoly:
+        """The call's own work."""
+        return {(): self.units} if self.units else {}
 
 
 def scan(c: Call) -> _MPoly:
@@ -386,31 +393,49 @@ def scan(c: Call) -> _MPoly:
     return _ceil_tenth(_m_add(*(_scanned(b) for b in c.bounds)))
 
 
-def per_element(units: int, operand: int = 0) -> CostRule:
-    """``units`` per entry of one list operand (``sort``: 10, ``@in``: 3 of its last operand)."""
-    return lambda c: _m_scale(c.count(operand if operand >= 0 else len(c.bounds) + operand), units)
+@dataclass(frozen=True, slots=True)
+class PerElement:
+    """``units`` per entry of one list operand (``sort``: 10, ``@in``: 3 of its last operand, ``operand=-1``)."""
+
+    units: int
+    operand: int = 0
+
+    def __call__(self, c: Call) -> _MPoly:
+        """The call's own work."""
+        return _m_scale(c.count(self.operand if self.operand >= 0 else len(c.bounds) + self.operand), self.units)
 
 
-def builds(rule: CostRule, size: SizeRule) -> CostRule:
+@dataclass(frozen=True, slots=True)
+class Builds:
     """``rule`` plus copying the result ``size`` builds (a tenth of a unit per byte: ``join``, ``replace``)."""
-    return lambda c: _m_add(rule(c), _ceil_tenth(size(c).size))
+
+    rule: CostRule
+    size: SizeRule
+
+    def __call__(self, c: Call) -> _MPoly:
+        """The call's own work."""
+        return _m_add(self.rule(c), _ceil_tenth(self.size(c).size))
 
 
 #: A call into Python (~6 µs measured for ``quantity()``): the crossing, plus converting its operands.
 PYTHON_CALL = 600
 
 
-def python(per_match: int = 0) -> CostRule:
+@dataclass(frozen=True, slots=True)
+class Python:
     """A Python library function: :data:`PYTHON_CALL`, 2 units per operand byte or entry, more per match.
 
     ``per_match`` units per receiver byte: ``findAll`` builds one Python string per match (~1,200 units each
     measured), at most one per byte.
     """
-    def cost(c: Call) -> _MPoly:
+
+    per_match: int = 0
+
+    def __call__(self, c: Call) -> _MPoly:
+        """The call's own work."""
         scanned = [_copied(b) for b in c.bounds]  # converted into Python: S bytes or C entries of the input's own
         return _m_add({(): PYTHON_CALL}, _m_scale(_m_add(*scanned), 2),
-                      _m_scale(scanned[0], per_match) if scanned and per_match else {})
-    return cost
+                      _m_scale(scanned[0], self.per_match) if scanned and self.per_match else {})
 
 
 def _pairwise(c: Call) -> _MPoly:
@@ -471,9 +496,16 @@ def element(c: Call) -> Bound:
     return Bound(c.sizes[0], _M_COUNT if _structural(c.bounds[0].count) else None)
 
 
-def plus(extra: int, factor: int = 1) -> SizeRule:
+@dataclass(frozen=True, slots=True)
+class Plus:
     """``factor`` × the largest operand plus ``extra`` (``string(x)``: +24 for a number's digits)."""
-    return lambda c: Bound(_m_add(_m_scale(_m_max(*c.sizes), factor), {(): extra}), None)
+
+    extra: int
+    factor: int = 1
+
+    def __call__(self, c: Call) -> Bound:
+        """The call's result size."""
+        return Bound(_m_add(_m_scale(_m_max(*c.sizes), self.factor), {(): self.extra}), None)
 
 
 def _sum(c: Call) -> Bound:
@@ -552,15 +584,30 @@ def _map_insert(c: Call) -> Bound:
     return Bound(_m_add(*c.sizes), None)
 
 
-_BASE = fixed(0)
+def _reverse_cost(c: Call) -> _MPoly:
+    """``reverse()`` of a string scans it; of a list, a unit per entry."""
+    return _m_add(scan(c), PerElement(1)(c))
+
+
+def _split_cost(c: Call) -> _MPoly:
+    """``split``: one part per separator found, and one more: 12 units each."""
+    return _m_scale(_m_add(_scanned(c.bounds[0]), _M_ONE), 12)
+
+
+def _input_sized(_c: Call) -> Bound:
+    """Sized like the input: its bytes, its largest collection's entries."""
+    return Bound(_M_INPUT, _M_COUNT)
+
+
+_BASE = Fixed(0)
 _SCALAR_RULE = Rule(_BASE, scalar)
 _SCAN_SCALAR = Rule(scan, scalar)
 _SCAN_LARGEST = Rule(scan, largest)
-_JOIN = Rule(builds(per_element(2), _join), _join)
-_REPLACE = Rule(builds(scan, _replace), _replace)
-_FORMAT = Rule(builds(scan, _format), _format)
-_QUOTE = Rule(builds(scan, plus(2, 6)), plus(2, 6))
-_ENCODE = Rule(builds(scan, plus(4, 2)), plus(4, 2))
+_JOIN = Rule(Builds(PerElement(2), _join), _join)
+_REPLACE = Rule(Builds(scan, _replace), _replace)
+_FORMAT = Rule(Builds(scan, _format), _format)
+_QUOTE = Rule(Builds(scan, Plus(2, 6)), Plus(2, 6))
+_ENCODE = Rule(Builds(scan, Plus(4, 2)), Plus(4, 2))
 
 #: cel-cpp's natively implemented functions (standard definitions, ext strings/lists/sets/math/encoders,
 #: optional, two-variable comprehensions' ``cel.@mapInsert``), by name: cost and result size. The macros
@@ -578,33 +625,32 @@ NATIVE_RULES: Mapping[str, Rule] = {
         "math.@max", "math.@min"), _SCALAR_RULE),
     "_==_": Rule(_equality, scalar),
     "_!=_": Rule(_equality, scalar),
-    "@in": Rule(per_element(3, -1), scalar),
+    "@in": Rule(PerElement(3, -1), scalar),
     **dict.fromkeys(("contains", "startsWith", "endsWith", "matches", "indexOf", "lastIndexOf"), _SCAN_SCALAR),
     **dict.fromkeys(("lowerAscii", "upperAscii", "trim", "substring", "charAt", "base64.decode"),
                     _SCAN_LARGEST),
     "bytes": Rule(scan, largest),
-    "string": Rule(scan, plus(24)),
+    "string": Rule(scan, Plus(24)),
     "_+_": Rule(_concat_cost, _sum),
     "_?_:_": Rule(_BASE, _conditional),
     **dict.fromkeys(("_[_]", "_[?_]", "_?._"), Rule(_BASE, element)),
     **dict.fromkeys(("first", "last"), Rule(_BASE, element)),
-    "reverse": Rule(lambda c: _m_add(scan(c), per_element(1)(c)), keeps),
+    "reverse": Rule(_reverse_cost, keeps),
     # sortBy(x, key) is the macro @sortByAssociatedKeys(list, list.map(x, key)).
-    **dict.fromkeys(("sort", "sortBy", "@sortByAssociatedKeys", "distinct"), Rule(per_element(10), keeps)),
-    "slice": Rule(per_element(1), keeps),
-    "flatten": Rule(per_element(2), _flatten),
+    **dict.fromkeys(("sort", "sortBy", "@sortByAssociatedKeys", "distinct"), Rule(PerElement(10), keeps)),
+    "slice": Rule(PerElement(1), keeps),
+    "flatten": Rule(PerElement(2), _flatten),
     **dict.fromkeys(("dyn", "optional.of", "optional.ofNonZeroValue", "value"), Rule(_BASE, keeps)),
     **dict.fromkeys(("orValue", "or"), Rule(_BASE, _or_value)),
     "join": _JOIN,
     "replace": _REPLACE,
-    # One part per separator found, and one more: 12 units each.
-    "split": Rule(lambda c: _m_scale(_m_add(_scanned(c.bounds[0]), _M_ONE), 12), _split),
+    "split": Rule(_split_cost, _split),
     "format": _FORMAT,
     "strings.quote": _QUOTE,
     "base64.encode": _ENCODE,
     "lists.range": Rule(_range_cost, _range),
     **dict.fromkeys(("sets.contains", "sets.intersects", "sets.equivalent"), Rule(_pairwise, scalar)),
-    "cel.@mapInsert": Rule(fixed(130), _map_insert),
+    "cel.@mapInsert": Rule(Fixed(130), _map_insert),
 }
 
 #: Macros: cel-cpp expands them into comprehensions (``all``, ``map``, ``cel.bind``, ...) or selects (``has``);
@@ -614,26 +660,26 @@ MACROS = frozenset({"has", "all", "exists", "exists_one", "existsOne", "map", "f
 
 #: Python library rules for the library modules' declarations (:mod:`webhook.policy.cel.library`).
 #: A Python function returning a number, bool or other scalar.
-PYTHON_SCALAR = Rule(python(), scalar)
+PYTHON_SCALAR = Rule(Python(), scalar)
 #: A Python function whose result is its operand or a part of it (a URL's host, a parsed quantity), plus 64 bytes.
-PYTHON_PART = Rule(python(), plus(64))
+PYTHON_PART = Rule(Python(), Plus(64))
 #: A Python function returning a value up to twice its operand (``jsonpatch.escapeKey``: ``~`` → ``~0``).
-PYTHON_DOUBLE = Rule(python(), plus(2, 2))
+PYTHON_DOUBLE = Rule(Python(), Plus(2, 2))
 #: The text of a library value (``string(ip)``, ``string(cidr)``): canonical, no longer than the text the value holds.
-PYTHON_TEXT = Rule(python(), plus(24))
+PYTHON_TEXT = Rule(Python(), Plus(24))
 #: ``url(s).getQuery()``: a map of lists, up to three entries' worth per byte of the URL.
-PYTHON_QUERY = Rule(python(), plus(64, 3))
+PYTHON_QUERY = Rule(Python(), Plus(64, 3))
 #: ``findAll``: at most one match per byte, each a Python string.
-PYTHON_MATCHES = Rule(python(1200), _split)
+PYTHON_MATCHES = Rule(Python(1200), _split)
 #: ``find``: one match at most the receiver.
-PYTHON_MATCH = Rule(python(1), plus(1))
+PYTHON_MATCH = Rule(Python(1), Plus(1))
 #: Format validation: a list of messages (Kubernetes' texts, each under 256 bytes, at most 8) naming the value.
-PYTHON_MESSAGES = Rule(python(), plus(2048, 8))
+PYTHON_MESSAGES = Rule(Python(), Plus(2048, 8))
 #: Constant values (``format.dns1123Label()``).
-PYTHON_CONSTANT = Rule(python(), plus(64))
+PYTHON_CONSTANT = Rule(Python(), Plus(64))
 #: ``resource.Get/List/ByIndex`` return cached objects: sized like the input (the cache is not measured per
 #: request; a follow-up of issue 29 bounds it).
-PYTHON_OBJECT = Rule(python(), lambda _c: Bound(_M_INPUT, _M_COUNT))
+PYTHON_OBJECT = Rule(Python(), _input_sized)
 
 
 def rule_table(declared: Mapping[str, Rule]) -> dict[str, Rule]:
