@@ -118,6 +118,14 @@ def test_rule_table_adds_the_python_rules_and_combines_a_shared_name() -> None:
     assert cost.either(native, python).size(call) == table["string"].size(call)
 
 
+def test_a_python_rule_never_lowers_the_native_rule_of_the_same_name() -> None:
+    cheap = cost.Rule(cost.Fixed(0), cost.scalar)
+    table = cost.rule_table({"lowerAscii": cheap})
+    call = cost.Call("lowerAscii", (celast.Node(kind="ident", name="x"),), (cost.Bound({(1,): 1}, None),))
+    assert table["lowerAscii"].size(call).size == {(1,): 1, (): 1}  # the larger of both: the input, not 1
+    assert table["lowerAscii"].cost(call) == {(): 0, (1,): 1}
+
+
 def test_total_adds_up_work_and_a_bound_inside_a_loop_has_no_size_at() -> None:
     assert cost.total({(0, 0, 0): 1, (1, 0, 0): 2}, {(1, 0, 0): 3, (0, 1, 0): 4}) == {
         (0, 0, 0): 1, (1, 0, 0): 5, (0, 1, 0): 4}
@@ -432,6 +440,12 @@ PINNED_CORPUS = [
     "object.m.map(k, {'a': object.s}[k])", "lists.range(2 + 1)", "lists.range(3).map(i, object.m['a'][i])",
     "object.m.map(k, object.l.map(j, object.m[j]))", "[object.s].map(k, object.m.map(k, object.m[k]))",
     "object.m.map(k, object.m.map(j, object.m[k] + object.m[j]))", "object.m.map(k, dyn(object.m)[k])",
+    "dyn(object.m).map(k, dyn(object.m)[k])", "dyn(object.m).map(k, dyn(object.p)[k])",
+    "object.m.a.map(k, object.p.a[k])", "object.m.a.map(k, object.m.a[k])", "lists.range(math.abs(5))",
+    "sets.contains(object.l + [object.s], object.l + [object.s])", "object.l.map(x, x.split(',').join('-'))",
+    "object.spec.containers.map(c, c.args.join(' '))", "'a' in variables.v", "object.l + variables.v",
+    "(object.l + variables.v).map(x, x)", "resource.List('v1', 'configmaps', '').items.map(x, x.metadata.name)",
+    "lists.range(3).map(i, lists.range(2).map(j, object.s.split(',')).map(p, p.join('/')))",
 ]
 
 
@@ -790,6 +804,45 @@ PINNED: dict[str, tuple[Any, ...]] = {
         (((0, 1), (1, 1), (2, 1)), (((0, 0, 0), 4), ((0, 1, 0), 139), ((1, 1, 0), 1)), (((), 1), ((1, 1), 1)),
          (((), 1), ((0, 1), 1)), (((), 1), ((0, 1), 1)),
          'expression may build a value that grows faster than its input (e.g. s.replace(x, s))', 4, 10101),
+    'dyn(object.m).map(k, dyn(object.m)[k])':
+        (((0, 1), (1, 1)), (((0, 0, 0), 5), ((0, 1, 0), 139), ((1, 0, 0), 1)), (((), 1), ((1,), 1)),
+         (((), 1), ((0, 1), 1)), (((), 1), ((0, 1), 1)), '', 5, 101),
+    'dyn(object.m).map(k, dyn(object.p)[k])':
+        (((0, 1), (1, 1), (2, 1)), (((0, 0, 0), 5), ((0, 1, 0), 139), ((1, 1, 0), 1)), (((), 1), ((1, 1), 1)),
+         (((), 1), ((0, 1), 1)), (((), 1), ((0, 1), 1)),
+         'expression may build a value that grows faster than its input (e.g. s.replace(x, s))', 5, 10101),
+    'object.m.a.map(k, object.p.a[k])':
+        (((0, 1), (1, 1), (2, 1)), (((0, 0, 0), 5), ((0, 1, 0), 139), ((1, 1, 0), 1)), (((), 1), ((1, 1), 1)),
+         (((), 1), ((0, 1), 1)), (((), 1), ((0, 1), 1)),
+         'expression may build a value that grows faster than its input (e.g. s.replace(x, s))', 5, 10101),
+    'object.m.a.map(k, object.m.a[k])':
+        (((0, 1), (1, 1)), (((0, 0, 0), 5), ((0, 1, 0), 139), ((1, 0, 0), 1)), (((), 1), ((1,), 1)),
+         (((), 1), ((0, 1), 1)), (((), 1), ((0, 1), 1)), '', 5, 101),
+    'lists.range(math.abs(5))':
+        (((0, 100000),), (((0, 0, 0), 200606),), (((), 100000),), (((), 100000),), None, '', 200606, 100000),
+    'sets.contains(object.l + [object.s], object.l + [object.s])':
+        (((0, 1), (1, 2)), (((0, 0, 0), 14), ((0, 0, 1), 2), ((0, 1, 0), 4), ((0, 2, 0), 1), ((1, 0, 0), 2)),
+         (((), 1),), None, None, '', 14, 201),
+    "object.l.map(x, x.split(',').join('-'))":
+        (((0, 2), (1, 4)), (((0, 0, 0), 4), ((0, 1, 0), 156), ((0, 1, 1), 12), ((1, 0, 0), 7)),
+         (((), 1), ((0, 1), 2), ((1,), 4)), (((), 1), ((0, 1), 1)), (((), 1), ((0, 1), 1)), '', 4, 402),
+    "object.spec.containers.map(c, c.args.join(' '))":
+        (((0, 1), (1, 2)), (((0, 0, 0), 5), ((0, 1, 0), 138), ((0, 2, 0), 2), ((1, 0, 0), 3)), (((), 1), ((1,), 2)),
+         (((), 1), ((0, 1), 1)), (((), 1), ((0, 1), 1)), '', 5, 201),
+    "'a' in variables.v":
+        (((0, 1), (1, 1)), (((0, 0, 0), 4), ((1, 0, 0), 3)), (((), 1),), None, None, '', 4, 101),
+    'object.l + variables.v':
+        (((1, 2),), (((0, 0, 0), 5), ((0, 0, 1), 1), ((0, 1, 0), 1), ((1, 0, 0), 1)), (((1,), 2),), None, None, '', 5,
+         200),
+    '(object.l + variables.v).map(x, x)':
+        (((0, 1), (1, 2)), (((0, 0, 0), 7), ((0, 0, 1), 1), ((0, 1, 0), 1), ((1, 0, 0), 273)), (((), 1), ((1,), 2)),
+         (((), 1), ((1,), 2)), (((), 1), ((1,), 2)), '', 7, 201),
+    "resource.List('v1', 'configmaps', '').items.map(x, x.metadata.name)":
+        (((0, 10), (1, 1)), (((0, 0, 0), 633), ((0, 1, 0), 137), ((1, 0, 0), 1)), (((), 1), ((1,), 1)),
+         (((), 1), ((0, 1), 1)), (((), 1), ((0, 1), 1)), '', 633, 110),
+    "lists.range(3).map(i, lists.range(2).map(j, object.s.split(',')).map(p, p.join('/')))":
+        (((0, 22), (1, 24)), (((0, 0, 0), 5059), ((0, 0, 1), 72), ((1, 0, 0), 96)), (((), 22), ((1,), 24)),
+         (((), 4),), (((), 4),), '', 5059, 2422),
 }
 
 

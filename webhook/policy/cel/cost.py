@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from webhook.policy.cel.ast import CheckedAst, Node
 
@@ -118,7 +118,7 @@ def _literal_int(node: Node) -> int | None:
     """The int a ``lists.range`` argument is when it is a literal (through the rewrite's ``__tg_range_bound``)."""
     if node.kind == "call" and node.name == "__tg_range_bound" and node.args:
         node = node.args[0]
-    return node.value if node.kind == "const" and node.const_kind in ("int", "uint") else None
+    return node.value if node.kind == "const" and node.const_kind == "int" else None
 
 
 #: The activation's variables (VAP's): everything else a free identifier can name is a type.
@@ -309,13 +309,11 @@ class Call:
         name: the function (``_+_``, ``lowerAscii``, ``lists.range``, ...).
         operands: the receiver (for a member call) then the arguments, as checked AST nodes.
         bounds: the :class:`Bound` of each operand, in the same order.
-        accumulators: names of the enclosing comprehensions' accumulators (cel-cpp extends those in place).
     """
 
     name: str
     operands: tuple[Node, ...]
     bounds: tuple[Bound, ...]
-    accumulators: frozenset[str] = frozenset()
 
     @property
     def sizes(self) -> list[_MPoly]:
@@ -385,7 +383,7 @@ class Fixed:
 
     def __call__(self, _c: Call) -> _MPoly:
         """The call's own work."""
-        return {(): self.units} if self.units else {}
+        return {(): self.units}
 
 
 def scan(c: Call) -> _MPoly:
@@ -402,7 +400,7 @@ class PerElement:
 
     def __call__(self, c: Call) -> _MPoly:
         """The call's own work."""
-        return _m_scale(c.count(self.operand if self.operand >= 0 else len(c.bounds) + self.operand), self.units)
+        return _m_scale(c.count(self.operand), self.units)  # -1: the last operand
 
 
 @dataclass(frozen=True, slots=True)
@@ -440,7 +438,7 @@ class Python:
 
 def _pairwise(c: Call) -> _MPoly:
     """Ext sets compare every pair of elements (a unit per pair)."""
-    return _m_mul(c.count(0), c.count(1)) if len(c.bounds) >= 2 else {}
+    return _m_mul(c.count(0), c.count(1))
 
 
 def _equality(c: Call) -> _MPoly:
@@ -453,7 +451,7 @@ def _equality(c: Call) -> _MPoly:
 
 
 def _concat_cost(c: Call) -> _MPoly:
-    """``+`` copies every element, except onto an accumulator.
+    """``+`` copies every element.
 
     Of the input's own data, a string of at most S characters or a list of at most C entries; not onto a
     comprehension's accumulator, which cel-cpp (and the chunked rewrite,
@@ -461,8 +459,7 @@ def _concat_cost(c: Call) -> _MPoly:
     """
     if all(_m_constant(s) for s in c.sizes):
         return {}
-    return _m_add(*(_copied(b) for o, b in zip(c.operands, c.bounds, strict=True)
-                    if not (o.kind == "ident" and o.name in c.accumulators)))
+    return _m_add(*(_copied(b) for b in c.bounds))
 
 
 def _range_cost(c: Call) -> _MPoly:
@@ -479,20 +476,16 @@ def scalar(_c: Call) -> Bound:
 
 def largest(c: Call) -> Bound:
     """A part or a same-sized transform of one operand (``lowerAscii``, ``trim``, ``substring``, ``url``)."""
-    sizes = c.sizes
-    return Bound(_m_max(*sizes) if not all(_m_constant(s) for s in sizes) else _m_max(_M_ONE, *sizes), None)
+    return Bound(_m_max(*c.sizes) or _M_ONE, None)
 
 
 def keeps(c: Call) -> Bound:
     """The receiver's entries reordered, selected or wrapped (``sort``, ``distinct``, ``slice``, ``dyn``)."""
-    return Bound(_m_max(*c.sizes), c.bounds[0].count if c.bounds else None,
-                 c.bounds[0].entries if c.bounds else None)
+    return Bound(_m_max(*c.sizes), c.bounds[0].count, c.bounds[0].entries)
 
 
 def element(c: Call) -> Bound:
     """An entry of the receiver (``l[i]``, ``m.f``, ``first``): at most its size; of the input's data, input data."""
-    if not c.bounds:
-        return Bound(_M_ONE, None)
     return Bound(c.sizes[0], _M_COUNT if _structural(c.bounds[0].count) else None)
 
 
@@ -542,7 +535,7 @@ def _join(c: Call) -> Bound:
 def _replace(c: Call) -> Bound:
     """``s.replace(old, new[, n])``: with ``old == ''`` each of the s + 1 positions gets ``new``."""
     s = c.sizes[0]
-    return Bound(_m_add(s, _m_mul(_m_add(s, _M_ONE), c.sizes[2])) if len(c.sizes) >= 3 else s, None)
+    return Bound(_m_add(s, _m_mul(_m_add(s, _M_ONE), c.sizes[2])), None)
 
 
 def _split(c: Call) -> Bound:
@@ -558,8 +551,6 @@ def _format(c: Call) -> Bound:
     A string quoted and escaped is at most twice its size, a number up to 24 characters per entry.
     """
     fmt = c.sizes[0]
-    if len(c.bounds) < 2:
-        return Bound(fmt, None)
     return Bound(_m_add(fmt, _m_scale(c.sizes[1], 2), _m_scale(c.entries(1), 24)), None)
 
 
@@ -711,7 +702,6 @@ def estimate(ast: CheckedAst, rules: Mapping[str, Rule] | None = None,
     table = NATIVE_RULES if rules is None else rules
     worst: Poly = {}
     known = variables or {}
-    accumulators: set[str] = set()
     unknown: list[str] = []
     #: Each enclosing comprehension's iteration variable → (the range it iterates, the element's bound).
     iterating: dict[str, tuple[Node, Bound]] = {}
@@ -782,10 +772,11 @@ def estimate(ast: CheckedAst, rules: Mapping[str, Rule] | None = None,
         is_bind = rng.kind == "list" and not rng.args
         iterations: _MPoly = {} if is_bind else r.count if r.count is not None else r.size
         if accu and not is_bind:
-            accumulators.add(accu)
             # What one iteration adds: the step with an empty accumulator (every macro's step is the accumulator
             # extended once, kept, or a scalar). The result is the initial value plus every iteration's addition,
-            # as cel-go sizes map (list.size × element) and filter (at most list.size entries).
+            # as cel-go sizes map (list.size × element) and filter (at most list.size entries). The empty bound also
+            # makes ``accu + [x]`` copy nothing: cel-cpp (and the chunked rewrite, webhook.policy.cel.optimize)
+            # extends the accumulator in place, counted per element below.
             inner[accu] = Bound({}, {})
         elif accu:
             inner[accu] = acc
@@ -822,7 +813,7 @@ def estimate(ast: CheckedAst, rules: Mapping[str, Rule] | None = None,
         if rule is None:
             unknown.append(node.name)
             return Bound(_M_INPUT, None), work
-        call = Call(node.name, tuple(operands), tuple(w[0] for w in walked), frozenset(accumulators))
+        call = Call(node.name, tuple(operands), tuple(w[0] for w in walked))
         size = rule.size(call)
         if node.name == "_[_]" and len(operands) == 2 and operands[1].kind == "ident":
             # m[k] in a comprehension over m's keys: the entries of m are disjoint, like a list's elements.
@@ -846,13 +837,15 @@ def estimate(ast: CheckedAst, rules: Mapping[str, Rule] | None = None,
     return result
 
 
+def _shape(node: Node) -> tuple[Any, ...]:
+    """What makes two nodes the same expression (ids aside; a map or message literal is never the same)."""
+    return (node.kind, node.name, node.value, node.const_kind, node.test_only, node.id if node.entries else 0,
+            None if node.target is None else _shape(node.target), tuple(_shape(a) for a in node.args))
+
+
 def _same(a: Node, b: Node) -> bool:
-    """Whether two nodes are the same expression (ids aside)."""
-    return (a.kind == b.kind and a.name == b.name and a.value == b.value and a.const_kind == b.const_kind
-            and a.test_only == b.test_only and len(a.args) == len(b.args) and not a.entries and not b.entries
-            and (a.target is None) == (b.target is None)
-            and (a.target is None or b.target is None or _same(a.target, b.target))
-            and all(_same(x, y) for x, y in zip(a.args, b.args, strict=True)))
+    """Whether two nodes are the same expression."""
+    return _shape(a) == _shape(b)
 
 
 def _accu_name(node: Node) -> str:
