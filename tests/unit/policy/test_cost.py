@@ -446,6 +446,9 @@ PINNED_CORPUS = [
     "object.spec.containers.map(c, c.args.join(' '))", "'a' in variables.v", "object.l + variables.v",
     "(object.l + variables.v).map(x, x)", "resource.List('v1', 'configmaps', '').items.map(x, x.metadata.name)",
     "lists.range(3).map(i, lists.range(2).map(j, object.s.split(',')).map(p, p.join('/')))",
+    "b'abcdef' + bytes(object.s)", "object.spec.containers.map(c, c.args.sort().join(' '))",
+    "{'a': object.s}.map(k, {'a': object.s}[k])", "{'a': object.s}.map(k, {'b': object.t}[k])",
+    "{'a': object.s}.map(k, {'a': object.t}[k])",
 ]
 
 
@@ -843,6 +846,21 @@ PINNED: dict[str, tuple[Any, ...]] = {
     "lists.range(3).map(i, lists.range(2).map(j, object.s.split(',')).map(p, p.join('/')))":
         (((0, 22), (1, 24)), (((0, 0, 0), 5059), ((0, 0, 1), 72), ((1, 0, 0), 96)), (((), 22), ((1,), 24)),
          (((), 4),), (((), 4),), '', 5059, 2422),
+    "b'abcdef' + bytes(object.s)":
+        (((0, 6), (1, 1)), (((0, 0, 0), 11), ((0, 0, 1), 1), ((1, 0, 0), 1)), (((), 6), ((1,), 1)), None, None, '',
+         11, 106),
+    "object.spec.containers.map(c, c.args.sort().join(' '))":
+        (((0, 1), (1, 2)), (((0, 0, 0), 5), ((0, 1, 0), 139), ((0, 2, 0), 12), ((1, 0, 0), 3)), (((), 1), ((1,), 2)),
+         (((), 1), ((0, 1), 1)), (((), 1), ((0, 1), 1)), '', 5, 201),
+    "{'a': object.s}.map(k, {'a': object.s}[k])":
+        (((0, 2), (1, 1)), (((0, 0, 0), 287), ((1, 0, 0), 1)), (((), 2), ((1,), 1)), (((), 3),), (((), 3),), '', 287,
+         102),
+    "{'a': object.s}.map(k, {'b': object.t}[k])":
+        (((0, 3), (1, 2)), (((0, 0, 0), 288), ((1, 0, 0), 2)), (((), 3), ((1,), 2)), (((), 3),), (((), 3),), '', 288,
+         203),
+    "{'a': object.s}.map(k, {'a': object.t}[k])":
+        (((0, 3), (1, 2)), (((0, 0, 0), 288), ((1, 0, 0), 2)), (((), 3), ((1,), 2)), (((), 3),), (((), 3),), '', 288,
+         203),
 }
 
 

@@ -116,9 +116,9 @@ def _const_size(node: Node) -> Poly:
 
 def _literal_int(node: Node) -> int | None:
     """The int a ``lists.range`` argument is when it is a literal (through the rewrite's ``__tg_range_bound``)."""
-    if node.kind == "call" and node.name == "__tg_range_bound" and node.args:
+    if node.name == "__tg_range_bound":
         node = node.args[0]
-    return node.value if node.kind == "const" and node.const_kind == "int" else None
+    return node.value if node.const_kind == "int" else None  # const_kind is "" for anything but a literal
 
 
 #: The activation's variables (VAP's): everything else a free identifier can name is a type.
@@ -270,7 +270,7 @@ def _entries(bound: Bound) -> _MPoly:
         return bound.size
     if _m_constant(bound.count):
         return bound.count
-    in_element = any(len(m) > 3 for m in bound.size) or any(len(m) > 3 for m in bound.count)
+    in_element = any(len(m) > 3 for m in bound.count)  # an element symbol: counted inside a comprehension
     return bound.size if in_element else bound.count
 
 
@@ -433,7 +433,7 @@ class Python:
         """The call's own work."""
         scanned = [_copied(b) for b in c.bounds]  # converted into Python: S bytes or C entries of the input's own
         return _m_add({(): PYTHON_CALL}, _m_scale(_m_add(*scanned), 2),
-                      _m_scale(scanned[0], self.per_match) if scanned and self.per_match else {})
+                      _m_scale(scanned[0], self.per_match) if self.per_match else {})
 
 
 def _pairwise(c: Call) -> _MPoly:
@@ -555,7 +555,7 @@ def _format(c: Call) -> Bound:
 
 
 def _range_length(c: Call) -> int:
-    k = _literal_int(c.operands[0]) if c.operands else None
+    k = _literal_int(c.operands[0])
     return max(0, min(k, _RANGE_LIMIT)) if k is not None else _RANGE_LIMIT
 
 
@@ -838,9 +838,10 @@ def estimate(ast: CheckedAst, rules: Mapping[str, Rule] | None = None,
 
 
 def _shape(node: Node) -> tuple[Any, ...]:
-    """What makes two nodes the same expression (ids aside; a map or message literal is never the same)."""
-    return (node.kind, node.name, node.value, node.const_kind, node.test_only, node.id if node.entries else 0,
-            None if node.target is None else _shape(node.target), tuple(_shape(a) for a in node.args))
+    """What makes two nodes the same expression (ids aside)."""
+    return (node.kind, node.name, node.value, node.const_kind, node.test_only,
+            None if node.target is None else _shape(node.target), tuple(_shape(a) for a in node.args),
+            tuple((None if k is None else _shape(k), _shape(v)) for k, v in node.entries))
 
 
 def _same(a: Node, b: Node) -> bool:
