@@ -148,6 +148,9 @@ def test_a_call_without_a_rule_is_refused() -> None:
     rules = {name: rule for name, rule in ENV.rules.items() if name != "lowerAscii"}
     assert "lowerAscii" in cost.estimate(ast, rules).error
     assert cost.estimate(ast, ENV.rules).error == ""
+    assert cost.estimate(ast).error == ""  # the native rules by default
+    python = celast.decode(ENV.compile("quantity(object.s).isInteger()").checked)
+    assert "'quantity'" in cost.estimate(python).error
 
 
 def _declarations() -> list[Any]:
@@ -448,7 +451,9 @@ PINNED_CORPUS = [
     "lists.range(3).map(i, lists.range(2).map(j, object.s.split(',')).map(p, p.join('/')))",
     "b'abcdef' + bytes(object.s)", "object.spec.containers.map(c, c.args.sort().join(' '))",
     "{'a': object.s}.map(k, {'a': object.s}[k])", "{'a': object.s}.map(k, {'b': object.t}[k])",
-    "{'a': object.s}.map(k, {'a': object.t}[k])",
+    "{'a': object.s}.map(k, {'a': object.t}[k])", "object.l.map(x, x.split(',') + ['a'])",
+    "variables.v.map(x, x).map(y, y + 'a')", "dyn(variables).v.map(x, x + 'a')",
+    "object.spec.containers.map(variables, variables.name)", "cel.bind(y, object.m, y).a",
 ]
 
 
@@ -861,6 +866,20 @@ PINNED: dict[str, tuple[Any, ...]] = {
     "{'a': object.s}.map(k, {'a': object.t}[k])":
         (((0, 3), (1, 2)), (((0, 0, 0), 288), ((1, 0, 0), 2)), (((), 3), ((1,), 2)), (((), 3),), (((), 3),), '', 288,
          203),
+    "object.l.map(x, x.split(',') + ['a'])":
+        (((0, 2), (1, 2)), (((0, 0, 0), 4), ((0, 1, 0), 156), ((0, 1, 1), 12), ((1, 0, 0), 4)),
+         (((), 1), ((0, 1), 2), ((1,), 2)), (((), 1), ((0, 1), 1)), (((), 1), ((0, 1), 1)), '', 4, 202),
+    "variables.v.map(x, x).map(y, y + 'a')":
+        (((0, 3), (1, 2)), (((0, 0, 0), 147), ((1, 0, 0), 277)), (((), 3), ((1,), 2)), (((), 2), ((1,), 1)),
+         (((), 2), ((1,), 1)), '', 147, 203),
+    "dyn(variables).v.map(x, x + 'a')":
+        (((0, 1), (1, 2)), (((0, 0, 0), 5), ((1, 0, 0), 141)), (((), 1), ((1,), 2)), (((), 1), ((1,), 1)),
+         (((), 1), ((1,), 1)), '', 5, 201),
+    'object.spec.containers.map(variables, variables.name)':
+        (((0, 1), (1, 1)), (((0, 0, 0), 5), ((0, 1, 0), 136), ((1, 0, 0), 1)), (((), 1), ((1,), 1)),
+         (((), 1), ((0, 1), 1)), (((), 1), ((0, 1), 1)), '', 5, 101),
+    'cel.bind(y, object.m, y).a':
+        (((0, 1), (1, 1)), (((0, 0, 0), 5),), (((1,), 1),), (((0, 1), 1),), None, '', 5, 101),
 }
 
 

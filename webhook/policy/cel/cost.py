@@ -723,10 +723,8 @@ def estimate(ast: CheckedAst, rules: Mapping[str, Rule] | None = None,
                 bound = Bound(_M_INPUT, _M_COUNT)
             else:
                 bound = Bound(_M_INPUT if node.name in _INPUTS else _M_ONE, None)
-        elif kind == "select":
-            if node.target is None:
-                bound = Bound(_M_INPUT, None)
-            elif node.target.kind == "ident" and node.target.name == "variables" and "variables" not in env:
+        elif kind == "select" and node.target is not None:  # (a select always has its operand)
+            if node.target.kind == "ident" and node.target.name == "variables" and "variables" not in env:
                 bound = known.get(node.name, Bound(_M_INPUT, None))
                 work = _m_add(work, _M_ONE)
             else:
