@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 #
 # Tollgate admission webhook image.
-#   docker build -t tollgate:0.1.0 .
+#   docker build -t tollgate:0.2.0 .
 # Stage 1 builds wheels for Tollgate and every dependency; stage 2 installs them
 # from that wheelhouse with no network and no compiler. python:3.11-slim is
 # Debian (glibc): cel-expr-python ships manylinux (glibc) wheels only, so an

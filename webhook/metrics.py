@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 
@@ -24,12 +24,19 @@ class Metrics:
                                 ["endpoint", "decision"], registry=r)
         self.latency = Histogram("tollgate_admission_duration_seconds", "Time to answer an AdmissionReview",
                                  ["endpoint", "decision"], registry=r,
-                                 buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0))
+                                 buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 2.5, 5.0,
+                                          10.0))
         self.bad_requests = Counter("tollgate_admission_bad_requests_total", "Malformed webhook calls (HTTP 4xx)",
                                     ["endpoint", "status"], registry=r)
         self.policy_results = PolicyResultCollector()
         r.register(self.policy_results)
+        self.policy_durations = PolicyDurationCollector()
+        r.register(self.policy_durations)
         self.policies_ready = Gauge("tollgate_policies", "Known policies by readiness", ["ready"], registry=r)
+        self.exceptions_applied = Counter(
+            "tollgate_policy_exceptions_applied_total",
+            "Requests a PolicyException exempted from a policy (result skip, or fail under mode Audit)",
+            ["policy", "exception", "result"], registry=r)
         self.local_file_errors = Gauge(
             "tollgate_local_file_errors",
             "--local files that do not parse or violate their schema (their last good objects keep serving)",
@@ -149,6 +156,73 @@ class PolicyResultCollector(Collector):
                 errors.add_metric([policy], value, created=created.get(key))
         yield evaluations
         yield errors
+
+
+#: Buckets of ``tollgate_policy_evaluation_duration_seconds``: a policy's share of one review, 10 µs to 1 s.
+POLICY_DURATION_BUCKETS = (0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                           0.1, 1.0)
+#: Most policies with a series of their own; the time of any further policy is counted under
+#: ``policy="_other"``, so tenants creating policies cannot grow the exposition without bound.
+MAX_POLICY_SERIES = 500
+OTHER_POLICY = "_other"
+
+
+class PolicyDurationCollector(Collector):
+    """Per-policy evaluation time, a histogram kept in plain lists and exported at scrape time.
+
+    Exports ``tollgate_policy_evaluation_duration_seconds{policy,endpoint}`` (Kyverno's
+    ``kyverno_policy_execution_duration_seconds`` for Tollgate): the seconds one policy took on one
+    review (its preparation and expressions; a fused group's time shared by the policies it decided; a
+    memo hit counts nothing), with :data:`POLICY_DURATION_BUCKETS`. At most :data:`MAX_POLICY_SERIES`
+    policies get series of their own (first come); later ones share ``policy="_other"``. A labelled
+    prometheus-client ``Histogram.observe`` takes a lock and resolves labels per call; :meth:`record`
+    runs once per policy per review on the event loop, so it only bumps list entries.
+
+    Not thread-safe for writers (the event loop records); a scrape from another thread copies first.
+    """
+
+    def __init__(self) -> None:
+        # (policy, endpoint) → [bucket counts..., +Inf count], and its sum of seconds
+        self._buckets: dict[tuple[str, str], list[int]] = {}
+        self._sums: dict[tuple[str, str], float] = {}
+        self._policies: set[str] = set()
+
+    def record(self, endpoint: str, durations: Iterable[tuple[str, float]]) -> None:
+        """Count one review's ``(policy label, seconds)`` pairs on ``endpoint`` (``validate`` or ``mutate``)."""
+        buckets, sums, policies = self._buckets, self._sums, self._policies
+        for label, seconds in durations:
+            policy = label
+            if label not in policies:
+                if len(policies) >= MAX_POLICY_SERIES:
+                    policy = OTHER_POLICY
+                else:
+                    policies.add(label)
+            key = (policy, endpoint)
+            counts = buckets.get(key)
+            if counts is None:
+                counts = buckets[key] = [0] * (len(POLICY_DURATION_BUCKETS) + 1)
+                sums[key] = 0.0
+            i = 0
+            for bound in POLICY_DURATION_BUCKETS:
+                if seconds <= bound:
+                    break
+                i += 1
+            counts[i] += 1
+            sums[key] += seconds
+
+    def collect(self) -> Iterator[Metric]:
+        """Yield the histogram family (cumulative buckets, as the exposition format wants)."""
+        buckets, sums = {k: list(v) for k, v in self._buckets.items()}, dict(self._sums)
+        family = HistogramMetricFamily("tollgate_policy_evaluation_duration_seconds",
+                                       "Seconds one policy took to evaluate on one review",
+                                       labels=["policy", "endpoint"])
+        for key, counts in buckets.items():
+            running, cumulative = 0, []
+            for bound, count in zip((*map(str, POLICY_DURATION_BUCKETS), "+Inf"), counts, strict=True):
+                running += count
+                cumulative.append((bound, running))
+            family.add_metric(list(key), cumulative, sums[key])
+        yield family
 
 
 class StatusMetrics:

@@ -163,6 +163,9 @@ class Faults:
     watch_close_at_once: int = 0
     expire_continue_tokens: bool = False
     list_delay: float = 0.0  # seconds before each LIST page is answered
+    #: LIST pages past this many are held until ``list_release`` is set (a test's event, not a delay).
+    list_held_after: int | None = None
+    list_release: asyncio.Event = field(default_factory=asyncio.Event)
     bookmark_interval: float | None = None
     watch_errors: list[tuple[int, str, float | None]] = field(default_factory=list)  # answered as the watch opens
     watch_drop_at_open: int = 0  # connections closed before any response byte
@@ -182,6 +185,8 @@ class FakeApiServer:
         self.history: list[tuple[int, str, str, dict[str, Any], dict[str, Any] | None]] = []
         self.requests: list[dict[str, Any]] = []
         self.faults = Faults()
+        #: LIST requests that reached the handler (``Faults.list_held_after`` counts them).
+        self.list_pages_started = 0
         self.failures: list[Failure] = []
         self.status_resources = status_resources
         self._changed = asyncio.Event()
@@ -502,6 +507,9 @@ class FakeApiServer:
         q = request.query
         if self.faults.list_delay:
             await asyncio.sleep(self.faults.list_delay)
+        self.list_pages_started += 1
+        if self.faults.list_held_after is not None and self.list_pages_started > self.faults.list_held_after:
+            await self.faults.list_release.wait()
         if self.faults.list_errors:
             code, reason, retry_after = self.faults.list_errors.pop(0)
             headers = {"Retry-After": str(int(retry_after))} if retry_after is not None else {}

@@ -11,7 +11,9 @@ Two pieces for ``create_app`` and the CLI, so their wiring stays a few lines:
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from aiohttp import web
 
@@ -19,6 +21,7 @@ from webhook.admission.isolation.evaluators import Evaluator, InlineEvaluator, I
 from webhook.admission.isolation.pool import DEFAULT_RECYCLE_RSS, EvaluationPool
 from webhook.admission.limits import OutputLimits
 from webhook.admission.server import AdmissionServer
+from webhook.aio import cancel_and_wait
 from webhook.metrics import Metrics
 
 
@@ -74,7 +77,8 @@ def evaluation_pool_ctx(server: AdmissionServer, metrics: Metrics, *, workers: i
     return ctx
 
 
-async def graceful_stop(server: AdmissionServer, runner: web.BaseRunner, *, delay: float, timeout: float) -> bool:
+async def graceful_stop(server: AdmissionServer, runner: web.BaseRunner, *, delay: float, timeout: float,
+                        hurry: asyncio.Event | None = None) -> bool:
     """Stop serving without cutting off a review: the SIGTERM sequence.
 
     1. :meth:`AdmissionServer.begin_shutdown` (``Connection: close`` on every
@@ -90,11 +94,24 @@ async def graceful_stop(server: AdmissionServer, runner: web.BaseRunner, *, dela
             Service and kept-alive clients reconnect elsewhere (a kubelet
             ``preStop`` sleep does the same from outside; ``Settings.shutdown_delay``).
         timeout: most seconds to then wait for reviews in flight (``Settings.shutdown_timeout``).
+        hurry: when set (a second SIGINT/SIGTERM), step 2 ends at once; step 3 still runs whole, so
+            every ``cleanup_ctx`` step (worker processes, informers) is stopped.
 
     Returns:
         True when no review was in flight when the runner was cleaned up.
     """
     server.begin_shutdown()
-    drained = await server.drain(delay=delay, timeout=timeout)
+    drain = asyncio.ensure_future(server.drain(delay=delay, timeout=timeout))
+    waits: set[asyncio.Future[Any]] = {drain}
+    if hurry is not None:
+        waits.add(asyncio.ensure_future(hurry.wait()))
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits - {drain}:
+            w.cancel()
+    drained = drain.done() and drain.result()
+    if not drain.done():
+        await cancel_and_wait(drain)
     await runner.cleanup()
     return drained

@@ -1,13 +1,15 @@
 """``tollgate certs``: generate a CA (or reuse one) and a serving certificate, print the caBundle.
 
     tollgate certs --out-dir DIR [--service S --namespace NS] [--dns-name N ...] [--ip A ...] [--days D]
-                   [--ca-cert ca.crt --ca-key ca.key]
+                   [--ca-cert ca.crt --ca-key ca.key | --new-ca]
 
 Writes ``ca.crt``, ``tls.crt``, ``tls.key`` and, for a new CA, ``ca.key``
 (keys mode 0600). A new CA is valid for ``--ca-days`` (10 years), the serving
 certificate for ``--days`` (1 year). With ``--ca-cert``/``--ca-key`` the CA is kept: only the
 serving certificate is reissued, so the caBundle in the webhook
-configurations stays valid (docs/deploying.md). Every input a certificate
+configurations stays valid (docs/deploying.md). A run into a directory that
+already holds ``ca.crt`` and ``ca.key`` keeps that CA the same way (as
+``kubeadm init phase certs`` keeps an existing CA); ``--new-ca`` replaces it. Every input a certificate
 could not be used with is refused before anything is written (exit 2, one
 line): a validity under a day, a name a TLS client would never match, an IP
 that is not one, a CA that is not a CA, does not match its key, or has expired.
@@ -61,6 +63,9 @@ def add_parser(sub: Subparsers) -> None:
     p.add_argument("--ca-cert", type=Path, metavar="FILE",
                    help="reuse this CA certificate (PEM, e.g. ca.crt of an earlier run) instead of a new CA")
     p.add_argument("--ca-key", type=Path, metavar="FILE", help="the reused CA's private key (PEM, e.g. ca.key)")
+    p.add_argument("--new-ca", action="store_true",
+                   help="replace the CA already in --out-dir (the caBundle every webhook configuration carries then "
+                        "changes); without it a CA found there is kept")
 
 
 def _read(flag: str, path: Path) -> bytes:
@@ -71,25 +76,33 @@ def _read(flag: str, path: Path) -> bytes:
 
 
 def _reused_ca(args: argparse.Namespace) -> tuple[bytes, bytes] | None:
-    """The CA to sign with (checked), or None for a new one."""
+    """The CA to sign with (checked), or None for a new one: ``--ca-cert``/``--ca-key``, else the one in --out-dir."""
+    if args.new_ca and (args.ca_cert is not None or args.ca_key is not None):
+        raise UsageError("--new-ca and --ca-cert/--ca-key contradict each other")
     if args.ca_cert is None and args.ca_key is None:
-        return None
+        found = (args.out_dir / "ca.crt", args.out_dir / "ca.key")
+        if args.new_ca or not all(p.is_file() for p in found):
+            if found[1].exists():
+                print(f"tollgate certs: replacing the CA in {args.out_dir} (--new-ca): every webhook "
+                      "configuration needs the new caBundle", file=sys.stderr)
+            return None
+        args.ca_cert, args.ca_key = found
+        print(f"tollgate certs: keeping the CA in {args.out_dir} (its caBundle stays valid; --new-ca replaces it)",
+              file=sys.stderr)
     if args.ca_cert is None or args.ca_key is None:
         raise UsageError("--ca-cert and --ca-key go together")
     ca_pem, ca_key_pem = _read("--ca-cert", args.ca_cert), _read("--ca-key", args.ca_key)
     try:
         ca = certs.load_ca(ca_pem, ca_key_pem, now=time.time())
     except certs.CertificateRejected as e:
-        raise UsageError(f"--ca-cert {args.ca_cert}: cannot sign with this CA: {e}") from None
+        hint = " (--new-ca replaces it)" if args.ca_cert.parent == args.out_dir else ""
+        raise UsageError(f"--ca-cert {args.ca_cert}: cannot sign with this CA: {e}{hint}") from None
     return ca.public_bytes(serialization.Encoding.PEM), ca_key_pem
 
 
 def run(args: argparse.Namespace) -> int:
     """``tollgate certs``: write the files, print the caBundle; exit 0, or 2 on unusable input (nothing written)."""
     ca = _reused_ca(args)
-    if ca is None and (args.out_dir / "ca.key").exists():
-        print(f"tollgate certs: replacing the CA in {args.out_dir} (to keep it, reissue with --ca-cert "
-              f"{args.out_dir / 'ca.crt'} --ca-key {args.out_dir / 'ca.key'})", file=sys.stderr)
     names = certs.service_dns_names(args.service, args.namespace) + args.dns_name
     try:
         paths = certs.write_certs(args.out_dir, dns_names=names, ip_addresses=args.ip, days=args.days,

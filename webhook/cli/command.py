@@ -14,8 +14,10 @@ standard output into 141, and anything unexpected into one line and 70.
 from __future__ import annotations
 
 import argparse
+import difflib
 import fcntl
 import os
+import re
 import select
 import stat
 import struct
@@ -23,7 +25,7 @@ import sys
 import termios
 import time
 from enum import IntEnum
-from typing import NoReturn, TypeAlias
+from typing import Any, NoReturn, TypeAlias
 
 __all__ = ["ExitStatus", "OneLineParser", "Subparsers", "UsageError", "add_command", "output_cut_short"]
 
@@ -54,10 +56,32 @@ class UsageError(Exception):
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """An ArgumentParser printing ``PROG: error: MESSAGE (see PROG --help)`` on a usage error."""
+    """An ArgumentParser printing ``PROG: error: MESSAGE (see PROG --help)`` on a usage error.
+
+    A mistyped option or subcommand gets the closest known ones (``did you mean --policy?``), as Python
+    3.14's ``suggest_on_error`` and kubectl do; the subcommand's own parser names its options.
+    """
+
+    def parse_known_args(  # type: ignore[override]
+            self, args: Any = None, namespace: Any = None) -> tuple[argparse.Namespace, list[str]]:
+        """As argparse's, but an unknown option is an error here, with suggestions from this parser's options."""
+        parsed, extras = super().parse_known_args(args, namespace)
+        unknown = [a.split("=", 1)[0] for a in extras if a.startswith("--") or (a.startswith("-") and a != "-")]
+        if unknown and self._subparsers is None:  # a subcommand's parser: it knows the options
+            known = [o for action in self._actions for o in action.option_strings]
+            hints = [f"did you mean {' or '.join(close)}?" for close in
+                     (difflib.get_close_matches(u, known, n=2, cutoff=0.6) for u in unknown) if close]
+            self.error(f"unrecognized arguments: {' '.join(extras)}" + (f" ({'; '.join(hints)})" if hints else ""))
+        return parsed, extras
 
     def error(self, message: str) -> NoReturn:
         """Print one line and exit :attr:`ExitStatus.USAGE`."""
+        choice = re.match(r"argument command: invalid choice: '([^']*)'", message)
+        if choice and self._subparsers is not None:
+            commands = [c for a in self._subparsers._group_actions for c in getattr(a, "choices", None) or ()]
+            close = difflib.get_close_matches(choice.group(1), commands, n=1, cutoff=0.6)
+            if close:
+                message = f"unknown command '{choice.group(1)}' (did you mean '{close[0]}'?)"
         print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
         sys.exit(ExitStatus.USAGE)
 

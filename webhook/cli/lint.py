@@ -49,6 +49,10 @@ def run(args: argparse.Namespace) -> int:
     if problems:
         print(f"{len(problems)} problem(s)", file=sys.stderr)
         return ExitStatus.FINDINGS
+    if not checked:
+        print(f"tollgate lint: nothing to lint under {', '.join(map(str, args.paths))}: no document of a kind it "
+              "reads", file=sys.stderr)
+        return ExitStatus.USAGE
     noted = f", {len(warnings)} warning(s)" if warnings else ""
     print(f"{checked} document(s) checked, no problems{noted}", file=sys.stderr)
     return ExitStatus.OK

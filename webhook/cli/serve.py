@@ -15,15 +15,15 @@ import ssl
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from webhook import logs
+from webhook.aio import cancel_and_wait
 from webhook.cli.arguments import dns_label, dns_subdomain, int_in_range, port, seconds
 from webhook.cli.command import Subparsers, UsageError, add_command
+from webhook.files.yamlio import InputError, load_single
 from webhook.formats.kinds import IMPORT_SOURCES
 from webhook.server.settings import DEFAULTS, Settings
 from webhook.tls import generate as certs
@@ -225,12 +225,13 @@ def _check_kubeconfig_file(path: Path, label: str) -> None:
     """A kubeconfig must be a YAML mapping (``kind: Config``); anything else is refused in one line."""
     try:
         text = path.read_text(encoding="utf-8")
-        loaded = yaml.safe_load(text)
+        loaded = load_single(text, str(path))  # bounded: no alias bomb reaches the Kubernetes client
     except UnicodeDecodeError:
         raise UsageError(f"{label}: not a kubeconfig (not UTF-8 text)") from None
-    except (OSError, yaml.YAMLError) as e:
-        problem = getattr(e, "problem", None) or getattr(e, "strerror", None) or type(e).__name__
-        raise UsageError(f"{label}: not a kubeconfig ({problem})") from None
+    except InputError as e:
+        raise UsageError(f"{label}: not a kubeconfig ({str(e).removeprefix(f'{path}:')})") from None
+    except OSError as e:
+        raise UsageError(f"{label}: not a kubeconfig ({e.strerror or type(e).__name__})") from None
     if not isinstance(loaded, dict):
         raise UsageError(f"{label}: not a kubeconfig (a YAML mapping with clusters, users and contexts)")
 
@@ -244,7 +245,29 @@ def _is_kube_config_error(e: BaseException) -> bool:
     return isinstance(e, _KubeConfigUnusable) or any(t.__name__ == "ConfigException" for t in type(e).__mro__)
 
 
+class _Signals:
+    """SIGTERM/SIGINT while serving: the first stops (or interrupts start-up), the second hurries the drain.
+
+    Installed on the event loop before anything starts, so a signal during start-up (informers syncing,
+    policies compiling) is never lost nor turned into a traceback.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.stop = asyncio.Event()
+        self.hurry = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._received, sig)
+
+    def _received(self, sig: signal.Signals) -> None:
+        if self.stop.is_set():
+            if not self.hurry.is_set():
+                log.info("second signal: not waiting for the shutdown delay", extra={"signal": sig.name})
+            self.hurry.set()
+        self.stop.set()
+
+
 async def _serve(settings: Settings, ca_file: Path | None) -> None:
+    signals = _Signals(asyncio.get_running_loop())
     from webhook.server.app import create_app
 
     api_client = None
@@ -259,38 +282,43 @@ async def _serve(settings: Settings, ca_file: Path | None) -> None:
         if settings.self_managed_certs:
             from webhook.server.app import bootstrap_certificates
 
-            await bootstrap_certificates(settings, api_client)  # the listener needs the files first
-        await _run_app(create_app(settings, api_client=api_client), settings, ca_file)
+            if not await _unless_stopped(bootstrap_certificates(settings, api_client), signals):
+                return  # the listener needs the files first
+        await _run_app(create_app(settings, api_client=api_client), settings, ca_file, signals)
     finally:
         if api_client is not None:
             await api_client.close()
 
 
-async def _run_app(app: Any, settings: Settings, ca_file: Path | None) -> None:
+async def _unless_stopped(work: Awaitable[Any], signals: _Signals) -> bool:
+    """Run ``work`` unless a signal comes first (then ``work`` is cancelled and waited for); True if it finished."""
+    task = asyncio.ensure_future(work)
+    stopped = asyncio.ensure_future(signals.stop.wait())
+    try:
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    if not task.done():
+        log.info("stopped during start-up")
+        await cancel_and_wait(task)
+        return False
+    task.result()  # its exception, if any (e.g. the address in use)
+    return True
+
+
+async def _run_app(app: Any, settings: Settings, ca_file: Path | None, signals: _Signals) -> None:
     """Serve ``app`` over TLS until SIGTERM/SIGINT, then drain (see ``Settings.shutdown_timeout``)."""
     from webhook.server.listener import start_listener
 
-    runner = (await start_listener(app, settings)).runner
+    listening = asyncio.ensure_future(start_listener(app, settings))
+    if not await _unless_stopped(listening, signals):
+        return  # start_listener cleaned up what had started
+    runner = listening.result().runner
     log.info("serving", extra={"host": settings.host, "port": settings.port,
                                "local": str(settings.local_dir) if settings.local_dir else None})
-    if settings.local_dir is not None:
-        sample = Path(tempfile.mkdtemp(prefix="tollgate-sample-")) / "review.json"
-        sample.write_text(json.dumps(SAMPLE_REVIEW, indent=2))
-        host = "127.0.0.1" if settings.host in ("0.0.0.0", "::") else settings.host
-        cacert = f"--cacert {ca_file}" if ca_file else "-k"
-        print(f"\nTollgate is serving policies from {settings.local_dir} on https://{host}:{settings.port}\n"
-              f"Try it (a privileged Pod with a :latest image):\n\n"
-              f"  curl -s {cacert} -H 'Content-Type: application/json' "
-              f"--data @{sample} https://{host}:{settings.port}/validate\n\n"
-              f"Mutating endpoint: same with /mutate. Readiness: https://{host}:{settings.port}/readyz\n"
-              + ("Explain the decision: the same with '.../explain?format=text' in place of .../validate\n"
-                 if settings.explain else ""),
-              file=sys.stderr, flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    if settings.local_dir is not None and await _unless_stopped(_until_ready(app), signals):
+        _print_try_it(settings, ca_file)
+    await signals.stop.wait()
     log.info("shutting down: no new connections, finishing in-flight requests")
     # Connection: close on every response, serve shutdown_delay more seconds, wait for reviews in flight,
     # then AppRunner.cleanup stops the site and runs cleanup_ctx.
@@ -298,7 +326,63 @@ async def _run_app(app: Any, settings: Settings, ca_file: Path | None) -> None:
     from webhook.server.app import COMPONENTS
 
     await graceful_stop(app[COMPONENTS].server, runner, delay=settings.shutdown_delay,
-                        timeout=settings.shutdown_timeout)
+                        timeout=settings.shutdown_timeout, hurry=signals.hurry)
+
+
+async def _until_ready(app: Any) -> None:
+    """Return once ``/readyz`` would answer 200 (polled every 50 ms: readiness has no event of its own)."""
+    from webhook.server.app import COMPONENTS
+    from webhook.server.health import is_ready
+
+    while not is_ready(app[COMPONENTS]):
+        await asyncio.sleep(0.05)
+
+
+def _print_try_it(settings: Settings, ca_file: Path | None) -> None:
+    """``serve --local``'s ready-to-run curl, printed once a review would be answered (not 503)."""
+    sample = Path(tempfile.mkdtemp(prefix="tollgate-sample-")) / "review.json"
+    sample.write_text(json.dumps(SAMPLE_REVIEW, indent=2))
+    host = "127.0.0.1" if settings.host in ("0.0.0.0", "::") else settings.host
+    cacert = f"--cacert {ca_file}" if ca_file else "-k"
+    print(f"\nTollgate is serving policies from {settings.local_dir} on https://{host}:{settings.port}\n"
+          f"Try it (a privileged Pod with a :latest image):\n\n"
+          f"  curl -s {cacert} -H 'Content-Type: application/json' "
+          f"--data @{sample} https://{host}:{settings.port}/validate\n\n"
+          f"Mutating endpoint: same with /mutate. Readiness: https://{host}:{settings.port}/readyz\n"
+          + ("Explain the decision: the same with '.../explain?format=text' in place of .../validate\n"
+             if settings.explain else ""),
+          file=sys.stderr, flush=True)
+
+
+def _check_port(host: str, port: int) -> None:
+    """Refuse at once, before any policy is compiled, an address another process listens on.
+
+    Binds and closes a socket with ``SO_REUSEADDR`` as aiohttp's site does (Linux refuses it only while
+    another socket listens there); the server binds again once started, so a process that takes the port
+    in between still gets the same one-line error then.
+    """
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise UsageError(f"cannot listen on {host}:{port}: {e.strerror}") from None
+    for family, kind, proto, _, address in infos[:1]:
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(address)
+            except OSError as e:
+                reason = "address already in use" if e.errno == errno.EADDRINUSE else e.strerror
+                raise UsageError(f"cannot listen on {host}:{port}: {reason}") from None
+
+
+class _Interrupted(Exception):
+    """SIGTERM before the event loop's own handlers are installed (while certificates are generated)."""
+
+
+def _raise_interrupted(signum: int, frame: Any) -> None:
+    raise _Interrupted(signal.Signals(signum).name)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -309,8 +393,29 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--log-level {args.log_level}: {e}") from None
     if args.local is not None and not args.local.exists():
         raise UsageError(f"--local {args.local}: no such file or directory")
-    with _private_tempdir(args.local is not None):
-        return _run_serve(args)
+    # Until the event loop installs its own handlers (_Signals), SIGTERM and SIGINT unwind through the
+    # temporary directory's cleanup instead of killing the process with ca.key left behind.
+    previous = signal.signal(signal.SIGTERM, _raise_interrupted)
+    try:
+        with _private_tempdir(args.local is not None):
+            return _run_serve(args)
+    except (KeyboardInterrupt, _Interrupted):
+        log.info("stopped during start-up")
+        return 0
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _loopback(host: str | None) -> bool:
+    """Whether ``--host`` listens on this machine only (None: the ``--local`` default, 127.0.0.1)."""
+    if host is None or host == "localhost":
+        return True
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a host name other than localhost may resolve to any address
+        return False
 
 
 def _run_serve(args: argparse.Namespace) -> int:
@@ -318,6 +423,10 @@ def _run_serve(args: argparse.Namespace) -> int:
         raise UsageError("--explain in a cluster needs --client-ca: an explanation shows the params, referenced "
                          "objects and Namespace labels the policies read, so only clients with a certificate "
                          "signed by that CA may ask for one")
+    if args.explain and args.local is not None and args.client_ca is None and not _loopback(args.host):
+        raise UsageError(f"--explain on --host {args.host} needs --client-ca: an explanation shows the params, "
+                         "referenced objects and Namespace labels the policies read, so off this machine only "
+                         "clients with a certificate signed by that CA may ask for one")
     if args.imports and args.local is not None:
         raise UsageError("--import chooses what a cluster's Tollgate imports; --local already reads every importable "
                          "kind in its directory")
@@ -336,9 +445,11 @@ def _run_serve(args: argparse.Namespace) -> int:
         except ValueError as e:
             raise UsageError(f"--webhook-url: {e}") from None
     _check_kube_config(args)
+    host = args.host or ("127.0.0.1" if args.local else DEFAULTS.host)
+    _check_port(host, args.port)
     settings = Settings(
         local_dir=args.local, kubeconfig=args.kubeconfig, context=args.context, cert_file=cert, key_file=key,
-        client_ca=args.client_ca, host=args.host or ("127.0.0.1" if args.local else DEFAULTS.host), port=args.port,
+        client_ca=args.client_ca, host=host, port=args.port,
         params_selector=args.params_selector, max_request_bytes=args.max_request_bytes,
         cert_poll_interval=args.cert_poll_interval, write_status=args.write_status and args.local is None,
         pod_name=os.environ.get("POD_NAME", DEFAULTS.pod_name),

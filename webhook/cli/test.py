@@ -19,9 +19,11 @@ from pathlib import Path
 
 from webhook.cli import report
 from webhook.cli.command import ExitStatus, Subparsers, add_command
+from webhook.files.kyverno_test import run_kyverno_test
 from webhook.files.requests import DEFAULT_USER, OPERATIONS
 from webhook.files.testsuite import Row, find_suites, run_adhoc, run_suite
 from webhook.files.yamlio import InputError
+from webhook.formats.kyverno.testfile import is_kyverno_test
 from webhook.server.settings import DEFAULTS
 
 _PARAMS_SELECTOR = DEFAULTS.params_selector
@@ -52,6 +54,14 @@ TestSuite file (paths relative to the suite file; see docs/writing-policies.md):
   - {policy: NAME, resource: {kind: Pod, name: bad}, result: fail, messageContains: "..."}
   - {policy: NAME, resource: {kind: Pod, name: web}, result: pass, operation: UPDATE,
      userInfo: {username: bob}, patchedResource: web-mutated.yaml}
+
+Kyverno's CLI tests (cli.kyverno.io/v1alpha1 Test, kyverno-test.yaml) run unchanged: a file, or a
+directory (its hidden .kyverno-test directories are searched too), even mixed with TestSuites. Read:
+policies, resources, variables (Values: request.operation, namespaces, namespaceSelector labels),
+userinfo, context (spec.resources, read by resource.Get/List), results (pass|fail|skip|error per
+resource, name or namespace/name; patchedResources). A violated Warn-only validation is "fail", as
+Kyverno reports it. What Tollgate cannot run (payloads, targetResources, exceptions, Context images,
+generated resources) is one line and exit status 2. See docs/writing-policies.md.
 
 Output: --output table|json|yaml|junit. json/yaml rows: {"policy", "kind", "namespace", "name",
 "result", "message"}, plus for suites {"suite", "operation", "expected", "ok", "mismatch"} and "subResource" when set.
@@ -131,8 +141,9 @@ def run(args: argparse.Namespace) -> int:
         search = find_suites(args.suites)
         errors += search.errors
         for suite in search.suites:
+            run_one = run_kyverno_test if is_kyverno_test(suite.obj) else run_suite
             try:
-                outcome = run_suite(suite, params_selector=args.params_selector, explain=args.explain)
+                outcome = run_one(suite, params_selector=args.params_selector, explain=args.explain)
             except (InputError, ValueError) as e:
                 errors.append(str(e))  # this suite is unusable; the others still run
                 continue

@@ -177,6 +177,11 @@ def run(args: argparse.Namespace) -> int:
                         "both configurations have no webhooks")
     for line in warnings:
         print(f"tollgate webhook-config: warning: {line}", file=sys.stderr)
+    if not ca:
+        print("tollgate webhook-config: note: no caBundle (no --ca-bundle): the API server then trusts only its own "
+              "roots, which a self-signed Tollgate certificate is not under; give --ca-bundle ca.crt (from `tollgate "
+              "certs`), or let a CA injector (cert-manager) or `serve --self-managed-certs` fill it in",
+              file=sys.stderr)
     target = WebhookTarget(name=args.name, url=url, service=args.service, namespace=args.namespace,
                            service_account=args.service_account, ca_bundle=ca,
                            timeout_seconds=args.timeout_seconds)

@@ -11,21 +11,27 @@ policy with schema violations, whenever its spec can still be read).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from webhook.files import schema
-from webhook.files.imported import import_problems
+from webhook.files.imported import IMPORTED_KIND_NAMES, import_problems, is_imported_kind
 from webhook.files.yamlio import Document, InputError, load_file, parse_path, yaml_files
+from webhook.formats.kyverno.testfile import TestFormatError, is_kyverno_test, parse_test
 from webhook.policy import CompiledPolicy, compile_policy
 from webhook.policy.cel.env import compile_expression
+from webhook.policy.exceptions import EXCEPTION_KINDS, compile_exception
 from webhook.policy.merge_check import mutation_warnings
-from webhook.policy.vocabulary import POLICY_KINDS
+from webhook.policy.vocabulary import POLICY_KINDS, policy_key
 
 __all__ = ["compile_document", "compile_for_evaluation", "compile_problems", "document_problems", "document_warnings",
-           "lint_paths", "schema_problems"]
+           "exception_problems", "lint_paths", "schema_problems"]
+
+#: What ``tollgate lint`` reads, for messages: the kinds with a schema, then the imported ones.
+LINTED_KINDS = (*schema.API_VERSIONS, *IMPORTED_KIND_NAMES, "Test (cli.kyverno.io)")
 
 #: Stands in for an expression already reported, so compiling again finds the next one: its type is
 #: ``dyn``, which every expected result type accepts and every expression reading a variable can use.
@@ -142,11 +148,26 @@ def _set(obj: Any, path: Sequence[str | int], value: str) -> None:
 
 
 def document_problems(doc: Document) -> list[str]:
-    """Every schema problem, and (for a policy) every compile error; ``[]`` when the document is sound."""
-    problems = schema_problems(doc)
+    """Every schema problem, and (for a policy) every compile error; ``[]`` when the document is sound.
+
+    Schema problems do not hide the CEL errors of the same document: the policy is compiled again
+    without each field a schema problem names (an unknown field, as the API server prunes it; a value of
+    the wrong type or outside its enum, which then takes its default), so ``lint`` names both in one run.
+    A spec the compiler still cannot read (a required field missing) adds nothing beyond its schema
+    problems.
+    """
+    found = schema.validate(doc.obj) if schema.has_schema(doc.obj) else []
+    problems = [doc.problem(p.path, p.message) for p in found]
     if doc.kind not in POLICY_KINDS:
         return problems
-    return problems + compile_problems(doc, spec_checked=not problems)
+    if not found:
+        return compile_problems(doc)
+    pruned = copy.deepcopy(doc.obj)
+    for problem in found:
+        parent = _get(pruned, problem.path[:-1]) if problem.path else None
+        if isinstance(parent, dict) and not problem.message.startswith("required field"):
+            parent.pop(problem.path[-1], None)
+    return problems + compile_problems(dataclasses.replace(doc, obj=pruned), spec_checked=False)
 
 
 def document_warnings(doc: Document) -> list[str]:
@@ -161,6 +182,11 @@ def document_warnings(doc: Document) -> list[str]:
         return []
     return [f"{doc.where(parse_path(path))}: {doc.display_name}: warning: {path}: {message}"
             for path, message in mutation_warnings(policy.spec)]
+
+
+def lintable(doc: Document) -> bool:
+    """Whether ``tollgate lint`` checks ``doc``: a kind with a schema, an imported kind, a Kyverno CLI test."""
+    return schema.has_schema(doc.obj) or is_imported_kind(doc) or is_kyverno_test(doc.obj)
 
 
 def lint_paths(paths: Iterable[Path], warnings: list[str] | None = None) -> tuple[list[str], int]:
@@ -186,8 +212,18 @@ def lint_paths(paths: Iterable[Path], warnings: list[str] | None = None) -> tupl
             except InputError as e:
                 problems.append(str(e))
                 continue
+            if path == root and not any(lintable(d) for d in docs):
+                # A file named on the command line is never passed over in silence (a directory's Pods are).
+                problems.append(f"{path}: nothing to lint: no document of a kind tollgate lint reads "
+                                f"({', '.join(LINTED_KINDS)})")
             every += docs
             for doc in docs:
+                if is_kyverno_test(doc.obj):  # Kyverno's CLI test: what tollgate test would refuse
+                    checked += 1
+                    try:
+                        parse_test(doc.obj)
+                    except TestFormatError as e:
+                        problems.append(doc.problem(e.path, e.message))
                 if schema.has_schema(doc.obj):
                     checked += 1
                     found = document_problems(doc)
@@ -196,4 +232,34 @@ def lint_paths(paths: Iterable[Path], warnings: list[str] | None = None) -> tupl
                         warnings += document_warnings(doc)
     # Imported kinds (ValidatingAdmissionPolicy and its binding, Kyverno's CEL policies): across every file.
     found, imported = import_problems(every, warnings)
-    return problems + found, checked + imported
+    return problems + found + exception_problems(every), checked + imported
+
+
+def exception_problems(docs: Sequence[Document]) -> list[str]:
+    """Lint's checks of the PolicyExceptions among ``docs`` (their schema is checked with every document's).
+
+    An exception whose spec is readable by the schema but does not compile (a matchCondition's CEL, a blank
+    ``reason``, an ``expiresAt`` that is not RFC 3339) is reported at its spec path; one that names a policy
+    no document among ``docs`` defines (``name``, ``namespace/name``) is reported at that
+    ``spec.policies[i].name``: in a cluster it would be ``Ready=False`` and exempt nothing.
+    """
+    known = {policy_key((d.obj.get("metadata") or {}).get("namespace") if d.kind == "AdmissionPolicy" else None,
+                        str((d.obj.get("metadata") or {}).get("name") or ""))
+             for d in docs if d.kind in POLICY_KINDS and isinstance(d.obj.get("metadata"), dict)}
+    problems: list[str] = []
+    for doc in docs:
+        if doc.kind not in EXCEPTION_KINDS or schema_problems(doc):
+            continue
+        result = compile_exception(doc.obj)
+        if result.exception is None:
+            text = str(result.condition.get("message", ""))
+            path = parse_path(text) if text.startswith("spec") else ()
+            problems.append(f"{doc.where(path)}: {doc.display_name}: {text}")
+            continue
+        for i, entry in enumerate(doc.obj["spec"]["policies"]):
+            name = str(entry.get("name", "")).strip()
+            if name not in known:
+                path = ("spec", "policies", i, "name")
+                problems.append(f"{doc.where(path)}: {doc.display_name}: spec.policies[{i}].name: no policy "
+                                f"named {name} among the files linted (have: {', '.join(sorted(known)) or 'none'})")
+    return problems

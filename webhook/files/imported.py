@@ -21,8 +21,9 @@ from typing import Any
 
 from webhook.files.yamlio import Document, InputError, load_paths, parse_path
 from webhook.formats.catalog import UNBOUND, import_policies
+from webhook.formats.common import source_ref
 from webhook.formats.imported import Imported, Problem, SourceRef
-from webhook.formats.kinds import IMPORT_KINDS, import_kind_of
+from webhook.formats.kinds import IMPORT_KINDS, import_kind_of, refused_kind_of
 from webhook.policy.provenance import IMPORT_ERROR_ANNOTATION
 from webhook.policy.vocabulary import POLICY_KINDS
 
@@ -113,12 +114,16 @@ class ImportedPolicies:
         documents: one :class:`ImportedDocument` per policy (per binding; per Kyverno policy).
         problems: documents that cannot be imported at all: without a name, or defined twice (located).
         notes: how fields are honoured differently, and policies no binding names.
-        count: how many documents were of an imported kind.
+        refused: one line per document of a kind Tollgate refuses (Kyverno's GeneratingPolicy, DeletingPolicy,
+            ImageValidatingPolicy and their namespaced twins: :data:`~webhook.formats.kinds.REFUSED_KINDS`),
+            located; ``tollgate lint`` reports them as problems, ``test`` and ``audit`` as warnings.
+        count: how many documents were of an imported (or refused) kind.
     """
 
     documents: list[ImportedDocument] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
     count: int = 0
 
 
@@ -155,6 +160,11 @@ def import_documents(docs: Iterable[Document], *, check_unbound: bool = False) -
     for doc in docs:
         kind = import_kind_of(doc.obj)
         if kind is None:
+            why = refused_kind_of(doc.obj)
+            if why is not None:
+                out.count += 1
+                out.refused.append(doc.problem(("kind",), f"{doc.display_name}: refused: a {doc.kind} {why}; "
+                                                          "it is not evaluated"))
             continue
         out.count += 1
         meta = doc.obj.get("metadata")
@@ -162,7 +172,7 @@ def import_documents(docs: Iterable[Document], *, check_unbound: bool = False) -
         if not isinstance(name, str) or not name:
             out.problems.append(doc.problem(("metadata", "name"), f"{kind.kind}: required field is missing"))
             continue
-        ref = SourceRef(kind.kind, name)
+        ref = source_ref(kind, doc.obj)
         if ref in by_ref:
             out.problems.append(f"{doc.where()}: {ref}: defined twice (first in {by_ref[ref].where()})")
             continue
@@ -207,7 +217,7 @@ def policy_documents(paths: Iterable[Path], notes: list[str] | None = None) -> l
     if imported.problems:
         raise InputError(imported.problems[0])
     if notes is not None:
-        notes += imported.notes
+        notes += imported.notes + imported.refused
     return [d for d in docs if d.kind in POLICY_KINDS] + list(imported.documents)
 
 
@@ -224,7 +234,8 @@ def _repeats_a_library_problem(line: str, lacking: list[tuple[str, str]]) -> boo
 def import_problems(docs: Iterable[Document], warnings: list[str] | None = None) -> tuple[list[str], int]:
     """Every problem of the imported kinds among ``docs`` (``tollgate lint``), one line each, and how many there were.
 
-    Problems: documents without a name or defined twice; whatever a conversion cannot honour, at
+    Problems: documents without a name or defined twice; documents of a kind Tollgate refuses (Kyverno's
+    GeneratingPolicy, DeletingPolicy, ImageValidatingPolicy); whatever a conversion cannot honour, at
     its source field's line; and every compile error of its expressions (the server's compiler, at
     the author's line; with import problems, only CEL errors, as for a spec with schema violations).
 
@@ -237,7 +248,7 @@ def import_problems(docs: Iterable[Document], warnings: list[str] | None = None)
     from webhook.files.checks import compile_problems, document_warnings  # checks calls this module
 
     imported = import_documents(docs, check_unbound=True)
-    problems = list(imported.problems)
+    problems = list(imported.problems) + imported.refused
     for doc in imported.documents:
         found = [p for p in doc.problems if p not in problems]  # a policy's own problem, once for all its bindings
         problems += found

@@ -21,7 +21,7 @@ namespaced one without a namespace in ``default``, as ``kubectl apply`` puts it.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from webhook.files.imported import IMPORTED_KIND_NAMES, import_documents, is_imp
 from webhook.files.requests import describe_key, resource_key
 from webhook.files.yamlio import Document, InputError, load_paths
 from webhook.policy import CompiledPolicy
+from webhook.policy.exceptions import EXCEPTION_KINDS, ExceptionSet, compile_exception
 from webhook.policy.labelquery import parse_label_selector_text
 from webhook.policy.model import Reference
 from webhook.policy.resources import resource_for_kind
@@ -50,6 +51,14 @@ class LoadedPolicy:
         return self.compiled.name
 
     @property
+    def key(self) -> str:
+        """The policy's key as the server, the audit and the metrics name it (``namespace/name`` if namespaced).
+
+        Two tenants' AdmissionPolicies may share a ``metadata.name``; their keys differ.
+        """
+        return self.compiled.key
+
+    @property
     def namespaced(self) -> bool:
         """True for an ``AdmissionPolicy``."""
         return self.doc.kind == PolicyKind.NAMESPACED
@@ -58,6 +67,11 @@ class LoadedPolicy:
     def actions(self) -> frozenset[str]:
         """``spec.validationActions`` (default ``[Deny]``)."""
         return frozenset(self.doc.obj.get("spec", {}).get("validationActions") or ("Deny",))
+
+
+#: Kinds a policies file may hold beside its policies (a kustomization's params ConfigMap, Namespaces),
+#: which ``-p`` leaves to ``-c``/``-n`` without a warning.
+_POLICY_COMPANIONS = frozenset({"ConfigMap", "Namespace", "TestSuite"})
 
 
 def load_policies(paths: Iterable[Path]) -> list[LoadedPolicy]:
@@ -93,7 +107,19 @@ def load_policies(paths: Iterable[Path]) -> list[LoadedPolicy]:
     if not out:
         raise InputError(f"no ClusterAdmissionPolicy or AdmissionPolicy (nor any of {', '.join(IMPORTED_KIND_NAMES)}) "
                          f"in {', '.join(map(str, paths))}")
+    named = {str(p) for p in paths if not p.is_dir()}
+    for doc in docs:
+        if doc.source in named and not _policy_input(doc):
+            # A file given as policies is never passed over in silence (a directory's other kinds are).
+            print(f"tollgate test: warning: {doc.where()}: {doc.display_name} is not a kind tollgate reads as a "
+                  "policy: ignored", file=sys.stderr)
     return out
+
+
+def _policy_input(doc: Document) -> bool:
+    """Whether a document among the policies is read: a policy, an imported kind, or what policies come with."""
+    return (doc.kind in POLICY_KINDS or is_imported_kind(doc) or doc.kind in EXCEPTION_KINDS
+            or doc.kind in _POLICY_COMPANIONS)
 
 
 def _imported_policies(docs: list[Document]) -> list[LoadedPolicy]:
@@ -111,6 +137,8 @@ def _imported_policies(docs: list[Document]) -> list[LoadedPolicy]:
         raise InputError(imported.problems[0])
     for note in imported.notes:
         print(f"tollgate test: {note}", file=sys.stderr)
+    for line in imported.refused:
+        print(f"tollgate test: warning: {line}", file=sys.stderr)
     out = []
     for doc in imported.documents:
         compiled, error = compile_for_evaluation(doc)
@@ -123,6 +151,31 @@ def _imported_policies(docs: list[Document]) -> list[LoadedPolicy]:
                       f"failurePolicy)", file=sys.stderr)
         out.append(LoadedPolicy(doc, compiled))
     return out
+
+
+def load_exceptions(paths: Iterable[Path]) -> ExceptionSet:
+    """The PolicyExceptions and ClusterPolicyExceptions among the policy files, schema-checked and compiled.
+
+    As in a cluster, one that does not compile exempts nothing: it is left out with a warning (``tollgate
+    lint`` refuses it).
+
+    Raises:
+        InputError: the first schema violation.
+    """
+    out = []
+    for doc in load_paths(paths):
+        if doc.kind not in EXCEPTION_KINDS:
+            continue
+        problems = schema_problems(doc)
+        if problems:
+            raise InputError(problems[0])
+        result = compile_exception(doc.obj)
+        if result.exception is None:
+            print(f"tollgate: warning: {doc.where()}: {doc.display_name}: {result.condition['message']} (not Ready: "
+                  "it exempts nothing)", file=sys.stderr)
+            continue
+        out.append(result.exception)
+    return ExceptionSet.of(out)
 
 
 def load_kind(paths: Iterable[Path], kind: str) -> list[Document]:
@@ -165,16 +218,23 @@ def load_resources(paths: Iterable[Path]) -> list[Document]:
     Raises:
         InputError: unreadable file, or a resource without ``kind`` or ``metadata.name``.
     """
-    out = []
+    return list(iter_resources(paths))
+
+
+def iter_resources(paths: Iterable[Path]) -> Iterator[Document]:
+    """:func:`load_resources` one at a time, as the files are read (a caller that keeps none holds one).
+
+    Raises:
+        InputError: as :func:`load_resources`, when the document at fault is reached.
+    """
     for doc in load_paths(paths):
-        if doc.kind in POLICY_KINDS or doc.kind == "TestSuite" or is_imported_kind(doc):
+        if doc.kind in POLICY_KINDS or doc.kind in EXCEPTION_KINDS or doc.kind == "TestSuite" or is_imported_kind(doc):
             continue
         if not doc.kind:
             raise InputError(doc.problem(("kind",), "required field is missing"))
         if not isinstance(doc.obj.get("metadata"), dict) or not doc.obj["metadata"].get("name"):
             raise InputError(doc.problem(("metadata", "name"), "required field is missing"))
-        out.append(doc)
-    return out
+        yield doc.shallow()  # only its top fields are ever named: its node tree would cost 4x its objects
 
 
 def reference_objects(docs: Iterable[Document]) -> dict[Reference, list[dict[str, Any]]]:

@@ -38,6 +38,18 @@ def describe_key(key: tuple[str, str, str]) -> str:
     return f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"
 
 
+def _in_namespace(obj: dict[str, Any], namespace: str) -> dict[str, Any]:
+    """``obj`` with ``metadata.namespace`` set to the request's when it has none.
+
+    The API server fills it before admission (k8s.io/apiserver ``pkg/registry/rest/create.go``
+    ``BeforeCreate``: ``objectMeta.SetNamespace`` from the request's namespace), and Kyverno's CLI does too.
+    """
+    meta = obj.get("metadata")
+    if not namespace or not isinstance(meta, dict) or meta.get("namespace"):
+        return obj
+    return {**obj, "metadata": {**meta, "namespace": namespace}}
+
+
 def build_request(obj: dict[str, Any], *, operation: str, user_info: dict[str, Any],
                   old_object: dict[str, Any] | None = None, sub_resource: str = "") -> dict[str, Any]:
     """An AdmissionRequest for ``obj`` as the API server would send it.
@@ -51,10 +63,15 @@ def build_request(obj: dict[str, Any], *, operation: str, user_info: dict[str, A
         sub_resource: ``subResource`` and ``requestSubResource`` (``ephemeralcontainers``,
             ``status``); ``obj`` is still the whole object, as the API server sends for
             ``pods/ephemeralcontainers`` since Kubernetes 1.22.
+
+    A namespaced ``obj`` without ``metadata.namespace`` is sent with the request's (``default``), as
+    the API server fills it.
     """
     api_version = str(obj.get("apiVersion", "v1"))
     group, _, version = api_version.rpartition("/")
     kind, namespace, name = resource_key(obj)
+    obj = _in_namespace(obj, namespace)
+    old_object = _in_namespace(old_object, namespace) if old_object is not None else None
     gvk = {"group": group, "version": version, "kind": kind}
     gvr = {"group": group, "version": version, "resource": resource_for_kind(kind, api_version).plural}
     request: dict[str, Any] = {

@@ -24,7 +24,10 @@ import jsonpatch
 from webhook.files.chain import AdmissionChain, Evaluation
 from webhook.files.checks import schema_problems
 from webhook.files.inputs import (
+    LoadedPolicy,
     index_resources,
+    iter_resources,
+    load_exceptions,
     load_kind,
     load_policies,
     load_resources,
@@ -33,6 +36,7 @@ from webhook.files.inputs import (
 )
 from webhook.files.requests import DEFAULT_USER, build_request, describe_key, old_object_for, resource_key
 from webhook.files.yamlio import STDIN, Document, InputError, load_file, yaml_files
+from webhook.formats.kyverno.testfile import is_kyverno_test
 from webhook.policy.explain import PolicyTrace
 from webhook.policy.resources import resource_for_kind
 
@@ -109,11 +113,12 @@ def run_adhoc(*, policies: list[Path], resources: list[Path], configmaps: list[P
     loaded = load_policies(policies)
     params, warnings = select_params(load_kind(configmaps, "ConfigMap"), params_selector)
     chain = AdmissionChain(loaded, namespaces=[d.obj for d in load_kind(namespaces, "Namespace")], configmaps=params,
-                          objects=reference_objects(load_resources(references)), explain=explain)
+                          objects=reference_objects(load_resources(references)), explain=explain,
+                          exceptions=load_exceptions(policies))
     olds = index_resources(load_resources(old_resources))
     rows = []
-    names = sorted(p.name for p in loaded)
-    for doc in load_resources(resources):
+    names = sorted(p.key for p in loaded)
+    for doc in iter_resources(resources):  # one at a time: a 100 MB file is never held whole
         key = resource_key(doc.obj)
         old = old_object_for(key, olds, operation, doc.where())
         evaluation = chain.evaluate(build_request(doc.obj, operation=operation, user_info=user_info,
@@ -127,7 +132,25 @@ def run_adhoc(*, policies: list[Path], resources: list[Path], configmaps: list[P
 
 # ---------------------------------------------------------------- TestSuites
 
-_SUITE_MARK = re.compile(r"^kind:\s*[\"']?TestSuite[\"']?\s*$", re.MULTILINE)
+_SUITE_MARK = re.compile(r"^kind:\s*[\"']?(TestSuite|Test)[\"']?\s*$", re.MULTILINE)
+#: The directories Kyverno keeps its CLI tests in: searched although hidden (``kyverno test DIR`` finds them).
+KYVERNO_TEST_DIR = ".kyverno-test"
+
+
+def _is_suite(doc: Document) -> bool:
+    """A TestSuite, or a Kyverno CLI ``Test`` (:mod:`webhook.formats.kyverno.testfile`)."""
+    return doc.kind == "TestSuite" or is_kyverno_test(doc.obj)
+
+
+def _suite_files(root: Path) -> list[Path]:
+    """:func:`yaml_files`, plus the YAML files of Kyverno's hidden ``.kyverno-test`` directories under a directory."""
+    files = yaml_files(root)
+    if str(root) == STDIN or not root.is_dir():
+        return files
+    kyverno = [p for d in root.rglob(KYVERNO_TEST_DIR) if d.is_dir()
+               and not any(part.startswith(".") for part in d.relative_to(root).parts[:-1])
+               for p in yaml_files(d)]
+    return sorted({*files, *kyverno})
 
 
 @dataclass(slots=True)
@@ -141,8 +164,10 @@ class SuiteSearch:
 def find_suites(paths: Iterable[Path]) -> SuiteSearch:
     """The TestSuite documents of the given files; directories are searched recursively (like ``kyverno test DIR``).
 
+    Kyverno's CLI tests (``cli.kyverno.io/v1alpha1`` ``Test``) count as suites, and a directory's
+    hidden ``.kyverno-test`` directories are searched too, where Kyverno keeps them.
     A file given by name must hold TestSuites only; in a directory, files without
-    a ``kind: TestSuite`` line are skipped unparsed (resources, policies). An
+    a ``kind: TestSuite`` (or ``kind: Test``) line are skipped unparsed (resources, policies). An
     unusable path or file is reported and the search goes on, so one broken
     suite never hides the others.
 
@@ -156,7 +181,7 @@ def find_suites(paths: Iterable[Path]) -> SuiteSearch:
         is_dir = str(root) != STDIN and root.is_dir()
         found = 0
         try:
-            files = yaml_files(root)
+            files = _suite_files(root)
         except InputError as e:
             out.errors.append(str(e))
             continue
@@ -165,8 +190,10 @@ def find_suites(paths: Iterable[Path]) -> SuiteSearch:
                 if is_dir and not _SUITE_MARK.search(_read(path)):
                     continue
                 docs = load_file(path)
+                if is_dir and not any(_is_suite(d) for d in docs):
+                    continue  # a ``kind: Test`` of another API (not Kyverno's CLI)
                 for doc in docs:
-                    if doc.kind != "TestSuite":
+                    if not _is_suite(doc):
                         raise InputError(doc.problem(("kind",), f"expected TestSuite, got {doc.kind or 'nothing'}"))
             except InputError as e:
                 out.errors.append(str(e))
@@ -215,6 +242,26 @@ class SuiteRun:
         return [r for r in self.rows if not r.ok]
 
 
+def _policy_key(named: str, loaded: list[LoadedPolicy], where: str) -> str:
+    """The key of the policy a TestSuite row names (``namespace/name`` for an AdmissionPolicy).
+
+    A bare name is accepted when only one of the suite's policies has it.
+
+    Raises:
+        InputError: no such policy, or a bare name two policies share (the row must say which).
+    """
+    keys = sorted(p.key for p in loaded)
+    if named in keys:
+        return named
+    same = sorted(p.key for p in loaded if p.name == named)
+    if len(same) == 1:
+        return same[0]
+    if same:
+        raise InputError(f"{where}: {named} names {len(same)} policies ({', '.join(same)}): name one as "
+                         "namespace/name")
+    raise InputError(f"{where}: no policy {named} in the suite's policies (have: {', '.join(keys)})")
+
+
 def run_suite(suite: Document, *, params_selector: str, explain: bool = False) -> SuiteRun:
     """Run one TestSuite document: every ``results`` entry becomes a row with ``mismatch`` set when it fails.
 
@@ -232,16 +279,13 @@ def run_suite(suite: Document, *, params_selector: str, explain: bool = False) -
     params, out.warnings = select_params(load_kind(_files(suite, "configMaps"), "ConfigMap"), params_selector)
     chain = AdmissionChain(loaded, namespaces=[d.obj for d in load_kind(_files(suite, "namespaces"), "Namespace")],
                           configmaps=params, objects=reference_objects(load_resources(_files(suite, "references"))),
-                          explain=explain)
+                          explain=explain, exceptions=load_exceptions(_files(suite, "policies")))
     resources = index_resources(load_resources(_files(suite, "resources")))
     olds = index_resources(load_resources(_files(suite, "oldResources")))
-    names = sorted(p.name for p in loaded)
     cache: dict[str, Evaluation] = {}
     for i, exp in enumerate(spec["results"]):
         where = suite.where(("results", i))
-        if exp["policy"] not in names:
-            raise InputError(f"{where}: results[{i}].policy: no policy {exp['policy']} in the suite's policies "
-                             f"(have: {', '.join(names)})")
+        policy = _policy_key(exp["policy"], loaded, f"{where}: results[{i}].policy")
         res = exp["resource"]
         kind = res["kind"]
         key = (kind, res.get("namespace") or "default" if resource_for_kind(kind).namespaced else "", res["name"])
@@ -257,10 +301,10 @@ def run_suite(suite: Document, *, params_selector: str, explain: bool = False) -
             cache[memo] = chain.evaluate(build_request(doc.obj, operation=operation, user_info=user_info,
                                                        old_object=old, sub_resource=sub_resource))
         evaluation = cache[memo]
-        outcome = evaluation.outcomes[exp["policy"]]
+        outcome = evaluation.outcomes[policy]
         row = Row(exp["policy"], key[0], key[1], key[2], outcome.result, outcome.message, suite=suite.source,
                   operation=operation, expected=exp["result"], sub_resource=sub_resource,
-                  explanation=evaluation.explanations.get(exp["policy"]) if explain else None)
+                  explanation=evaluation.explanations.get(policy) if explain else None)
         row.mismatch = _mismatch(suite, i, exp, row, evaluation)
         out.rows.append(row)
     return out

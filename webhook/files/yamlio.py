@@ -19,6 +19,13 @@ names the document it rejects. It reads what kubectl reads and writes:
 
 Safe loading only (``yaml.SafeLoader``: no Python object tags). The module
 holds no state: every call reads its files again.
+
+Bounded: every document is composed within :class:`Limits` (alias expansion,
+nesting depth, size), so a few hundred bytes of nested aliases (a "billion
+laughs") or 100,000 nested brackets are refused in one line naming the file
+and line instead of freezing the caller or exhausting memory; a file's
+documents are composed one at a time (:func:`iter_file`), so a long stream of
+documents costs one document's node tree at a time.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -38,11 +45,194 @@ YAML_SUFFIXES = (".yaml", ".yml")
 #: The name standing for standard input (``-``, as kubectl's ``-f -``).
 STDIN = "-"
 
-_BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What one document may cost, checked while it is composed (before any object is built).
+
+    Attributes:
+        max_depth: nested mappings and sequences, aliases expanded (the root mapping is 1). Tollgate walks
+            objects recursively (schema, CEL values, patches) within Python's 1,000 frames; a Kubernetes
+            object is rarely 30 deep.
+        max_document_chars: characters of one document (a ``kubectl get -o yaml`` List is one document).
+
+    Aliases are bounded as go-yaml's decoder bounds them (gopkg.in/yaml.v2 and v3 ``decode.go``, which
+    kubectl and the API server decode YAML with; CVE-2019-11254): once more than 100 nodes came from
+    aliases in a document of more than 1,000 nodes, their share may be at most 99% up to 400,000 nodes,
+    falling linearly to 10% at 4,000,000 (``allowedAliasRatio``), so a billion laughs stops at about
+    400,000 nodes ("document contains excessive aliasing").
+    """
+
+    max_depth: int = 100
+    max_document_chars: int = 64 * 1024 * 1024
 
 
-class _StrictLoader(_BaseLoader):  # type: ignore[valid-type,misc]
-    """The safe loader, refusing a mapping that gives one key twice (kubectl's strict decoding)."""
+#: The bounds every loader of this module applies.
+LIMITS = Limits()
+
+_ALIAS_RATIO_LOW, _ALIAS_RATIO_HIGH = 400_000, 4_000_000
+
+
+def _allowed_alias_ratio(nodes: int) -> float:
+    """go-yaml's ``allowedAliasRatio``: 0.99 up to 400k decoded nodes, 0.10 from 4M, linear between."""
+    if nodes <= _ALIAS_RATIO_LOW:
+        return 0.99
+    if nodes >= _ALIAS_RATIO_HIGH:
+        return 0.10
+    return 0.99 - 0.89 * (nodes - _ALIAS_RATIO_LOW) / (_ALIAS_RATIO_HIGH - _ALIAS_RATIO_LOW)
+
+
+class _Refused(yaml.MarkedYAMLError):
+    """A document beyond :class:`Limits` (reported as such, never retried as JSON)."""
+
+
+if TYPE_CHECKING:
+    class _ComposerBase(yaml.composer.Composer):
+        """What the composer finds in the loader it is mixed into: the parser's events and the resolver."""
+
+        def check_event(self, *choices: type[yaml.Event]) -> bool: ...
+        def peek_event(self) -> Any: ...
+        def get_event(self) -> Any: ...
+        def resolve(self, kind: type[yaml.Node], value: str | None, implicit: Any) -> str: ...
+        def descend_resolver(self, current_node: yaml.Node | None, current_index: Any) -> None: ...
+        def ascend_resolver(self) -> None: ...
+else:
+    _ComposerBase = yaml.composer.Composer
+
+
+class _BoundedComposer(_ComposerBase):
+    """PyYAML's composer (``yaml/composer.py``) counting what each document would expand to.
+
+    Every node records its expanded size and height; an alias adds its anchor's. A document is refused when
+    it nests deeper than ``max_depth`` (aliases expanded), grows past ``max_document_chars``, refers to an
+    anchor from inside it (a recursive structure, go-yaml's "anchor ... value contains itself"), or
+    expands aliases beyond go-yaml's ratio ("document contains excessive aliasing").
+    """
+
+    def compose_document(self) -> yaml.Node | None:
+        start = self.get_event()  # DOCUMENT-START
+        self.limits = LIMITS
+        self._doc_start = start.start_mark.index
+        self._depth = 0
+        self._nodes = self._alias_nodes = 0
+        self._stats: dict[str, tuple[int, int]] = {}  # anchor -> (expanded nodes, height) once composed
+        self._result = (0, 0)
+        node: yaml.Node | None = self.compose_node(None, None)
+        self.get_event()  # DOCUMENT-END
+        self.anchors = {}
+        self._stats = {}
+        return node
+
+    def _refuse(self, problem: str, mark: yaml.Mark) -> _Refused:
+        return _Refused(None, None, problem, mark)
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        if self.check_event(yaml.AliasEvent):
+            event = self.get_event()
+            anchor = event.anchor
+            if anchor not in self.anchors:
+                raise yaml.composer.ComposerError(None, None, f"found undefined alias {anchor!r}", event.start_mark)
+            stats = self._stats.get(anchor)
+            if stats is None:
+                raise self._refuse(f"alias *{anchor} refers to a node that contains it (a recursive structure)",
+                                   event.start_mark)
+            size, height = stats
+            self._nodes += size
+            self._alias_nodes += size
+            if (self._alias_nodes > 100 and self._nodes > 1000
+                    and self._alias_nodes > _allowed_alias_ratio(self._nodes) * self._nodes):
+                raise self._refuse(f"aliases expand to {self._alias_nodes:,} of the document's {self._nodes:,} "
+                                   f"nodes (excessive aliasing, as kubectl refuses it)", event.start_mark)
+            if self._depth + height > self.limits.max_depth:
+                raise self._refuse(f"alias *{anchor} nests deeper than {self.limits.max_depth} levels",
+                                   event.start_mark)
+            self._result = stats
+            node: yaml.Node = self.anchors[anchor]
+            return node
+        event = self.peek_event()
+        anchor = event.anchor
+        if anchor is not None and anchor in self.anchors:
+            raise yaml.composer.ComposerError(f"found duplicate anchor {anchor!r}; first occurrence",
+                                              self.anchors[anchor].start_mark, "second occurrence",
+                                              event.start_mark)
+        self.descend_resolver(parent, index)
+        if self.check_event(yaml.ScalarEvent):
+            node = self.compose_scalar_node(anchor)
+            self._nodes += 1
+            self._result = (1, 0)
+        else:
+            self._depth += 1
+            if self._depth > self.limits.max_depth:
+                raise self._refuse(f"nests deeper than {self.limits.max_depth} levels", event.start_mark)
+            node = self._compose_collection(anchor)
+            self._depth -= 1
+        self.ascend_resolver()
+        if node.end_mark.index - self._doc_start > self.limits.max_document_chars:
+            raise self._refuse(f"document is larger than {self.limits.max_document_chars:,} characters",
+                               node.end_mark)
+        if anchor is not None:
+            self._stats[anchor] = self._result
+        return node
+
+    def _compose_collection(self, anchor: str | None) -> yaml.Node:
+        """A sequence or mapping (as PyYAML composes them), leaving its expanded (size, height) in ``_result``."""
+        start = self.get_event()
+        mapping = isinstance(start, yaml.MappingStartEvent)
+        node_type = yaml.MappingNode if mapping else yaml.SequenceNode
+        end_type = yaml.MappingEndEvent if mapping else yaml.SequenceEndEvent
+        tag = start.tag
+        if tag is None or tag == "!":
+            tag = self.resolve(node_type, None, start.implicit)
+        node = node_type(tag, [], start.start_mark, None, flow_style=start.flow_style)
+        if anchor is not None:
+            self.anchors[anchor] = node
+        self._nodes += 1
+        size, height = 1, 0
+        index = 0
+        while not self.check_event(end_type):
+            if mapping:
+                key = self.compose_node(node, None)
+                key_size, key_height = self._result
+                value = self.compose_node(node, key)
+                size += key_size + self._result[0]
+                height = max(height, key_height, self._result[1])
+                node.value.append((key, value))
+            else:
+                node.value.append(self.compose_node(node, index))
+                size += self._result[0]
+                height = max(height, self._result[1])
+                index += 1
+        node.end_mark = self.get_event().end_mark
+        self._result = (size, height + 1)
+        return node
+
+
+_Parser: type[Any]
+try:
+    from yaml._yaml import CParser as _Parser  # libyaml's scanner and parser, in C
+except ImportError:  # pragma: no cover - PyYAML built without libyaml
+    class _Parser(yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser):  # type: ignore[no-redef]
+        """PyYAML's pure-Python scanner and parser."""
+
+        def __init__(self, stream: str) -> None:
+            yaml.reader.Reader.__init__(self, stream)
+            yaml.scanner.Scanner.__init__(self)
+            yaml.parser.Parser.__init__(self)
+
+
+class _Loader(_BoundedComposer, _Parser, yaml.constructor.SafeConstructor,  # type: ignore[misc]
+              yaml.resolver.Resolver):
+    """The parser (libyaml's when PyYAML has it, as ``CSafeLoader``), the bounded composer, the safe constructor."""
+
+    def __init__(self, stream: str) -> None:
+        _Parser.__init__(self, stream)
+        _BoundedComposer.__init__(self)
+        yaml.constructor.SafeConstructor.__init__(self)
+        yaml.resolver.Resolver.__init__(self)
+
+
+class _StrictLoader(_Loader):
+    """The bounded safe loader, refusing a mapping that gives one key twice (kubectl's strict decoding)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[tuple[str, str], yaml.Node] = {}
@@ -126,6 +316,15 @@ class Document:
             node = child
         return line
 
+    def shallow(self, depth: int = 1) -> Document:
+        """This document keeping only the top ``depth`` levels of its node tree (the lines of its top fields).
+
+        A resource under test or audit is only ever named by ``file:line`` of its top fields; keeping its
+        whole node tree would cost about four times its objects (a 6.5 MB file of 20,000 Pods: 427 MB
+        resident with node trees, 104 MB without).
+        """
+        return Document(self.source, self.index, self.obj, _prune(self.node, depth), self.item)
+
     def where(self, path: Sequence[str | int] = ()) -> str:
         """``file:line: document N`` (``document N items[I]`` in a List) for messages (line of ``path`` when known)."""
         line = self.line_of(path)
@@ -163,20 +362,40 @@ def parse_text(text: str, source: str) -> list[Document]:
         item of a List is one document (same ``index``, its ``item``).
 
     Raises:
-        InputError: a YAML or JSON syntax error (``file:line:column``), a key given
-            twice, a document that is not a mapping, or a List item that is not one.
+        InputError: a YAML or JSON syntax error (``file:line:column``; a tab in indentation is named),
+            a key given twice, a document that is not a mapping, a List item that is not one, or a
+            document beyond :data:`LIMITS` (aliases, depth, size).
     """
+    return list(iter_text(text, source))
+
+
+def iter_text(text: str, source: str) -> Iterator[Document]:
+    """:func:`parse_text` one document at a time: only the document being read has its node tree built.
+
+    A text that looks like JSON (starts with ``{`` or ``[``) is read whole, as it may need the JSON
+    reader instead (tabs, surrogate-pair escapes, concatenated values YAML refuses).
+
+    Raises:
+        InputError: as :func:`parse_text`, when the document at fault is reached.
+    """
+    if not _looks_like_json(text):
+        yield from _parse_yaml(text, source)
+        return
     try:
-        return _parse_yaml(text, source)
+        documents = list(_parse_yaml(text, source))
+    except _Unusable:
+        raise
     except InputError:
-        if not _looks_like_json(text):
-            raise
-        return _parse_json(text, source)  # JSON the YAML parser refuses: tabs, surrogate-pair escapes
+        documents = _parse_json(text, source)  # JSON the YAML parser refuses: tabs, surrogate-pair escapes
+    yield from documents
 
 
-def _parse_yaml(text: str, source: str) -> list[Document]:
+class _Unusable(InputError):
+    """A document beyond the limits: refused as it is, never read again as JSON."""
+
+
+def _parse_yaml(text: str, source: str) -> Iterator[Document]:
     loader = _StrictLoader(text)
-    out: list[Document] = []
     index = 0
     try:
         while loader.check_node():
@@ -186,15 +405,59 @@ def _parse_yaml(text: str, source: str) -> list[Document]:
                 continue
             obj = loader.construct_document(node)
             if obj is not None:
-                out += _documents(source, index, obj, node, node.start_mark.line + 1)
+                yield from _documents(source, index, obj, node, node.start_mark.line + 1)
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
-        where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise InputError(f"{source}{where}: invalid YAML: {problem}") from None
+        raise _input_error(e, text, source, index + 1) from None
     finally:
         loader.dispose()
-    return out
+
+
+def _input_error(e: yaml.YAMLError, text: str, source: str, index: int) -> InputError:
+    """One line for a YAML error: ``file:line:column: ...`` (a bound refused, or invalid YAML; a tab named)."""
+    if isinstance(e, _Refused):
+        at = f":{e.problem_mark.line + 1}:{e.problem_mark.column + 1}" if e.problem_mark is not None else ""
+        return _Unusable(f"{source}{at}: document {index}: {e.problem}")
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+    where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+    if mark is not None and _tab_at(text, mark.line, mark.column):
+        problem = "a tab character (YAML allows only spaces for indentation)"
+    return InputError(f"{source}{where}: invalid YAML: {problem}")
+
+
+def load_single(text: str, source: str) -> Any:
+    """The one YAML document of ``text`` (None when empty), within :data:`LIMITS`, as PyYAML's ``safe_load``.
+
+    For files other tools read too (a kubeconfig: client-go decodes it leniently), so a key given twice
+    is not refused here, as it is by :func:`parse_text`.
+
+    Raises:
+        InputError: invalid YAML (a tab in indentation named), more than one document, or a document
+            beyond the limits; one line naming ``source`` and the line.
+    """
+    loader = _Loader(text)
+    try:
+        return loader.get_single_data()
+    except yaml.YAMLError as e:
+        raise _input_error(e, text, source, 1) from None
+    finally:
+        loader.dispose()
+
+
+def _tab_at(text: str, line: int, column: int) -> bool:
+    """Whether the 0-based ``line`` of ``text`` has a tab in its indentation up to ``column``.
+
+    libyaml says "found character that cannot start any token" or "found a tab character that violates
+    indentation" for it.
+    """
+    start = 0
+    for _ in range(line):
+        start = text.find("\n", start) + 1
+        if start == 0:
+            return False
+    indentation = text[start:start + column + 1]
+    indentation = indentation[:len(indentation) - len(indentation.lstrip(" \t"))]
+    return "\t" in indentation
 
 
 def _looks_like_json(text: str) -> bool:
@@ -202,7 +465,13 @@ def _looks_like_json(text: str) -> bool:
 
 
 def _parse_json(text: str, source: str) -> list[Document]:
-    """Concatenated JSON values (a JSON stream, as kubectl decodes one), without line numbers inside them."""
+    """Concatenated JSON values (a JSON stream, as kubectl decodes one), without line numbers inside them.
+
+    Raises:
+        InputError: a syntax error, a key given twice, a non-mapping value, or a value beyond
+            :data:`LIMITS` (nesting, size).
+    """
+    limits = LIMITS
     decoder = json.JSONDecoder(object_pairs_hook=_unique_keys)
     out: list[Document] = []
     position, index = 0, 0
@@ -214,14 +483,36 @@ def _parse_json(text: str, source: str) -> list[Document]:
             return out
         index += 1
         line = text.count("\n", 0, position) + 1
+        start = position
         try:
             obj, position = decoder.raw_decode(text, position)
         except json.JSONDecodeError as e:
             raise InputError(f"{source}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
         except _DuplicateKey as e:
             raise InputError(f"{source}:{line}: document {index}: invalid JSON: {e}") from None
+        except RecursionError:
+            obj, position = None, -1
+        if position < 0 or _deeper_than(obj, limits.max_depth):
+            raise _Unusable(f"{source}:{line}: document {index}: nests deeper than {limits.max_depth} levels")
+        if position - start > limits.max_document_chars:
+            raise _Unusable(f"{source}:{line}: document {index}: document is larger than "
+                            f"{limits.max_document_chars:,} characters")
         if obj is not None:
             out += _documents(source, index, obj, None, line)
+
+
+def _deeper_than(obj: Any, depth: int) -> bool:
+    """Whether ``obj`` nests more than ``depth`` lists and dicts (iterative: any depth is measured)."""
+    stack = [(obj, 1)]
+    while stack:
+        value, level = stack.pop()
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else None
+        if children is None:
+            continue
+        if level > depth:
+            return True
+        stack += [(child, level + 1) for child in children]
+    return False
 
 
 class _DuplicateKey(ValueError):
@@ -262,6 +553,31 @@ def _documents(source: str, index: int, obj: Any, node: yaml.Node | None, line: 
     return out
 
 
+class _Line:
+    """The part of a mark a pruned node keeps: its 0-based line (what :meth:`Document.line_of` reads)."""
+
+    __slots__ = ("line",)
+
+    def __init__(self, line: int) -> None:
+        self.line = line
+
+
+def _prune(node: yaml.Node | None, depth: int) -> yaml.Node | None:
+    """A copy of ``node`` down to ``depth`` collection levels, keeping only lines.
+
+    Deeper values become empty scalars at their line.
+    """
+    if node is None:
+        return None
+    mark: Any = _Line(node.start_mark.line)
+    if isinstance(node, yaml.ScalarNode) or depth <= 0:
+        return yaml.ScalarNode(node.tag if isinstance(node, yaml.ScalarNode) else "tag:yaml.org,2002:null",
+                               node.value if isinstance(node, yaml.ScalarNode) else "", mark, mark)
+    if isinstance(node, yaml.MappingNode):
+        return yaml.MappingNode(node.tag, [(_prune(k, 0), _prune(v, depth - 1)) for k, v in node.value], mark, mark)
+    return yaml.SequenceNode(node.tag, [_prune(v, depth - 1) for v in node.value], mark, mark)
+
+
 def _child(node: yaml.Node | None, key: str) -> yaml.Node | None:
     if isinstance(node, yaml.MappingNode):
         for k, v in node.value:
@@ -286,12 +602,21 @@ def load_file(path: Path | str) -> list[Document]:
     (``/dev/fd/63`` from ``<(...)``), a FIFO, ``/dev/stdin``.
 
     Raises:
-        InputError: unreadable file, directory, syntax error (with line), a duplicate key
-            or a non-mapping document.
+        InputError: unreadable file, directory, syntax error (with line), a duplicate key,
+            a non-mapping document or one beyond :data:`LIMITS`.
+    """
+    return list(iter_file(path))
+
+
+def iter_file(path: Path | str) -> Iterator[Document]:
+    """:func:`load_file` one document at a time (the file is read first; documents are composed as asked).
+
+    Raises:
+        InputError: as :func:`load_file`, unreadable files before the first document.
     """
     source = str(path)
     if source == STDIN:
-        return parse_text(read_stdin(), STDIN)
+        return iter_text(read_stdin(), STDIN)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except IsADirectoryError:
@@ -300,7 +625,7 @@ def load_file(path: Path | str) -> list[Document]:
         raise InputError(f"{source}: not UTF-8 text") from None
     except OSError as e:
         raise InputError(f"{source}: cannot read: {e.strerror or e}") from None
-    return parse_text(text, source)
+    return iter_text(text, source)
 
 
 def read_stdin() -> str:
@@ -341,4 +666,4 @@ def load_paths(paths: Iterable[Path]) -> Iterator[Document]:
     """
     for root in paths:
         for path in yaml_files(root):
-            yield from load_file(path)
+            yield from iter_file(path)

@@ -3,20 +3,23 @@
 Pairs each binding with the policy its ``spec.policyName`` names (of the kind it binds) and converts
 every pair (:func:`~webhook.formats.kubernetes.convert.convert_binding`) and every Kyverno policy
 (:func:`~webhook.formats.kyverno.convert.convert_kyverno`). As on the API server, a Kubernetes policy
-without a binding enforces nothing: it yields no policy, only a note.
+without a binding enforces nothing: it yields no policy, only a note. Every conversion has a Tollgate
+policy's caps (:func:`~webhook.formats.common.capped`: 64 validations, ...).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.formats.common import name_of, spec_of
+from webhook.formats.common import capped, name_of, source_ref, spec_of
 from webhook.formats.imported import Imported, Problem, SourceRef
 from webhook.formats.kinds import IMPORT_KINDS, KYVERNO_GROUP, ImportKind, import_kind_of
 from webhook.formats.kubernetes.convert import convert_binding
 from webhook.formats.kyverno.convert import convert_kyverno
+from webhook.formats.matching import EVERYTHING, intersect
 
 __all__ = ["UNBOUND", "Catalog", "ImportResult", "import_policies"]
 
@@ -57,20 +60,18 @@ class Catalog:
     def put(self, obj: dict[str, Any]) -> SourceRef | None:
         """Add or replace a source object; returns its reference (None: not importable or nameless)."""
         kind = import_kind_of(obj)
-        name = name_of(obj)
-        if kind is None or not name:
+        if kind is None or not name_of(obj):
             return None
-        ref = SourceRef(kind.kind, name)
+        ref = source_ref(kind, obj)
         self._objects[ref] = obj
         return ref
 
     def remove(self, obj: dict[str, Any]) -> SourceRef | None:
         """Forget a source object (by its kind and name); returns its reference, or None."""
         kind = import_kind_of(obj)
-        name = name_of(obj)
-        if kind is None or not name:
+        if kind is None or not name_of(obj):
             return None
-        ref = SourceRef(kind.kind, name)
+        ref = source_ref(kind, obj)
         self._objects.pop(ref, None)
         return ref
 
@@ -102,9 +103,9 @@ class Catalog:
             policy_name = spec_of(obj).get("policyName")
             policy = self._objects.get(SourceRef(policy_kind.kind, policy_name)) if isinstance(policy_name, str) \
                 else None
-            return convert_binding(kind, obj, policy_kind, policy)
+            return capped(convert_binding(kind, obj, policy_kind, policy))
         if kind.group == KYVERNO_GROUP:
-            return convert_kyverno(kind, obj)
+            return capped(_never_selecting_nothing(convert_kyverno(kind, obj)))
         return None
 
     def unbound(self) -> list[SourceRef]:
@@ -117,6 +118,21 @@ class Catalog:
     def refs(self) -> list[SourceRef]:
         """Every object held, in (kind, name) order."""
         return sorted(self._objects)
+
+
+def _never_selecting_nothing(imported: Imported) -> Imported:
+    """A conversion with problems and no ``match`` (its match rules could not be read) selects every request.
+
+    So the requests it might select are answered per its failurePolicy instead of none being selected
+    (the Kubernetes converter does this itself, narrowed to what its readable side selects).
+    """
+    spec = imported.obj.get("spec")
+    if not imported.problems or imported.missing_policy or not isinstance(spec, dict) or "match" in spec:
+        return imported
+    everything = intersect(EVERYTHING)
+    assert everything is not None  # one MatchResources always intersects with itself
+    obj = {**imported.obj, "spec": {**spec, "match": everything.match}}
+    return dataclasses.replace(imported, obj=obj, match_unreadable=True)
 
 
 def _is_kubernetes_policy(kind: ImportKind) -> bool:

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
-from webhook.formats.imported import Problem, SourceRef
+from webhook.formats.imported import Imported, Problem, SourceRef
 from webhook.formats.kinds import ImportKind
 from webhook.policy.provenance import IMPORT_ERROR_ANNOTATION, IMPORTED_FROM_ANNOTATION
 from webhook.policy.vocabulary import API_VERSION, Action, PolicyKind
 
-__all__ = ["check_fields", "check_version", "internal_object", "name_of", "spec_of", "validation_actions"]
+__all__ = ["CAPS", "capped", "check_fields", "check_version", "internal_object", "name_of", "source_ref", "spec_of",
+           "validation_actions"]
 
 #: Report annotations Tollgate reads (``webhook.audit.evaluate``), carried over from a source object.
 REPORT_ANNOTATIONS = ("policies.tollgate.dev/severity", "policies.tollgate.dev/category")
@@ -21,6 +23,19 @@ def name_of(obj: dict[str, Any]) -> str:
     meta = obj.get("metadata")
     name = meta.get("name") if isinstance(meta, dict) else None
     return name if isinstance(name, str) else ""
+
+
+def source_ref(kind: ImportKind, obj: dict[str, Any]) -> SourceRef:
+    """The :class:`SourceRef` of a source object of ``kind``.
+
+    A namespaced kind's object without ``metadata.namespace`` is in ``default``, where ``kubectl apply``
+    puts it (a file read by ``tollgate test``); a cluster-scoped kind's namespace is ignored.
+    """
+    if not kind.namespaced:
+        return SourceRef(kind.kind, name_of(obj))
+    meta = obj.get("metadata")
+    namespace = meta.get("namespace") if isinstance(meta, dict) else None
+    return SourceRef(kind.kind, name_of(obj), namespace if isinstance(namespace, str) and namespace else "default")
 
 
 def spec_of(obj: dict[str, Any]) -> dict[str, Any]:
@@ -78,8 +93,8 @@ def _annotations(obj: dict[str, Any] | None) -> dict[str, Any]:
 
 def internal_object(name: str, spec: dict[str, Any], *, sources: Iterable[SourceRef], problems: Iterable[Problem],
                     carried: Iterable[dict[str, Any] | None] = (), extra_annotations: dict[str, str] | None = None,
-                    generation: Any = None) -> dict[str, Any]:
-    """The ClusterAdmissionPolicy object an imported policy is served as.
+                    generation: Any = None, namespace: str = "") -> dict[str, Any]:
+    """The ClusterAdmissionPolicy object an imported policy is served as (an AdmissionPolicy when namespaced).
 
     Args:
         name: its name (:func:`~webhook.policy.provenance.imported_name`).
@@ -89,6 +104,9 @@ def internal_object(name: str, spec: dict[str, Any], *, sources: Iterable[Source
         carried: source objects whose report annotations (severity, category) it keeps, later ones winning.
         extra_annotations: more annotations (a Kyverno policy's severity as Tollgate's).
         generation: the source policy's ``metadata.generation``.
+        namespace: for a namespaced source (Kyverno's Namespaced* kinds), its namespace: the object is then an
+            ``AdmissionPolicy`` of that namespace, which the engine confines to it (``policy/matching.py``,
+            ``policy/engine/references.py``), as Kyverno confines a NamespacedValidatingPolicy.
     """
     annotations: dict[str, str] = {IMPORTED_FROM_ANNOTATION: ", ".join(str(s) for s in sources)}
     annotations.update(extra_annotations or {})
@@ -101,4 +119,36 @@ def internal_object(name: str, spec: dict[str, Any], *, sources: Iterable[Source
     meta: dict[str, Any] = {"name": name, "annotations": annotations}
     if isinstance(generation, int):
         meta["generation"] = generation
-    return {"apiVersion": API_VERSION, "kind": str(PolicyKind.CLUSTER), "metadata": meta, "spec": spec}
+    if namespace:
+        meta["namespace"] = namespace
+    kind = PolicyKind.NAMESPACED if namespace else PolicyKind.CLUSTER
+    return {"apiVersion": API_VERSION, "kind": str(kind), "metadata": meta, "spec": spec}
+
+
+#: The most items a Tollgate policy's spec lists may hold: the ClusterAdmissionPolicy CRD's ``maxItems``
+#: (``manifests/crds/``; a unit test keeps them equal). The API server refuses a Tollgate policy beyond
+#: them, and so compiling one never takes longer than the largest policy a cluster accepts; an imported
+#: policy has the same caps (a ValidatingAdmissionPolicy itself has none).
+CAPS: dict[str, int] = {"validationActions": 2, "references": 16, "matchConditions": 64, "variables": 64,
+                        "validations": 64, "auditAnnotations": 20, "mutations": 64}
+
+
+def capped(imported: Imported) -> Imported:
+    """``imported`` with a problem for each list of its spec longer than :data:`CAPS` allows (not Ready then).
+
+    The problem names the source policy's field (``spec.validations``); the object carries it (its
+    import error), so it is answered per its failurePolicy without compiling anything.
+    """
+    spec = imported.obj.get("spec")
+    if not isinstance(spec, dict):
+        return imported
+    found = [Problem(imported.policy, f"spec.{field}", f"{len(spec[field])} items: more than the {cap} a Tollgate "
+                                                         "policy may hold")
+             for field, cap in CAPS.items() if isinstance(spec.get(field), list) and len(spec[field]) > cap]
+    if not found:
+        return imported
+    problems = (*imported.problems, *found)
+    meta = dict(imported.obj["metadata"])
+    meta["annotations"] = {**meta.get("annotations", {}),
+                           IMPORT_ERROR_ANNOTATION: "; ".join(str(p) for p in problems)}
+    return dataclasses.replace(imported, obj={**imported.obj, "metadata": meta}, problems=problems)

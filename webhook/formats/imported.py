@@ -19,13 +19,14 @@ PathPart = str | int
 
 @dataclass(frozen=True, slots=True, order=True)
 class SourceRef:
-    """One source object: its ``kind`` and ``metadata.name`` (every importable kind is cluster-scoped)."""
+    """One source object: its ``kind``, ``metadata.name`` and, for a namespaced kind, ``metadata.namespace``."""
 
     kind: str
     name: str
+    namespace: str = ""
 
     def __str__(self) -> str:
-        return f"{self.kind} {self.name}"
+        return f"{self.kind} {self.namespace}/{self.name}" if self.namespace else f"{self.kind} {self.name}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +73,11 @@ class Imported:
         authored_conditions: how many of ``obj``'s matchConditions are the source's own (those after
             them were generated from the match rules).
         missing_policy: the binding names a policy that is not there (``policy`` is the name it gives).
+        match_unreadable: its match rules could not be read (a malformed field, among ``problems``): ``obj``
+            selects what could be read, every request when nothing could, answered per ``failurePolicy``; a
+            watch keeps serving the source's last conversion whose match rules could be read instead
+            (:class:`~webhook.formats.events.ImportEventHandler`), as a file that stops parsing keeps its last
+            good objects.
     """
 
     obj: dict[str, Any]
@@ -81,11 +87,14 @@ class Imported:
     notes: tuple[Problem, ...] = ()
     authored_conditions: int = 0
     missing_policy: bool = False
+    match_unreadable: bool = False
 
     @property
     def key(self) -> str:
-        """The policy's name and key (see :mod:`webhook.policy.provenance`)."""
-        return str(self.obj["metadata"]["name"])
+        """The policy's key (see :mod:`webhook.policy.provenance`): its name, ``namespace/name`` when namespaced."""
+        meta = self.obj["metadata"]
+        namespace = meta.get("namespace")
+        return f"{namespace}/{meta['name']}" if namespace else str(meta["name"])
 
     @property
     def sources(self) -> tuple[SourceRef, ...]:

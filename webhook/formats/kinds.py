@@ -3,7 +3,19 @@
 One :class:`ImportKind` per kind, with the versions Tollgate reads (preferred first: an informer
 watches the first one the API server serves) and, for a binding, the kind of policy it binds. Every
 importable version of a kind has the same fields (``admissionregistration.k8s.io`` v1 and v1beta1;
-Kyverno's ``policies.kyverno.io`` v1 aliases v1beta1's types).
+Kyverno's ``policies.kyverno.io`` v1 aliases v1beta1's types, and v1alpha1's spec has the same fields:
+kyverno/kyverno ``config/crds/policies.kyverno.io/policies.kyverno.io_validatingpolicies.yaml`` and
+``..._mutatingpolicies.yaml`` give the three versions one schema, as since Kyverno 1.14 released v1alpha1).
+
+Kyverno's namespaced twins (``NamespacedValidatingPolicy``, ``NamespacedMutatingPolicy``) are the
+same specs confined to their namespace, as a Tollgate ``AdmissionPolicy`` is. Kyverno's CRDs serve them
+at v1 and v1beta1 (v1alpha1 only briefly, between kyverno/kyverno fdb829364a and 2f6f5457f5); Tollgate
+reads v1alpha1 too, with the same fields.
+
+Kyverno's other ``policies.kyverno.io`` kinds (GeneratingPolicy, DeletingPolicy, ImageValidatingPolicy
+and their namespaced twins) are out of scope: :data:`REFUSED_KINDS` names them so that every reader
+refuses them loudly (``tollgate lint`` reports a problem, ``tollgate test`` a warning) instead of ignoring
+them; ``serve --import kyverno`` does not watch them (Kyverno enforces them).
 """
 
 from __future__ import annotations
@@ -17,13 +29,17 @@ __all__ = [
     "IMPORT_SOURCES",
     "KYVERNO_GROUP",
     "KYVERNO_MUTATING_POLICY",
+    "KYVERNO_NAMESPACED_MUTATING_POLICY",
+    "KYVERNO_NAMESPACED_VALIDATING_POLICY",
     "KYVERNO_VALIDATING_POLICY",
     "MUTATING_ADMISSION_POLICY",
     "MUTATING_ADMISSION_POLICY_BINDING",
+    "REFUSED_KINDS",
     "VALIDATING_ADMISSION_POLICY",
     "VALIDATING_ADMISSION_POLICY_BINDING",
     "ImportKind",
     "import_kind_of",
+    "refused_kind_of",
 ]
 
 ADMISSION_GROUP = "admissionregistration.k8s.io"
@@ -41,6 +57,8 @@ class ImportKind:
         versions: the versions Tollgate imports, preferred first.
         binds: for a binding kind, the kind of the policy its ``spec.policyName`` names; else None.
         mutating: whether its policies mutate (MutatingAdmissionPolicy, Kyverno MutatingPolicy).
+        namespaced: whether its objects live in a namespace (Kyverno's Namespaced* kinds): the policy it
+            gives is an ``AdmissionPolicy`` of that namespace, confined to it.
     """
 
     group: str
@@ -49,6 +67,7 @@ class ImportKind:
     versions: tuple[str, ...]
     binds: str | None = None
     mutating: bool = False
+    namespaced: bool = False
 
     @property
     def is_binding(self) -> bool:
@@ -71,13 +90,20 @@ MUTATING_ADMISSION_POLICY = ImportKind(ADMISSION_GROUP, "MutatingAdmissionPolicy
 MUTATING_ADMISSION_POLICY_BINDING = ImportKind(
     ADMISSION_GROUP, "MutatingAdmissionPolicyBinding", "mutatingadmissionpolicybindings", _ADMISSION_VERSIONS,
     binds="MutatingAdmissionPolicy", mutating=True)
-KYVERNO_VALIDATING_POLICY = ImportKind(KYVERNO_GROUP, "ValidatingPolicy", "validatingpolicies", ("v1", "v1beta1"))
-KYVERNO_MUTATING_POLICY = ImportKind(KYVERNO_GROUP, "MutatingPolicy", "mutatingpolicies", ("v1", "v1beta1"),
+_KYVERNO_VERSIONS = ("v1", "v1beta1", "v1alpha1")
+KYVERNO_VALIDATING_POLICY = ImportKind(KYVERNO_GROUP, "ValidatingPolicy", "validatingpolicies", _KYVERNO_VERSIONS)
+KYVERNO_MUTATING_POLICY = ImportKind(KYVERNO_GROUP, "MutatingPolicy", "mutatingpolicies", _KYVERNO_VERSIONS,
                                      mutating=True)
+KYVERNO_NAMESPACED_VALIDATING_POLICY = ImportKind(KYVERNO_GROUP, "NamespacedValidatingPolicy",
+                                                  "namespacedvalidatingpolicies", _KYVERNO_VERSIONS, namespaced=True)
+KYVERNO_NAMESPACED_MUTATING_POLICY = ImportKind(KYVERNO_GROUP, "NamespacedMutatingPolicy",
+                                                "namespacedmutatingpolicies", _KYVERNO_VERSIONS, mutating=True,
+                                                namespaced=True)
 
 #: Every importable kind.
 IMPORT_KINDS = (VALIDATING_ADMISSION_POLICY, VALIDATING_ADMISSION_POLICY_BINDING, MUTATING_ADMISSION_POLICY,
-                MUTATING_ADMISSION_POLICY_BINDING, KYVERNO_VALIDATING_POLICY, KYVERNO_MUTATING_POLICY)
+                MUTATING_ADMISSION_POLICY_BINDING, KYVERNO_VALIDATING_POLICY, KYVERNO_MUTATING_POLICY,
+                KYVERNO_NAMESPACED_VALIDATING_POLICY, KYVERNO_NAMESPACED_MUTATING_POLICY)
 _BY_GROUP_KIND = {(k.group, k.kind): k for k in IMPORT_KINDS}
 #: ``tollgate serve --import`` names → API group: which owner's policies a cluster's Tollgate enforces too.
 #: Off by default, because their owner enforces them already: the API server its admission policies (its
@@ -98,3 +124,29 @@ def import_kind_of(obj: Any) -> ImportKind | None:
     if not isinstance(kind, str) or not isinstance(api_version, str):
         return None
     return _BY_GROUP_KIND.get((api_version.rpartition("/")[0], kind))
+
+
+#: Kinds of an imported group Tollgate refuses (group, kind) → why; read from files, each is a problem.
+REFUSED_KINDS = {
+    (KYVERNO_GROUP, kind): reason
+    for kinds, reason in (
+        (("GeneratingPolicy", "NamespacedGeneratingPolicy"),
+         "generates or synchronises other objects, which Tollgate never does (it answers admission requests)"),
+        (("DeletingPolicy", "NamespacedDeletingPolicy"),
+         "deletes stored objects on a schedule, which Tollgate never does (it answers admission requests)"),
+        (("ImageValidatingPolicy", "NamespacedImageValidatingPolicy"),
+         "verifies image signatures and attestations in registries, which needs the network Tollgate's "
+         "decisions never use"),
+    )
+    for kind in kinds
+}
+
+
+def refused_kind_of(obj: Any) -> str | None:
+    """Why Tollgate refuses a raw object's kind (a Kyverno kind out of scope, any version), or None."""
+    if not isinstance(obj, dict):
+        return None
+    kind, api_version = obj.get("kind"), obj.get("apiVersion")
+    if not isinstance(kind, str) or not isinstance(api_version, str):
+        return None
+    return REFUSED_KINDS.get((api_version.rpartition("/")[0], kind))

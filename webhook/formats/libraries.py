@@ -6,11 +6,15 @@ else; one that does not is searched for the libraries Tollgate lacks, so the pro
 library instead of CEL's ``undeclared reference``:
 
 * Kubernetes: the ``authorizer`` library (answers need the API server's authorizer);
-* Kyverno (``pkg/cel/libs``): ``http``, ``globalContext``, ``image``/``isImage``/``parseImageReference``,
-  ``image.GetMetadata``/``imagedata``, ``parseServiceAccount`` (user), ``json``, ``yaml``, ``x509``,
-  ``sha1``/``sha256``/``md5`` (hash), ``random``, ``time_*``, ``listObjToMap`` (transform),
-  ``jmespath``, ``generator``, ``math.round`` with a precision, ``resource.Post``, and PolicyException
-  values (``exceptions``).
+* Kyverno (``github.com/kyverno/sdk`` ``extensions/cel/libs``), what needs the network, a registry or
+  Kyverno's controllers: ``http``, ``globalContext``, ``image.GetMetadata``/``imagedata``, ``resource.Post``,
+  ``generator``; and what Tollgate does not implement: ``json.marshal``, ``random``, the older ``time_*``
+  names, ``listObjToMap`` (transform), ``jmespath``, and PolicyException values (``exceptions``).
+
+Kyverno's libraries that need no network are Tollgate's too (:mod:`webhook.policy.cel.library`:
+``parseServiceAccount``, ``time.now``/``truncate``/``toCron``, ``image(...)`` and its parts,
+``json.unmarshal``, ``yaml.parse``, ``x509.decode``, ``sha1``/``sha256``/``md5``, ``math.round`` with a
+precision, ``regex.replace``): a call the environment declares is never named here.
 
 Kyverno's ``resource.Get``/``resource.List`` are Tollgate's too, over the caches a policy's
 ``spec.references`` declares: :func:`resource_reads` lists what an expression reads, so the importer
@@ -37,12 +41,13 @@ _KYVERNO_RECEIVERS = {
     "json": "json library",
     "yaml": "yaml library",
     "x509": "x509 library",
+    "hash": "hash library",
+    "time": "time library",
+    "user": "user library",
     "generator": "generator library (GeneratingPolicy)",
 }
 #: Kyverno global functions → the library.
 _KYVERNO_FUNCTIONS = {
-    "parseServiceAccount": "user library", "image": "image library", "isImage": "image library",
-    "parseImageReference": "image library", "sha1": "hash library", "sha256": "hash library", "md5": "hash library",
     "random": "random library", "listObjToMap": "transform library", "jmespath": "jmespath library",
     **{f"time_{f}": "time library" for f in ("now", "now_utc", "parse", "add", "diff", "before", "after")},
 }
@@ -68,6 +73,7 @@ def _bound_names(root: celast.Node) -> frozenset[str]:
 
 def _findings(root: celast.Node, kyverno: bool) -> Iterator[str]:
     bound = _bound_names(root)
+    declared = environment().python_functions
     variables = {**_KUBERNETES_VARIABLES, **(_KYVERNO_VARIABLES if kyverno else {})}
     for node in root.walk():
         if node.kind == "ident" and node.name in variables and node.name not in bound:
@@ -77,10 +83,10 @@ def _findings(root: celast.Node, kyverno: bool) -> Iterator[str]:
         receiver = node.target.name if node.target is not None and node.target.kind == "ident" else None
         if receiver is not None and receiver in bound:
             continue
+        if receiver is not None and f"{receiver}.{node.name}" in declared:
+            continue  # a Kyverno library function Tollgate implements (json.unmarshal, time.now, ...)
         if receiver == "resource" and node.name == "Post":
             yield "resource.Post is a live API call per request; Tollgate reads other objects only from its caches"
-        elif receiver == "math" and node.name == "round" and len(node.args) == 2:
-            yield "math.round with a precision is Kyverno's math library"
         elif receiver in _KYVERNO_RECEIVERS:
             yield f"{receiver}.{node.name} is Kyverno's {_KYVERNO_RECEIVERS[receiver]}"
         elif node.target is None and node.name in _KYVERNO_FUNCTIONS and node.name not in bound:

@@ -34,8 +34,8 @@ from typing import Any
 from webhook.formats.imported import ConversionError
 from webhook.policy.selectors import SelectorError, parse_label_selector
 
-__all__ = ["GENERATED_CONDITION", "Intersection", "MatchResources", "NamedRule", "intersect", "parse_match",
-           "parse_rule", "rule_condition"]
+__all__ = ["EVERYTHING", "GENERATED_CONDITION", "Intersection", "MatchResources", "NamedRule", "intersect",
+           "parse_match", "parse_rule", "rule_condition"]
 
 #: The name of the matchCondition written for what Tollgate's rules cannot say (resourceNames, Exact).
 GENERATED_CONDITION = "tollgate.dev/imported-match"
@@ -163,6 +163,11 @@ def parse_match(raw: Any, path: str, *, rules_required: bool) -> MatchResources:
         namespace_selector=_selector(raw, "namespaceSelector", path),
         object_selector=_selector(raw, "objectSelector", path),
         match_policy=str(match_policy))
+
+
+#: What selects every request: a binding's ``matchResources`` without rules or selectors; the match an import
+#: whose match rules cannot be read falls back to (answered per its failurePolicy, never selecting nothing).
+EVERYTHING = MatchResources(rules=(NamedRule(("*",), ("*",), ("*/*",), ("*",)),))
 
 
 # -- intersection ---------------------------------------------------------------------------------------------

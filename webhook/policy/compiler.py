@@ -358,9 +358,11 @@ def _broken(obj: dict[str, Any], message: str) -> CompiledPolicy | None:
         return None
     raw_spec = obj.get("spec")
     raw: dict[str, Any] = raw_spec if isinstance(raw_spec, dict) else {}
+    mutating = bool(raw.get("mutations"))
+    # A spec with neither readable (``spec: []`` imported) is answered on /validate: never selecting nothing.
     return CompiledPolicy(spec, (), {}, (), (), (), error=message,
-                          validating=bool(raw.get("validations") or raw.get("auditAnnotations")),
-                          mutating=bool(raw.get("mutations")))
+                          validating=bool(raw.get("validations") or raw.get("auditAnnotations")) or not mutating,
+                          mutating=mutating)
 
 
 def compile_policy(obj: dict[str, Any]) -> CompileResult:

@@ -45,6 +45,8 @@ def patch_shape(expression: str) -> Any:
 
 def _shape(node: celast.Node, tree: celast.CheckedAst) -> Any:
     kind = tree.type_of(node)
+    if node.kind == "call" and node.name == "dyn" and node.target is None and len(node.args) == 1:
+        return _shape(node.args[0], tree)  # a typed literal is a map literal in dyn() (cel/typed_literals.py)
     if node.kind == "struct" and not node.name:
         out: dict[str, Any] = {}
         for key, value in node.entries:

@@ -11,7 +11,11 @@ Names: ``<Kind>/<policy>/<binding>`` for a Kubernetes policy and its binding (on
 per binding, as the API server evaluates a policy once per binding), ``<Kind>/<policy>`` for a
 Kyverno policy. The kind's capital letters keep the name apart from every Tollgate key: a
 ClusterAdmissionPolicy's name holds no ``/``, and an AdmissionPolicy's key is
-``<namespace>/<name>`` with a lowercase DNS label as namespace.
+``<namespace>/<name>`` with a lowercase DNS label as namespace. Names are injective: a ``/`` or
+``%`` inside a part (the API server refuses both in a name, but a file under ``serve --local`` is not
+the API server) is percent-escaped (``%2F``, ``%25``), so policy ``a`` with binding ``b/c``
+(``Kind/a/b%2Fc``) and policy ``a/b`` with binding ``c`` (``Kind/a%2Fb/c``) are two policies, and every
+name the API server accepts reads as written.
 """
 
 from __future__ import annotations
@@ -27,8 +31,18 @@ IMPORT_ERROR_ANNOTATION = "tollgate.dev/import-error"
 
 
 def imported_name(kind: str, policy: str, binding: str | None = None) -> str:
-    """The name (and key) of an imported policy: ``Kind/policy/binding`` or ``Kind/policy``."""
-    return f"{kind}/{policy}/{binding}" if binding is not None else f"{kind}/{policy}"
+    """The name (and key) of an imported policy: ``Kind/policy/binding`` or ``Kind/policy``.
+
+    Each part has its ``%`` and ``/`` percent-escaped (``%25``, ``%2F``, as RFC 3986 escapes a path
+    segment), so distinct (kind, policy, binding) never share a name; a DNS-subdomain name (all the
+    API server accepts, ``apimachinery/pkg/api/validation/path`` refuses ``/`` and ``%``) is unchanged.
+    """
+    parts = (kind, policy) if binding is None else (kind, policy, binding)
+    return "/".join(_escape(p) for p in parts)
+
+
+def _escape(part: str) -> str:
+    return part.replace("%", "%25").replace("/", "%2F")
 
 
 def _annotations(obj: Any) -> dict[str, Any]:

@@ -32,13 +32,27 @@ from webhook.caches.references import ReferenceInformers
 from webhook.files.local_source import LocalDirectoryListerWatcher
 from webhook.formats.events import ImportEventHandler
 from webhook.formats.kinds import IMPORT_SOURCES
-from webhook.informer import InformerKey, ListerWatcher, SharedInformer, SharedInformerFactory
+from webhook.informer import (
+    InformerKey,
+    ListerWatcher,
+    ResourceEventHandlerFuncs,
+    SharedInformer,
+    SharedInformerFactory,
+)
 from webhook.informer.dynamic import Budget, DynamicInformerFactory
 from webhook.informer.handlers import HandlerRegistration
 from webhook.metrics import DecisionMemoCollector, DynamicInformerCollector, Metrics
 from webhook.policy import PolicyEventHandler, PolicyIndex
+from webhook.policy.exceptions import ExceptionCache
 from webhook.policy.memo import DecisionMemo
-from webhook.policy.resources import CLUSTER_POLICIES, CONFIGMAPS, NAMESPACED_POLICIES, NAMESPACES
+from webhook.policy.resources import (
+    CLUSTER_POLICIES,
+    CLUSTER_POLICY_EXCEPTIONS,
+    CONFIGMAPS,
+    NAMESPACED_POLICIES,
+    NAMESPACES,
+    POLICY_EXCEPTIONS,
+)
 from webhook.server import health
 from webhook.server.components import CERTS, COMPONENTS, Components
 from webhook.server.imports import ImportSources, QueuedHandler, cluster_discovery, cluster_probe, local_discovery
@@ -46,7 +60,7 @@ from webhook.server.leadership import bootstrap_certificates, leadership, needs_
 from webhook.server.policy_events import CompileOffLoop
 from webhook.server.settings import Settings
 from webhook.server.sources import gvr_lister_watcher_factory, lister_watcher_factory
-from webhook.server.tasks import compile_plans, freeze_heap_when_synced
+from webhook.server.tasks import compile_plans, freeze_heap_when_synced, mark_expired_exceptions
 from webhook.tls.reload import CertReloader
 
 __all__ = ["CERTS", "COMPONENTS", "Components", "bootstrap_certificates", "build_components", "create_app"]
@@ -123,7 +137,8 @@ def build_components(settings: Settings, *, api_client: Any = None,
         import_sources = ImportSources(
             factory, imports, discover=local_discovery if local else cluster_discovery(api_client, groups),
             probe=None if local else cluster_probe(lister_watcher_factory(settings, api_client, [])),
-            interval=0.0 if local else settings.discovery_interval, wanted_groups=frozenset() if local else groups)
+            interval=0.0 if local else settings.discovery_interval, wanted_groups=frozenset() if local else groups,
+            serving=policies_synced)
         policies_synced.also.append(import_sources.synced)
 
     leader = (leadership(settings, api_client, metrics, policy_informers, policies_synced, imported=imports.objects)
@@ -138,7 +153,9 @@ def build_components(settings: Settings, *, api_client: Any = None,
     policies_synced.registrations.extend(inf.add_event_handler(CompileOffLoop(events), name="policy-index")
                                          for inf in policy_informers)
     # Imported policies: no status is written (their sources belong to the API server or to Kyverno).
-    imports.add_handler(PolicyEventHandler(index, on_change=reconciler.trigger if reconciler is not None else None))
+    # Compiled off the event loop, as Tollgate's own (webhook.server.policy_events).
+    imports.add_handler(CompileOffLoop(PolicyEventHandler(
+        index, on_change=reconciler.trigger if reconciler is not None else None), serving=policies_synced))
 
     # One factory of dynamic informers (one budget, one LIST/WATCH per GVR) for spec.references and the
     # background audit.
@@ -152,12 +169,24 @@ def build_components(settings: Settings, *, api_client: Any = None,
         for inf in policy_informers:
             inf.add_event_handler(references.handler(), name="references")
         queued.append(QueuedHandler(references.handler(), "imported-references"))
+    # PolicyExceptions: compiled on their watch events into the set the request path reads (one attribute).
+    exceptions = ExceptionCache(
+        policy_exists=lambda label: index.state(label) is not None or any(
+            inf.indexer.get_by_key(label) is not None for inf in policy_informers),
+        status_sink=writer.enqueue if writer is not None else None)
+    if writer is not None:  # a policy came or went: an exception naming it may turn (not) UnknownPolicy
+        for inf in policy_informers:
+            inf.add_event_handler(ResourceEventHandlerFuncs(
+                add=lambda _obj, _initial: exceptions.report_all(),
+                delete=lambda _obj: exceptions.report_all(), sync_calls="loop"), name="exception-status")
+    for resource in (POLICY_EXCEPTIONS, CLUSTER_POLICY_EXCEPTIONS):
+        factory.informer(InformerKey(resource.informer_resource)).add_event_handler(exceptions, name="exceptions")
     lookups = InformerLookups(namespaces, configmaps, policies_synced,
                               references.informer if references is not None else lambda _ref: None)
     memo = DecisionMemo(settings.decision_memo_bytes) if settings.decision_memo_bytes > 0 else None
     if memo is not None:
         metrics.registry.register(DecisionMemoCollector(memo))
-    handler = AdmissionHandler(index, lookups, memo)
+    handler = AdmissionHandler(index, lookups, memo, exceptions=lambda: exceptions.current)
     background = None
     if leader is not None and settings.background_audit:
         from webhook.server.audit_stack import BackgroundAudit
@@ -165,7 +194,9 @@ def build_components(settings: Settings, *, api_client: Any = None,
         # Existing objects of the kinds background policies select, evaluated by the same engine;
         # reports written by the leader only.
         background = BackgroundAudit(api_client, lookups, leader.elector.is_leader, factory=dynamic,
-                                     discovery_interval=settings.discovery_interval)
+                                     discovery_interval=settings.discovery_interval,
+                                     exceptions=lambda: exceptions.current)
+        exceptions.listeners.append(background.auditor.exceptions_changed)
         for inf in policy_informers:
             inf.add_event_handler(background.policy_handler(), name="background-audit")
         queued.append(QueuedHandler(background.policy_handler(), "imported-audit"))
@@ -190,7 +221,7 @@ def build_components(settings: Settings, *, api_client: Any = None,
         certs=certs, plans_pending=plans_pending, local_sources=local_sources,
         elector=leader.elector if leader else None, status_writer=writer, reconciler=reconciler,
         cert_manager=leader.cert_manager if leader else None, background=background, references=references,
-        imports=import_sources)
+        imports=import_sources, exceptions=exceptions)
 
 
 def create_app(settings: Settings, *, api_client: Any = None,
@@ -293,7 +324,8 @@ def _certs_ctx(c: Components) -> Callable[[web.Application], AsyncIterator[None]
 def _tasks_ctx(c: Components) -> Callable[[web.Application], AsyncIterator[None]]:
     async def ctx(app: web.Application) -> AsyncIterator[None]:
         loop = asyncio.get_running_loop()
-        tasks = [loop.create_task(compile_plans(c)), loop.create_task(freeze_heap_when_synced(c))]
+        tasks = [loop.create_task(compile_plans(c)), loop.create_task(freeze_heap_when_synced(c)),
+                 loop.create_task(mark_expired_exceptions(c))]
         try:
             yield
         finally:

@@ -47,20 +47,8 @@ async def readyz(request: web.Request) -> web.Response:
     policy's problems (see :mod:`webhook.server.imports`).
     """
     c = request.app[COMPONENTS]
-    max_staleness = c.settings.ready_max_staleness
-    caches = {}
-    current = True
-    for key, inf in c.factory.informers.items():
-        age, stale = inf.cache_age(), inf.staleness()
-        caches[key.resource] = {"synced": inf.has_synced(), "resourceVersion": inf.last_sync_resource_version,
-                                "objects": len(inf.indexer), "ageSeconds": None if age is None else round(age, 3),
-                                "stalenessSeconds": None if stale is None else round(stale, 3)}
-        if max_staleness > 0 and not inf.healthy(max_staleness):
-            current = False
+    ready, caches, current, loaded = _readiness(c)
     policies = {s.key: {"ready": s.ready, "reason": s.result.condition["reason"]} for s in c.index.states()}
-    loaded = c.policies_synced()
-    ready = (all(cache["synced"] for cache in caches.values()) and current and loaded and c.certs is not None
-             and not c.server.shutting_down)
     body: dict[str, Any] = {
         "ready": ready, "cachesCurrent": current, "policiesLoaded": loaded, "certificateLoaded": c.certs is not None,
         "shuttingDown": c.server.shutting_down, "caches": caches, "policies": policies,
@@ -80,6 +68,29 @@ async def readyz(request: web.Request) -> web.Response:
         # A file that stopped parsing keeps its last good objects (as an API server refuses a bad write).
         body["localFileErrors"] = c.local_file_errors()
     return web.json_response(body, status=200 if ready else 503)
+
+
+def is_ready(c: Components) -> bool:
+    """Whether ``/readyz`` would answer 200 now (see :func:`readyz` for what ready means)."""
+    return _readiness(c)[0]
+
+
+def _readiness(c: Components) -> tuple[bool, dict[str, dict[str, Any]], bool, bool]:
+    """``(ready, caches, cachesCurrent, policiesLoaded)``: each cache's detail keyed by resource."""
+    max_staleness = c.settings.ready_max_staleness
+    caches = {}
+    current = True
+    for key, inf in c.factory.informers.items():
+        age, stale = inf.cache_age(), inf.staleness()
+        caches[key.resource] = {"synced": inf.has_synced(), "resourceVersion": inf.last_sync_resource_version,
+                                "objects": len(inf.indexer), "ageSeconds": None if age is None else round(age, 3),
+                                "stalenessSeconds": None if stale is None else round(stale, 3)}
+        if max_staleness > 0 and not inf.healthy(max_staleness):
+            current = False
+    loaded = c.policies_synced()
+    ready = (all(cache["synced"] for cache in caches.values()) and current and loaded and c.certs is not None
+             and not c.server.shutting_down)
+    return ready, caches, current, loaded
 
 
 async def metrics_view(request: web.Request) -> web.Response:

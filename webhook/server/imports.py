@@ -3,8 +3,10 @@
 Kubernetes' admission policies and bindings and Kyverno's CEL policies
 (:mod:`webhook.formats`) are watched like Tollgate's own policies, and their
 :class:`~webhook.formats.events.ImportEventHandler` passes the Tollgate policies they amount to
-on to the handlers a policy informer feeds: the index, the ``spec.references`` informers, the
-background audit (the last two through queues of their own, as an informer delivers to them).
+on to the handlers a policy informer feeds: the index (compiling off the event loop), the
+``spec.references`` informers, the background audit (the last two through queues of their own, as
+an informer delivers to them). Converting runs off the event loop too, in order
+(:class:`~webhook.server.policy_events.ImportOffLoop`).
 
 Which kinds: in a cluster, discovery says which the API server serves, and in which version (the
 first of the kind's versions it serves, :data:`~webhook.formats.kinds.IMPORT_KINDS`). A kind
@@ -37,6 +39,7 @@ from webhook.formats.events import ImportEventHandler
 from webhook.formats.kinds import IMPORT_KINDS, ImportKind
 from webhook.informer import InformerKey, ListerWatcher, SharedInformer, SharedInformerFactory
 from webhook.informer.handlers import HandlerRegistration, ResourceEventHandler
+from webhook.server.policy_events import ImportOffLoop
 from webhook.server.sources import import_informer_key
 
 __all__ = ["ImportSources", "QueuedHandler", "cluster_discovery", "cluster_probe", "local_discovery"]
@@ -171,14 +174,18 @@ class ImportSources:
         wanted_groups: the API groups ``serve --import`` asked for; while one of them has no kind watched yet
             (Kyverno's CRDs not installed yet), discovery is repeated every ``min(interval,``
             :data:`PENDING_INTERVAL` ``)`` instead, so they are picked up within a minute of appearing.
+        serving: whether reviews are answered yet: from then on every conversion runs off the event loop
+            (:class:`~webhook.server.policy_events.ImportOffLoop`), a later-discovered kind's initial list too.
     """
 
     def __init__(self, factory: SharedInformerFactory, handler: ImportEventHandler, *,
                  discover: Callable[[], Awaitable[Served]],
                  probe: Callable[[InformerKey], Awaitable[str | None]] | None = None, interval: float = 0.0,
-                 queued: list[QueuedHandler] | None = None, wanted_groups: frozenset[str] = frozenset()) -> None:
+                 queued: list[QueuedHandler] | None = None, wanted_groups: frozenset[str] = frozenset(),
+                 serving: Callable[[], bool] | None = None) -> None:
         self.factory = factory
         self.handler = handler
+        self._delivery = ImportOffLoop(handler, serving=serving)  # every kind's informer: one lock, in order
         self._discover = discover
         self._probe = probe
         self.interval = interval
@@ -200,7 +207,11 @@ class ImportSources:
             r.has_synced() for r in self._registrations)
 
     def status(self) -> dict[str, Any]:
-        """For ``/readyz``: what is watched, what is refused, the last discovery error, the policies' problems."""
+        """For ``/readyz``: what is watched, what is refused, the last discovery error, the policies' problems.
+
+        ``keptLastGood``: the imported policies serving their last good version, their sources' current
+        match rules being unreadable (:class:`~webhook.formats.events.ImportEventHandler`).
+        """
         out: dict[str, Any] = {"watching": dict(sorted(self.watching.items()))}
         if self.refused:
             out["refused"] = dict(sorted(self.refused.items()))
@@ -209,6 +220,8 @@ class ImportSources:
         problems = {i.key: [str(p) for p in i.problems] for i in self.handler.imported() if i.problems}
         if problems:
             out["problems"] = problems
+        if self.handler.kept:
+            out["keptLastGood"] = sorted(self.handler.kept)  # their match rules cannot be read: the last good serves
         return out
 
     async def start(self) -> None:
@@ -300,7 +313,7 @@ class ImportSources:
             return None
         self.refused.pop(kind.kind, None)
         inf = self.factory.informer(key)
-        self._registrations.append(inf.add_event_handler(self.handler, name="imports"))
+        self._registrations.append(inf.add_event_handler(self._delivery, name="imports"))
         self._informers.append(inf)
         self.watching[kind.kind] = f"{kind.group}/{version}"
         await inf.start()

@@ -328,7 +328,11 @@ async def start_listener(app: web.Application, settings: Settings) -> Listener:
         OSError: the address cannot be bound (in use, not available, not permitted).
     """
     runner = web.AppRunner(app, shutdown_timeout=settings.shutdown_timeout, access_log=None)
-    await runner.setup()
+    try:
+        await runner.setup()  # the app's start-up: informers synced, policies compiled
+    except BaseException:  # a failure or a cancellation (a signal during start-up): stop what already started
+        await runner.cleanup()
+        raise
     limits = ConnectionLimits.of(settings)
     guard = ConnectionGuard(limits, app[COMPONENTS].metrics)
     site = GuardedSite(runner, settings.host, settings.port, ssl_context=app[CERTS].context, guard=guard,

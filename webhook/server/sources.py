@@ -15,11 +15,19 @@ from webhook.files.local_source import LocalDirectory, LocalDirectoryListerWatch
 from webhook.formats.kinds import IMPORT_KINDS, ImportKind
 from webhook.informer import InformerKey, ListerWatcher
 from webhook.informer.gvr import GVR
-from webhook.policy.resources import CLUSTER_POLICIES, CONFIGMAPS, NAMESPACED_POLICIES, NAMESPACES
+from webhook.policy.resources import (
+    CLUSTER_POLICIES,
+    CLUSTER_POLICY_EXCEPTIONS,
+    CONFIGMAPS,
+    NAMESPACED_POLICIES,
+    NAMESPACES,
+    POLICY_EXCEPTIONS,
+)
 from webhook.server.settings import Settings
 
 _BY_INFORMER_RESOURCE = {r.informer_resource: r for r in (NAMESPACES, CONFIGMAPS, CLUSTER_POLICIES,
-                                                            NAMESPACED_POLICIES)}
+                                                            NAMESPACED_POLICIES, POLICY_EXCEPTIONS,
+                                                            CLUSTER_POLICY_EXCEPTIONS)}
 
 
 def import_informer_key(kind: ImportKind, version: str) -> InformerKey:
@@ -59,6 +67,7 @@ def lister_watcher_factory(settings: Settings, api_client: Any,
             if imported is not None:
                 # Every version of the kind: the importer reads each and names a version it does not.
                 source = LocalDirectoryListerWatcher(root, kinds={imported[0].kind}, poll_interval=poll,
+                                                     default_namespace="default" if imported[0].namespaced else None,
                                                      directory=_directory(settings, local_sources))
                 local_sources.append(source)
                 return source

@@ -80,7 +80,7 @@ class Rig:
                      for r in rep["results"]} for ns, rep in self.reports().items()}
 
     async def converge(self, expected: Callable[[], dict[str | None, set[tuple[str, str, str, str]]]],
-                       timeout: float = 10.0) -> None:
+                       timeout: float = 30.0) -> None:
         """Wait until the server's reports hold exactly ``expected()`` (recomputed each time), with consistent
         summaries, and every component is idle; or fail showing both."""
         loop = asyncio.get_running_loop()

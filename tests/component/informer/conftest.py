@@ -82,10 +82,10 @@ def cm(name: str, ns: str = "default", labels: dict[str, str] | None = None, **d
 
 
 async def converge(inf: SharedInformer, fake: FakeApiServer, resource: str = "configmaps",
-                   selector: Callable[[dict[str, Any]], bool] = lambda o: True, timeout: float = 3.0,
+                   selector: Callable[[dict[str, Any]], bool] = lambda o: True, timeout: float = 30.0,
                    handlers: bool = True) -> None:
     """Wait until the cache equals the server's state (full objects) and every handler has been told,
-    or fail with both states."""
+    or fail with both states. ``timeout`` is a liveness bound for a loaded machine, never a measurement."""
     want: dict[str, Any] = {}
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout

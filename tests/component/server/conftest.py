@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import ssl
 from collections.abc import AsyncIterator
@@ -50,8 +51,11 @@ class Served:
         raise AssertionError("webhook never became ready")
 
 
-async def until(check: Any, timeout: float = 10.0) -> Any:
+async def until(check: Any, timeout: float = 45.0) -> Any:
     """Poll the coroutine function ``check`` every 20 ms until it returns a truthy value (returned).
+
+    The wait is for the condition; ``timeout`` is only a liveness bound (below pytest's per-test hang guard), long
+    enough for a fully loaded machine, never a measurement.
 
     Raises:
         AssertionError: ``timeout`` seconds passed first.
@@ -75,13 +79,26 @@ async def serve_tls(app: web.Application) -> tuple[web.AppRunner, int]:
 
 @pytest.fixture
 async def served(tmp_path: Path) -> AsyncIterator[Served]:
+    async with serving_from_fake(tmp_path, eval_workers=0) as s:
+        yield s
+
+
+@pytest.fixture
+async def served_in_workers(tmp_path: Path) -> AsyncIterator[Served]:
+    """As :func:`served`, but every review is evaluated in an evaluation worker process."""
+    async with serving_from_fake(tmp_path, eval_workers=1, isolate_above_bytes=0) as s:
+        yield s
+
+
+@contextlib.asynccontextmanager
+async def serving_from_fake(tmp_path: Path, **overrides: Any) -> AsyncIterator[Served]:
     paths = certs.write_certs(tmp_path, dns_names=["localhost"], ip_addresses=["127.0.0.1"], days=1)
     fake = FakeApiServer()
     await fake.start()
     fake.apply("namespaces", {"metadata": {"name": "default", "labels": {"team": "a"}}})
     settings = Settings(cert_file=paths.cert, key_file=paths.key, host="127.0.0.1", port=0, write_status=False,
                         cert_poll_interval=0.05, max_request_bytes=1024 * 1024, manage_webhooks=False,
-                        eval_workers=0)
+                        **overrides)
     client = api_client_for_url(fake.url)
     app = create_app(settings, api_client=client)
     runner, port = await serve_tls(app)

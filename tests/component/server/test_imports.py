@@ -7,10 +7,13 @@ does, and not otherwise (a 1.20 server: nothing is watched, nothing fails).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import copy
 import dataclasses
 import shutil
 import ssl
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -122,6 +125,38 @@ async def test_local_files_of_the_imported_kinds_are_served_and_followed(tmp_pat
         assert (await client.validate(deployment_review("shop", {})))["allowed"] is True
 
 
+NO_EVIL = {"matchConstraints": {"resourceRules": [{"apiGroups": ["apps"], "apiVersions": ["v1"],
+                                                   "operations": ["CREATE"], "resources": ["deployments"]}]},
+           "validations": [{"expression": "!object.spec.template.spec.containers.exists(c, "
+                                          "c.image.startsWith('evil.example/'))", "message": "no evil images"}]}
+
+
+def kyverno_policy(kind: str, version: str, namespace: str | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "no-evil"}
+    if namespace:
+        meta["namespace"] = namespace
+    return {"apiVersion": f"policies.kyverno.io/{version}", "kind": kind, "metadata": meta, "spec": NO_EVIL}
+
+
+async def test_local_kyverno_v1alpha1_and_namespaced_policies_are_served_confined(tmp_path: Path) -> None:
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    (policies / "namespaced.yaml").write_text(yaml.safe_dump(
+        kyverno_policy("NamespacedValidatingPolicy", "v1beta1", "team-a")))
+    (policies / "cluster.yaml").write_text(yaml.safe_dump(
+        dict(kyverno_policy("ValidatingPolicy", "v1alpha1"), metadata={"name": "no-evil-anywhere"})))
+    async with serving(tmp_path, Settings(local_dir=policies, local_poll_interval=0.05, write_status=False,
+                                          eval_workers=0)) as client:
+        body = await until(client.readyz)
+        assert body["policies"]["team-a/NamespacedValidatingPolicy/no-evil"]["ready"] is True
+        assert body["policies"]["ValidatingPolicy/no-evil-anywhere"]["ready"] is True
+        denied = await client.validate(deployment_review("team-a", {}, image="evil.example/x:1"))
+        assert denied["allowed"] is False and "NamespacedValidatingPolicy/no-evil" in denied["status"]["message"]
+        elsewhere = await client.validate(deployment_review("team-b", {}, image="evil.example/x:1"))
+        assert elsewhere["allowed"] is False
+        assert "NamespacedValidatingPolicy" not in elsewhere["status"]["message"]
+
+
 # -- a cluster -------------------------------------------------------------------------------------------------
 
 ADMISSION_KINDS = (Served("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies",
@@ -231,9 +266,164 @@ async def test_a_wanted_kind_served_later_is_picked_up_without_waiting_for_the_d
         fake.discovery.builtin += list(ADMISSION_KINDS)  # the API server starts serving them
 
         async def watching() -> dict[str, Any] | None:
-            body = await client.readyz()
-            return body if body and body["imports"]["watching"] else None
+            body = await client.readyz()  # watched, and its policies filed (compiled off the loop: not at once)
+            return body if body and body["imports"]["watching"] and PROD in body["policies"] else None
 
         body = await until(watching)
         assert body["imports"]["watching"]["ValidatingAdmissionPolicy"] == "admissionregistration.k8s.io/v1"
         assert (await client.validate(deployment_review("shop", {})))["allowed"] is False
+
+
+# -- a typo never fails open -------------------------------------------------------------------------------------
+
+NOTIN = {"namespaceSelector": {"matchExpressions": [{"key": "env", "operator": "Notin", "values": ["dev"]}]}}
+
+
+async def test_a_typo_in_an_imported_policy_keeps_its_last_good_version_or_fails_closed(tmp_path: Path) -> None:
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    for name in ("configmap.yaml", "namespaces.yaml"):
+        shutil.copy(VAP_EXAMPLE / name, policies / name)
+    good = list(yaml.safe_load_all((VAP_EXAMPLE / "admission-policy.yaml").read_text()))[:2]
+    source = policies / "admission-policy.yaml"
+    source.write_text(yaml.safe_dump_all(good))
+    async with serving(tmp_path, Settings(local_dir=policies, local_poll_interval=0.05, write_status=False,
+                                          eval_workers=0)) as client:
+        await until(client.readyz)
+        must_deny = deployment_review("shop", {"team": "a"})
+        assert f"{PROD}: missing required labels" in (await client.validate(must_deny))["status"]["message"]
+        for doc, field, typo in ((1, "matchResources", NOTIN), (1, "matchResources", "x"), (0, None, [])):
+            broken = copy.deepcopy(good)
+            if field is None:
+                broken[doc]["spec"] = typo
+            else:
+                broken[doc]["spec"][field] = typo
+            source.write_text(yaml.safe_dump_all(broken))
+
+            async def kept() -> dict[str, Any] | None:
+                body = await client.readyz()
+                return body if body and body["imports"].get("keptLastGood") == [PROD] else None
+
+            body = await until(kept)
+            assert PROD in body["imports"]["problems"] and body["policies"][PROD]["ready"] is True
+            denied = await client.validate(must_deny)
+            assert denied["allowed"] is False and f"{PROD}: missing required labels" in denied["status"]["message"]
+            source.write_text(yaml.safe_dump_all(good))
+
+            async def restored() -> bool:
+                body = await client.readyz()
+                return bool(body) and "keptLastGood" not in body["imports"]
+
+            await until(restored)
+
+        # A binding malformed from its first version has no good version: what it may select gets its
+        # failurePolicy (Fail), never an allow.
+        other = copy.deepcopy(good[1])
+        other["metadata"]["name"] = "required-labels-typo"
+        other["spec"]["matchResources"] = "x"
+        (policies / "typo.yaml").write_text(yaml.safe_dump(other))
+        key = "ValidatingAdmissionPolicy/required-labels/required-labels-typo"
+
+        async def not_ready() -> bool:
+            body = await client.validate(deployment_review("sandbox", {"team": "a", "app.kubernetes.io/name": "x"}))
+            return key in body.get("status", {}).get("message", "")
+
+        await until(not_ready)
+        answer = await client.validate(deployment_review("sandbox", {"team": "a", "app.kubernetes.io/name": "x"}))
+        assert answer["allowed"] is False and "policy is not ready" in answer["status"]["message"]
+
+
+# -- off the event loop ------------------------------------------------------------------------------------------
+
+async def test_reviews_and_healthz_answer_while_an_imported_policy_compiles(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # A gate in the compile path holds the edited policy's compile: reviews and /healthz must be answered
+    # meanwhile (before: the compile ran on the event loop, 2.0-2.6 s for 32 validations, 9.5 s for 160).
+    from webhook.policy import compiler, index
+    from webhook.server import policy_events
+
+    entered, release = threading.Event(), threading.Event()
+    held: list[bool] = []
+    real = compiler.compile_policy
+
+    def gated(obj: dict[str, Any]) -> Any:
+        if len((obj.get("spec") or {}).get("validations") or []) == 32:
+            entered.set()
+            held.append(release.wait(30))  # False: nothing released it (the loop itself was held)
+        return real(obj)
+
+    monkeypatch.setattr(index, "compile_policy", gated)
+    monkeypatch.setattr(policy_events, "compile_policy", gated)
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    for name in ("configmap.yaml", "namespaces.yaml", "admission-policy.yaml"):
+        shutil.copy(VAP_EXAMPLE / name, policies / name)
+    async with serving(tmp_path, Settings(local_dir=policies, local_poll_interval=0.05, write_status=False,
+                                          eval_workers=0)) as client:
+        await until(client.readyz)
+        source = list(yaml.safe_load_all((policies / "admission-policy.yaml").read_text()))
+        source[0]["spec"]["validations"] = [{"expression": f"object.metadata.name != 'x{i}'"} for i in range(31)] + \
+            source[0]["spec"]["validations"]
+        (policies / "admission-policy.yaml").write_text(yaml.safe_dump_all(source))
+        assert await asyncio.to_thread(entered.wait, 30)
+        async with client.session.get(client.url + "/healthz") as resp:
+            assert resp.status == 200
+        answered = await client.validate(deployment_review("shop", {"team": "a"}))
+        assert answered["allowed"] is False  # the last compiled version answers meanwhile
+        assert not release.is_set() and held == []  # answered while the compile was still held
+        release.set()
+
+        async def recompiled() -> bool:
+            body = await client.readyz()
+            return bool(body) and len(held) == 2  # both bindings compiled again
+        await until(recompiled)
+        assert held == [True, True]
+
+
+async def test_names_that_would_collide_are_both_served(tmp_path: Path) -> None:
+    # Policy a with binding b/c and policy a/b with binding c: once one key, one shadowing the other.
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    policy, binding = list(yaml.safe_load_all((VAP_EXAMPLE / "admission-policy.yaml").read_text()))[:2]
+    del policy["spec"]["paramKind"], binding["spec"]["paramRef"], binding["spec"]["matchResources"]
+    policy["spec"]["variables"] = [{"name": "missing", "expression": "['team'].filter(l, !(l in "
+                                                                     "object.metadata.?labels.orValue({})))"}]
+    docs = []
+    for policy_name, binding_name, message in (("a", "b/c", "'one'"), ("a/b", "c", "'two'")):
+        p, b = copy.deepcopy(policy), copy.deepcopy(binding)
+        p["metadata"]["name"], b["metadata"]["name"], b["spec"]["policyName"] = policy_name, binding_name, policy_name
+        p["spec"]["validations"][0]["messageExpression"] = message
+        docs += [p, b]
+    (policies / "policies.yaml").write_text(yaml.safe_dump_all(docs))
+    async with serving(tmp_path, Settings(local_dir=policies, local_poll_interval=0.05, write_status=False,
+                                          eval_workers=0)) as client:
+        body = await until(client.readyz)
+        keys = ["ValidatingAdmissionPolicy/a%2Fb/c", "ValidatingAdmissionPolicy/a/b%2Fc"]
+        assert all(body["policies"][key]["ready"] for key in keys)
+        message = (await client.validate(deployment_review("shop", {})))["status"]["message"]
+        assert f"{keys[0]}: two" in message and f"{keys[1]}: one" in message
+
+
+async def test_kyverno_kinds_served_at_v1alpha1_and_namespaced_twins_are_watched(tmp_path: Path) -> None:
+    # A Kyverno whose CRDs serve ValidatingPolicy at v1alpha1 only (Kyverno 1.14/1.15) and the namespaced
+    # twin at v1: each kind is watched in the version served, the twin confined to its namespace.
+    served = (Served("policies.kyverno.io", "v1alpha1", "validatingpolicies", "ValidatingPolicy", False),
+              Served("policies.kyverno.io", "v1", "namespacedvalidatingpolicies", "NamespacedValidatingPolicy",
+                     True))
+    async with cluster(tmp_path, served, imports=frozenset({"kyverno"})) as (fake, client):
+        fake.apply("namespacedvalidatingpolicies", kyverno_policy("NamespacedValidatingPolicy", "v1", "team-a"))
+        fake.apply("validatingpolicies", dict(kyverno_policy("ValidatingPolicy", "v1alpha1"),
+                                              metadata={"name": "no-evil-anywhere"}))
+
+        async def both() -> dict[str, Any] | None:
+            body = await client.readyz()
+            return body if body and "team-a/NamespacedValidatingPolicy/no-evil" in body["policies"] and \
+                "ValidatingPolicy/no-evil-anywhere" in body["policies"] else None
+
+        body = await until(both)
+        assert body["imports"]["watching"] == {"ValidatingPolicy": "policies.kyverno.io/v1alpha1",
+                                               "NamespacedValidatingPolicy": "policies.kyverno.io/v1"}
+        denied = await client.validate(deployment_review("team-a", {}, image="evil.example/x:1"))
+        assert "NamespacedValidatingPolicy/no-evil" in denied["status"]["message"]
+        elsewhere = await client.validate(deployment_review("team-b", {}, image="evil.example/x:1"))
+        assert "NamespacedValidatingPolicy" not in elsewhere["status"]["message"]

@@ -161,14 +161,14 @@ async def test_cut_off_longer_than_ready_max_staleness_is_not_ready_but_still_an
     async def not_ready() -> bool:
         return (await readyz(session, url))[0] == 503
 
-    await until(not_ready, timeout=10)
+    await until(not_ready)
     status, detail = await readyz(session, url)
     assert (status, detail["cachesCurrent"], detail["policiesLoaded"]) == (503, False, True)
     assert max(c["stalenessSeconds"] for c in detail["caches"].values()) > 1.0
     response = await decide(session, url, review(pod_create("p", True)))
     assert response["allowed"] is False and "no-privileged" in response["status"]["message"]
     await fake.accept_connections()
-    await until(ready, timeout=15)  # backoff is capped at 8 s
+    await until(ready)  # backoff is capped at 8 s
     status, detail = await readyz(session, url)
     assert detail["cachesCurrent"] is True
     assert all(c["stalenessSeconds"] == 0 for c in detail["caches"].values())
@@ -198,7 +198,7 @@ async def test_not_ready_until_the_api_server_answers(tmp_path: Path) -> None:
                 async with session.get(f"https://localhost:{port}/readyz") as r:
                     return r.status == 200
 
-            await until(ready, timeout=10)
+            await until(ready)
     finally:
         await runner.cleanup()
         await client.close()
@@ -227,7 +227,7 @@ async def test_the_app_keeps_the_webhook_configurations_as_the_policies_need(tmp
 
     try:
         fake.apply(POLICIES, PRIVILEGED_POLICY)
-        await until(lambda: true(webhooks), timeout=10)
+        await until(lambda: true(webhooks))
         [hook] = webhooks()
         # pods, and the pod controllers for autogen.podControllers: nothing else reaches the webhook.
         assert {res for r in hook["rules"] for res in r["resources"]} == {
@@ -236,7 +236,7 @@ async def test_the_app_keeps_the_webhook_configurations_as_the_policies_need(tmp
         assert hook["failurePolicy"] == "Fail"
         assert hook["clientConfig"]["caBundle"] == certs.ca_bundle(paths.ca.read_bytes())
         fake.delete(POLICIES, "no-privileged")
-        await until(lambda: true(lambda: not webhooks()), timeout=10)  # no policy: no rule at all
+        await until(lambda: true(lambda: not webhooks()))  # no policy: no rule at all
     finally:
         await runner.cleanup()
         await client.close()
@@ -267,7 +267,7 @@ async def test_serve_with_background_audit_reports_existing_objects(tmp_path: Pa
         return bool(report) and report["summary"]["pass"] == 1 and report["summary"]["fail"] == 1
 
     try:
-        await until(reported, timeout=15)
+        await until(reported)
         report = fake.get("policyreports", "default/tollgate-polr-ns-default")
         assert report is not None
         failed = [r for r in report["results"] if r["result"] == "fail"]

@@ -94,12 +94,17 @@ async def test_a_file_that_stops_parsing_keeps_serving_its_last_good_objects_and
             return answer["allowed"] is False and "policy is not ready" in answer["status"]["message"]
 
         await until(broken_denies)
-        assert (await until(readyz))["localFileErrors"] == {}
+        await until(lambda: _without_errors(readyz))  # every source (one per kind) lists the file again
 
 
 async def _with_errors(readyz: Any) -> dict[str, Any] | None:
     body = await readyz()
     return body if body and body.get("localFileErrors") else None
+
+
+async def _without_errors(readyz: Any) -> bool:
+    body = await readyz()
+    return body is not None and body.get("localFileErrors") == {}
 
 
 async def test_references_are_served_from_the_directory_and_follow_its_files(tmp_path: Path) -> None:
@@ -200,3 +205,65 @@ async def test_a_clean_directory_starts_without_informer_warnings(tmp_path: Path
     informer_warnings = [r.getMessage() for r in caplog.records
                          if r.name.startswith("tollgate.informer") and r.levelno >= logging.WARNING]
     assert informer_warnings == []
+
+
+#: A "billion laughs" (9 levels of 9 aliases: 387 million nodes expanded) in 600 bytes.
+BOMB = "kind: ConfigMap\ndata:\n  x0: &x0 [" + ", ".join(["lol"] * 9) + "]\n" + "".join(
+    f"  x{i}: &x{i} [{', '.join([f'*x{i - 1}'] * 9)}]\n" for i in range(1, 10))
+
+
+@pytest.mark.parametrize("replacement", ["", "# emptied by an editor\n", BOMB], ids=["empty", "comments", "bomb"])
+async def test_a_file_emptied_or_replaced_by_a_bomb_keeps_enforcing_its_policy_until_deleted(
+        tmp_path: Path, replacement: str) -> None:
+    # A writer that truncates the file and dies (or a bomb) must never open the gate: the last good policy
+    # decides for as long as the file stays so; deleting the file is the one way to remove it.
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    path = policies / "p.yaml"
+    path.write_text(POLICY.format(name="no-privileged", failure_policy="Fail", expression=PRIVILEGED))
+    async with local_server(tmp_path, policies) as (url, session):
+        async def readyz() -> dict[str, Any] | None:
+            async with session.get(url + "/readyz") as resp:
+                return await resp.json() if resp.status == 200 else None  # type: ignore[no-any-return]
+
+        async def allowed(privileged: bool) -> bool:
+            async with session.post(url + "/validate", json=review(privileged)) as resp:
+                return (await resp.json())["response"]["allowed"] is True  # type: ignore[no-any-return]
+
+        await until(readyz)
+        assert not await allowed(True)
+        path.write_text(replacement)
+        body = await until(lambda: _with_errors(readyz))  # the change is confirmed (settled) and reported
+        message = body["localFileErrors"][str(path)]
+        assert ("excessive aliasing" if replacement == BOMB else "holds no documents") in message
+        assert body["policies"] == {"no-privileged": {"ready": True, "reason": "Compiled"}}
+        assert not await allowed(True)  # the last good policy still decides
+        path.unlink()
+
+        async def admitted() -> bool:
+            return await allowed(True)
+
+        await until(admitted)
+        await until(lambda: _without_errors(readyz))
+
+
+async def test_exceptions_are_read_from_the_directory(tmp_path: Path) -> None:
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    (policies / "p.yaml").write_text(POLICY.format(name="no-privileged", failure_policy="Fail",
+                                                   expression=PRIVILEGED))
+    async with local_server(tmp_path, policies) as (url, session):
+        async def admitted() -> bool:
+            async with session.post(url + "/validate", json=review(True)) as resp:
+                return resp.status == 200 and bool((await resp.json())["response"]["allowed"])
+
+        async def denied() -> bool:
+            async with session.post(url + "/validate", json=review(True)) as resp:
+                return resp.status == 200 and (await resp.json())["response"]["allowed"] is False
+
+        await until(denied)
+        # A PolicyException without a namespace is in default, as kubectl apply puts it.
+        (policies / "exception.yaml").write_text(
+            "apiVersion: tollgate.dev/v1alpha1\nkind: PolicyException\nmetadata: {name: debug}\n"
+            "spec: {policies: [{name: no-privileged}], reason: OPS-1}\n")
+        await until(admitted)

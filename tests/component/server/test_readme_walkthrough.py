@@ -47,7 +47,7 @@ async def test_the_readme_walkthrough_answers_are_the_servers(tmp_path: Path) ->
                 async with session.get(url + "/readyz") as resp:
                     return resp.status == 200
 
-            await until(ready, timeout=30)
+            await until(ready)
             async with session.post(url + "/validate", json=SAMPLE_REVIEW) as resp:
                 assert await resp.json() == answer
             async with session.post(url + "/mutate", json=SAMPLE_REVIEW) as resp:

@@ -238,4 +238,4 @@ async def test_an_unsynced_reference_cache_answers_per_on_unsynced(start: Any) -
     async def decides() -> bool:
         return (await c.decide(review(INGRESSES["blog"], "networking.k8s.io", "ingresses")))["allowed"] is True
 
-    await until(decides, timeout=15)
+    await until(decides)

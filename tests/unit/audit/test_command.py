@@ -152,6 +152,22 @@ def test_params_configmaps_are_selected_as_on_the_server(tmp_path: Path, capsys:
     assert any("ConfigMap default/other is ignored" in line and "warning" in line for line in err)
 
 
+def test_params_configmaps_among_the_resources_stand_in_for_the_params_cache(tmp_path: Path, capsys: Any) -> None:
+    example = ROOT / "policies" / "examples" / "allowed-registries"
+    resources = write(tmp_path / "r.yaml", [*yaml.safe_load_all((example / "configmap.yaml").read_text()),
+                                            *yaml.safe_load_all((example / "resources.yaml").read_text())])
+    with_c = audit(capsys, "--all", "-o", "json", "-p", str(example / "policy.yaml"), "-r",
+                   str(example / "resources.yaml"), "-c", str(example / "configmap.yaml"))
+    among = audit(capsys, "--all", "-o", "json", "-p", str(example / "policy.yaml"), "-r", resources)
+
+    def pods(items: list[Any]) -> dict[str, str]:
+        return {x["resources"][0]["name"]: x["result"] for r in items for x in r["results"]
+                if x["resources"][0]["kind"] == "Pod"}
+
+    assert pods(among[1]) == pods(with_c[1]) and "pass" in pods(among[1]).values()  # found: not "no params"
+    assert not any("params" in line and "not found" in line for line in among[2])
+
+
 def test_offline_audit_reads_references_from_the_audited_resources(tmp_path: Path, capsys: Any) -> None:
     # The resources are the cluster: two Ingresses claiming one host both fail unique-ingress-host.
     example = ROOT / "policies" / "examples" / "unique-ingress-host"

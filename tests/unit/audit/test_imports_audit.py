@@ -57,3 +57,37 @@ def test_audit_follows_kyverno_evaluation_background(tmp_path: Path, capsys: pyt
     assert main(["audit", "-p", str(KYVERNO_EXAMPLE / "validating-policy.yaml"),
                  "-r", str(KYVERNO_EXAMPLE / "resources.yaml")]) == 2
     assert "nothing audited" in capsys.readouterr().err
+
+
+NAMESPACED_POLICY = """\
+apiVersion: policies.kyverno.io/v1alpha1
+kind: NamespacedValidatingPolicy
+metadata: {name: no-evil, namespace: team-a}
+spec:
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [""], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [pods]}
+  validations:
+  - {expression: "!object.spec.containers.exists(c, c.image.startsWith('evil'))", message: no evil}
+"""
+EVIL_PODS = """\
+apiVersion: v1
+kind: Pod
+metadata: {name: a, namespace: team-a}
+spec: {containers: [{name: c, image: evil/x}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: b, namespace: team-b}
+spec: {containers: [{name: c, image: evil/x}]}
+"""
+
+
+def test_audit_confines_a_namespaced_kyverno_policy_to_its_namespace(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "p.yaml").write_text(NAMESPACED_POLICY)
+    (tmp_path / "pods.yaml").write_text(EVIL_PODS)
+    assert main(["audit", "-p", str(tmp_path / "p.yaml"), "-r", str(tmp_path / "pods.yaml"), "-o", "json"]) == 1
+    reports = json.loads(capsys.readouterr().out)["items"]
+    assert [(r["metadata"]["namespace"], [(x["policy"], x["result"]) for x in r["results"]]) for r in reports] == [
+        ("team-a", [("team-a/NamespacedValidatingPolicy/no-evil", "fail")])]

@@ -55,8 +55,17 @@ def test_reusing_the_ca_keeps_the_ca_bundle_and_reissues_the_serving_certificate
     assert err == f"wrote {tmp_path}/ca.crt, {tmp_path}/tls.crt, {tmp_path}/tls.key\n"
     assert (tmp_path / "ca.key").read_bytes() == key and (tmp_path / "tls.crt").read_bytes() != serving
     load(tmp_path / "tls.crt").verify_directly_issued_by(load(tmp_path / "ca.crt"))
-    status, fresh, err = run_certs(capsys, "--out-dir", str(tmp_path))  # without --ca-*: a new CA, said so
+    status, kept, err = run_certs(capsys, "--out-dir", str(tmp_path))  # a re-run keeps the CA it finds, said so
+    assert status == 0 and kept == first and err.startswith(f"tollgate certs: keeping the CA in {tmp_path} ")
+    assert (tmp_path / "ca.key").read_bytes() == key
+    status, fresh, err = run_certs(capsys, "--out-dir", str(tmp_path), "--new-ca")  # replaced only when asked
     assert status == 0 and fresh != first and err.startswith(f"tollgate certs: replacing the CA in {tmp_path} ")
+    assert (tmp_path / "ca.key").read_bytes() != key
+
+
+def test_new_ca_contradicts_a_given_ca(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status, _out, err = run_certs(capsys, "--out-dir", str(tmp_path), "--new-ca", "--ca-cert", "a", "--ca-key", "b")
+    assert status == 2 and err == "tollgate certs: --new-ca and --ca-cert/--ca-key contradict each other\n"
 
 
 def test_a_ca_expiring_first_caps_the_serving_certificate_with_a_warning(

@@ -56,6 +56,12 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.parametrize(("argv", "message"), [
     ([], "tollgate: error: the following arguments are required: command"),
     (["bogus"], "tollgate: error: argument command: invalid choice: 'bogus'"),
+    (["tset"], "tollgate: error: unknown command 'tset' (did you mean 'test'?)"),
+    (["test", "--polciy", "p.yaml"],
+     "tollgate test: error: unrecognized arguments: --polciy (did you mean --policy?)"),
+    (["serve", "--lcal=policies"],
+     "tollgate serve: error: unrecognized arguments: --lcal=policies (did you mean --local?)"),
+    (["lint", "policies", "--zzzz"], "tollgate lint: error: unrecognized arguments: --zzzz (see tollgate lint --help)"),
     (["serve", "--port", "x"], "tollgate serve: error: argument --port: invalid port 'x': not a number"),
     (["serve", "--port", "99999"], "tollgate serve: error: argument --port: invalid port 99999: must be 1-65535"),
     (["certs", "--out-dir", "/proc/tollgate-no"], "tollgate certs: --out-dir /proc/tollgate-no:"),

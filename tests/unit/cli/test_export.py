@@ -192,6 +192,9 @@ BLOCKED = [
      "spec.mutations[0].jsonPatch.expression"),
     (policy("v", validations=[{"expression": "Object{a: 1} != {}"}]), "spec.validations[0].expression"),
     (policy("broken", validations=[{"expression": "objekt == 1"}]), "status"),
+    (policy("k", validations=[{"expression": "image(object.spec.containers[0].image).registry() == 'ghcr.io' "
+                                             "&& math.round(1.5) == math.round(1.54, 1) + 0.5"}]),
+     "spec.validations[0].expression"),
 ]
 
 
@@ -271,3 +274,9 @@ def test_no_policy_in_the_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFi
     (tmp_path / "pod.yaml").write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\n")
     assert main(["export", str(tmp_path)]) == 2
     assert capsys.readouterr().err == "tollgate export: no ClusterAdmissionPolicy or AdmissionPolicy found\n"
+
+
+def test_kyverno_library_calls_are_named() -> None:
+    found = blockers(policy("k", validations=[{"expression": "sha256(regex.replace(object.metadata.name, 'a', 'b')) "
+                                                             "!= '' && math.round(1.5) == 2.0"}]))
+    assert [b.reason for b in found] == ["regex.replace, sha256 is Kyverno's CEL library; Kubernetes' CEL has none"]

@@ -182,3 +182,68 @@ spec: {policyName: m}
     # A policy no binding names is still checked: its CEL error, at its line.
     assert f"{tmp_path}/map.yaml:27: document 3: ValidatingAdmissionPolicy need-team: " \
            "spec.validations[1].expression: ERROR: <input>:1:7: undeclared reference to 'objekt.metadata'" in out
+
+
+KYVERNO_OUT_OF_SCOPE = """\
+apiVersion: policies.kyverno.io/v1alpha1
+kind: {kind}
+metadata: {{name: out-of-scope}}
+spec: {{}}
+"""
+
+
+@pytest.mark.parametrize("kind", ["GeneratingPolicy", "DeletingPolicy", "ImageValidatingPolicy",
+                                  "NamespacedGeneratingPolicy"])
+def test_lint_refuses_kyvernos_kinds_out_of_scope_naming_them(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                              kind: str) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text(KYVERNO_OUT_OF_SCOPE.format(kind=kind))
+    assert main(["lint", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert f"{path}:2: document 1: kind: {kind} out-of-scope: refused: a {kind} " in out
+
+
+def test_test_warns_of_a_refused_kind_beside_the_policies_it_runs(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    policies = tmp_path / "policies.yaml"
+    policies.write_text((KYVERNO_EXAMPLE / "validating-policy.yaml").read_text() + "---\n" +
+                        KYVERNO_OUT_OF_SCOPE.format(kind="DeletingPolicy"))
+    pod = tmp_path / "pod.yaml"
+    pod.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c, image: a}]}\n")
+    main(["test", "-p", str(policies), "-r", str(pod)])
+    assert "warning: " in (err := capsys.readouterr().err) and "DeletingPolicy out-of-scope: refused" in err
+
+
+def test_lint_refuses_mutate_existing_naming_the_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "p.yaml"
+    policy = {"apiVersion": "policies.kyverno.io/v1alpha1", "kind": "MutatingPolicy", "metadata": {"name": "m"},
+              "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                               "operations": ["CREATE"], "resources": ["pods"]}]},
+                       "evaluation": {"admission": {"enabled": True}, "mutateExisting": {"enabled": True}},
+                       "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {
+                           "expression": "Object{metadata: Object.metadata{labels: {'a': 'b'}}}"}}]}}
+    path.write_text(yaml.safe_dump(policy))
+    assert main(["lint", str(path)]) == 1
+    assert "MutatingPolicy m: spec.evaluation.mutateExisting.enabled: Tollgate never mutates stored objects" in \
+        capsys.readouterr().out
+
+
+def test_lint_and_test_read_a_namespaced_validating_policy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = {"apiVersion": "policies.kyverno.io/v1beta1", "kind": "NamespacedValidatingPolicy",
+              "metadata": {"name": "no-evil", "namespace": "team-a"},
+              "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                               "operations": ["CREATE"], "resources": ["pods"]}]},
+                       "validations": [{"expression": "object.spec.containers.all(c, !c.image.startsWith('evil'))",
+                                        "message": "no evil images"}]}}
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(source))
+    assert main(["lint", str(path)]) == 0, capsys.readouterr()
+    pods = tmp_path / "pods.yaml"
+    pods.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: a, namespace: team-a}\n"
+                    "spec: {containers: [{name: c, image: evil.example/x}]}\n---\n"
+                    "apiVersion: v1\nkind: Pod\nmetadata: {name: b, namespace: team-b}\n"
+                    "spec: {containers: [{name: c, image: evil.example/x}]}\n")
+    capsys.readouterr()
+    main(["test", "-p", str(path), "-r", str(pods), "-o", "json"])
+    rows = {r["namespace"]: r["result"] for r in json.loads(capsys.readouterr().out)}
+    assert rows == {"team-a": "fail", "team-b": "skip"}

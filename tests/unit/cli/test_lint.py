@@ -107,3 +107,44 @@ def test_a_key_given_twice_is_a_problem(tmp_path: Path, capsys: pytest.CaptureFi
     assert main(["lint", str(tmp_path / "p.yaml")]) == 1
     assert capsys.readouterr().out.splitlines()[0] == (
         f"{tmp_path}/p.yaml:8:3: invalid YAML: duplicate key 'validationActions' (first on line 7)")
+
+
+ENUM_AND_CEL = """\
+apiVersion: tollgate.dev/v1alpha1
+kind: ClusterAdmissionPolicy
+metadata: {name: enum-and-cel}
+spec:
+  failurePolicy: Deny
+  match: {resourceRules: [{resources: [pods]}]}
+  validations:
+  - expression: "object.spec.containers.all(c, c.image.startsWith(1))"
+    reason: Nope
+"""
+
+
+def test_a_value_the_schema_refuses_does_not_hide_the_cel_errors(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "p.yaml").write_text(ENUM_AND_CEL)
+    assert main(["lint", str(tmp_path / "p.yaml")]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(": ", 2)[2].split(":")[0] for line in lines] == [
+        "spec.failurePolicy", "spec.validations[0].reason", "ClusterAdmissionPolicy enum-and-cel"]
+    assert ("spec.validations[0].expression: ERROR: <input>:1:49: found no matching overload for 'startsWith'"
+            in lines[2])
+
+
+def test_a_named_file_holding_nothing_lint_reads_is_a_problem(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "widget.yaml").write_text("apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}\n")
+    assert main(["lint", str(tmp_path / "widget.yaml")]) == 1
+    out, err = capsys.readouterr()
+    assert out.startswith(f"{tmp_path}/widget.yaml: nothing to lint: no document of a kind tollgate lint reads (")
+    assert err == "1 problem(s)\n"
+
+
+def test_a_directory_with_nothing_lint_reads_is_a_usage_error(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "pod.yaml").write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n")
+    assert main(["lint", str(tmp_path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"tollgate lint: nothing to lint under {tmp_path}: no document of a kind it reads\n"

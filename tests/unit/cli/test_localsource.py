@@ -179,10 +179,10 @@ def test_a_change_is_served_once_it_holds_for_the_settle_time(tmp_path: Path) ->
     clock.now += 0.9
     assert served() == ["a"]
     clock.now += 0.2
-    assert served() == []  # emptied for good: confirmed
+    assert served() == ["a"]  # emptied for good: still not a removal (only deleting the file is)
     write(path, configmap("b"))  # a file's new content, a new file and a removal are all confirmed alike
     write(tmp_path / "new.yaml", configmap("n"))
-    assert served() == []
+    assert served() == ["a"]
     clock.now += 1.0
     assert served() == ["b", "n"]
     (tmp_path / "new.yaml").unlink()
@@ -196,3 +196,60 @@ def test_a_change_is_served_once_it_holds_for_the_settle_time(tmp_path: Path) ->
     assert served() == ["b"]  # changed again before it was confirmed: the settle time starts over
     clock.now += 1.0
     assert served() == ["c"]
+
+
+@pytest.mark.parametrize("emptied", ["", "# nothing yet\n", "---\n# only comments\n---\n"])
+def test_a_file_that_holds_no_documents_removes_nothing_however_long_it_stays_so(
+        tmp_path: Path, emptied: str, caplog: pytest.LogCaptureFixture) -> None:
+    # Truncated to 0 bytes or left with comments (a writer that died mid-save): its objects stay, and it is
+    # reported; deleting the file is the one way to remove them.
+    caplog.set_level(logging.INFO, logger="tollgate.local")
+    clock = FakeClock()
+    directory = LocalDirectory(tmp_path, settle_seconds=1.0, clock=clock)
+    path = tmp_path / "cm.yaml"
+    write(path, configmap("a"))
+    assert [d["metadata"]["name"] for _path, d in directory.listing()[0]] == ["a"]
+    write(path, emptied)
+    for _poll in range(10):
+        clock.now += 1.0
+        documents, errors = directory.listing()
+        assert [d["metadata"]["name"] for _path, d in documents] == ["a"]
+    assert errors == {str(path): f"{path}: holds no documents (empty, or only comments); delete the file to "
+                                 f"remove its objects"}
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [f"{path}: holds no documents (empty, or only comments); delete the file to remove its "
+                        f"objects (keeping its last good objects: 1 document(s))"]  # logged once
+    path.unlink()
+    assert directory.listing()[0] != []  # a removal is confirmed like any change ...
+    clock.now += 1.0
+    assert directory.listing() == ([], {})  # ... and then served
+    assert [r.getMessage() for r in caplog.records][-1] == f"{path}: deleted: its 1 document(s) are no longer served"
+    write(path, emptied)  # a file that never held a document serves none, and is no problem
+    clock.now += 1.0
+    assert directory.listing() == ([], {})
+
+
+async def test_sources_whose_polls_come_due_together_share_one_listing(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each walk of the directory holds the event loop; one per served kind, back to back, held it 30-44 ms."""
+    import asyncio
+
+    from webhook.files import local_source
+
+    walks: list[Path] = []
+    real = local_source.yaml_files
+    monkeypatch.setattr(local_source, "yaml_files", lambda root: walks.append(root) or real(root))
+    for i in range(40):  # enough files that the listing yields the loop between them
+        (tmp_path / f"cm{i}.yaml").write_text(f"apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: c{i}}}\n")
+    directory = local_source.LocalDirectory(tmp_path)
+    listings = await asyncio.gather(*(directory.listing_yielding(0.5) for _ in range(9)))
+    assert len(walks) == 1 and all(listing is listings[0] for listing in listings)
+    assert len(listings[0][0]) == 40
+
+    leader = asyncio.create_task(directory.listing_yielding(0.0))  # max_age 0: always a listing of its own
+    await asyncio.sleep(0)
+    waiter = asyncio.create_task(directory.listing_yielding(0.0))
+    await asyncio.sleep(0)
+    leader.cancel()  # the waiter lists by itself rather than wait for nothing
+    await asyncio.gather(leader, return_exceptions=True)
+    assert len((await waiter)[0]) == 40 and len(walks) == 3

@@ -21,6 +21,7 @@ def _settings(monkeypatch: pytest.MonkeyPatch, *argv: str) -> Settings:
         seen.append(settings)
 
     monkeypatch.setattr(serve, "_serve", fake_serve)
+    monkeypatch.setattr(serve, "_check_port", lambda *_a: None)  # the flags only: 8443 may be taken here
     assert main(["serve", "--local", str(EXAMPLES), *argv]) == 0
     [settings] = seen
     return settings
@@ -42,6 +43,7 @@ def test_import_names_the_owners_whose_policies_are_enforced_too(monkeypatch: py
         seen.append(settings)
 
     monkeypatch.setattr(serve, "_serve", fake_serve)
+    monkeypatch.setattr(serve, "_check_port", lambda *_a: None)  # the flags only: 8443 may be taken here
     monkeypatch.setattr(serve, "_check_kube_config", lambda _args: None)  # no cluster here: the flags only
     cluster = ["serve", "--kubeconfig", "kubeconfig", "--tls-cert-file", "c", "--tls-key-file", "k"]
     monkeypatch.setattr(serve, "_check_certs", lambda *_a: None)

@@ -88,7 +88,9 @@ def test_ca_bundle_from_pem_or_base64_and_anything_else_refused(
     bundles = []
     for source in (paths.ca, tmp_path / "ca.b64"):
         assert main(["webhook-config", "--policies", str(EXAMPLES), "--ca-bundle", str(source)]) == 0
-        docs = list(yaml.safe_load_all(capsys.readouterr().out))
+        out, err = capsys.readouterr()
+        assert "no caBundle" not in err  # given: no note
+        docs = list(yaml.safe_load_all(out))
         bundles.append({hook["clientConfig"]["caBundle"] for doc in docs for hook in doc["webhooks"]})
     assert bundles[0] == bundles[1] and len(bundles[0]) == 1
     assert base64.b64decode(bundles[0].pop()).strip() == paths.ca.read_bytes().strip()
@@ -112,3 +114,11 @@ def test_timeout_seconds_bounds_are_accepted(value: str, capsys: pytest.CaptureF
     assert main(["webhook-config", "--policies", str(EXAMPLES), "--timeout-seconds", value]) == 0
     docs = list(yaml.safe_load_all(capsys.readouterr().out))
     assert {hook["timeoutSeconds"] for doc in docs for hook in doc["webhooks"]} == {int(value)}
+
+
+def test_without_ca_bundle_a_note_says_what_the_api_server_will_trust(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["webhook-config", "--policies", str(EXAMPLES)]) == 0
+    out, err = capsys.readouterr()
+    assert not any("caBundle" in hook["clientConfig"] for doc in yaml.safe_load_all(out) for hook in doc["webhooks"])
+    [note] = [line for line in err.splitlines() if "caBundle" in line]
+    assert note.startswith("tollgate webhook-config: note: no caBundle (no --ca-bundle)") and "--ca-bundle" in note

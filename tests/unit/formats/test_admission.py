@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from tests.unit.policy.helpers import pod, request
-from tests.unit.policy.imports_helpers import map_binding, map_policy, vap, vap_binding
+from tests.unit.policy.imports_helpers import kyverno_vpol, map_binding, map_policy, vap, vap_binding
 from webhook.formats.catalog import import_policies
 from webhook.formats.imported import Imported, SourceRef
 from webhook.formats.kubernetes.export import export_policy
@@ -278,3 +278,60 @@ def test_the_export_mapping_reversed_gives_the_policy_back(original: dict[str, A
                   "namespace_selector", "object_selector", "match_conditions", "param_ref", "variables",
                   "validations", "audit_annotations", "mutations"):
         assert getattr(after, field) == getattr(before, field), field
+
+
+NOTIN = {"namespaceSelector": {"matchExpressions": [{"key": "env", "operator": "Notin", "values": ["dev"]}]}}
+
+
+@pytest.mark.parametrize(("objs", "path"), [
+    ([vap(), vap_binding(matchResources=NOTIN)], "spec.matchResources.namespaceSelector.matchExpressions[0].operator"),
+    ([dict(vap(), spec=[]), vap_binding()], "spec.matchConstraints.resourceRules"),
+    ([vap(), vap_binding(matchResources="x")], "spec.matchResources"),
+])
+def test_unreadable_match_rules_answer_per_failure_policy_never_selecting_nothing(objs: list[dict[str, Any]],
+                                                                                  path: str) -> None:
+    # A typo the API server would refuse: the policy selects what could be read (every request when nothing
+    # could), and the Pod it must deny gets its failurePolicy (Fail), not an allow.
+    imported = one(*objs)
+    assert imported.match_unreadable and path in [p.path for p in imported.problems]
+    broken = compile_policy(imported.obj).matchable
+    assert broken is not None and broken.error is not None
+    (r,) = evaluate_validating(request(pod()), [broken], InMemoryLookups()).results
+    assert (str(r.result), set(r.actions)) == ("error", {"Deny"})
+
+
+def test_an_unreadable_kyverno_match_selects_every_request() -> None:
+    imported = one(kyverno_vpol(matchConstraints="x"))
+    assert imported.match_unreadable
+    broken = compile_policy(imported.obj).matchable
+    assert broken is not None
+    (r,) = evaluate_validating(request(pod()), [broken], InMemoryLookups()).results
+    assert str(r.result) == "error"
+
+
+def test_a_readable_binding_side_still_narrows_when_the_policy_side_is_unreadable() -> None:
+    rule = {"apiGroups": ["apps"], "apiVersions": ["v1"], "resources": ["deployments"], "operations": ["*"]}
+    imported = one(dict(vap(), spec=[]), vap_binding(matchResources={"resourceRules": [rule]}))
+    assert imported.obj["spec"]["match"]["resourceRules"] == [dict(rule, resources=["deployments"], scope="*")]
+
+
+def test_the_caps_are_the_crd_s() -> None:
+    from webhook.files.schema import policy_openapi_schema
+    from webhook.formats.common import CAPS
+
+    spec = policy_openapi_schema()["properties"]["spec"]["properties"]
+    assert {field: s["maxItems"] for field, s in spec.items() if s.get("type") == "array" and "maxItems" in s} == CAPS
+
+
+def test_an_imported_policy_has_a_tollgate_policy_s_caps() -> None:
+    def validations(n: int) -> list[dict[str, str]]:
+        return [{"expression": f"object.metadata.name != 'x{i}'"} for i in range(n)]
+
+    assert compile_policy(one(vap(validations=validations(64)), vap_binding()).obj).condition["reason"] == "Compiled"
+    imported = one(vap(validations=validations(65)), vap_binding())
+    assert problems(imported) == [("ValidatingAdmissionPolicy need-team", "spec.validations")]
+    assert "65 items: more than the 64" in str(imported.problems[0])
+    compiled = compile_policy(imported.obj)
+    assert compiled.condition["reason"] == "ImportError" and compiled.matchable is not None  # per failurePolicy
+    kyverno = one(kyverno_vpol(validations=validations(65)))
+    assert [p.path for p in kyverno.problems] == ["spec.validations"]

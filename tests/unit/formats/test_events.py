@@ -125,3 +125,67 @@ def test_unnamed_objects_are_problems_in_a_set() -> None:
     del unnamed["metadata"]["name"]
     result = import_policies([unnamed])
     assert [str(p) for p in result.problems] == ["ValidatingAdmissionPolicy <unnamed>: metadata.name: required"]
+
+
+def test_names_that_would_collide_are_two_policies() -> None:
+    # Policy a with binding b/c and policy a/b with binding c (a file can name them so): both served, apart.
+    h, r = handler()
+    index = PolicyIndex()
+    h.add_handler(PolicyEventHandler(index))
+    for obj in (vap("a"), vap_binding("b/c", policy="a"), vap("a/b"), vap_binding("c", policy="a/b")):
+        h.on_add(obj, True)
+    keys = ["ValidatingAdmissionPolicy/a%2Fb/c", "ValidatingAdmissionPolicy/a/b%2Fc"]
+    assert sorted(r.seen) == [("add", key, True) for key in keys]
+    assert len(h.objects()) == 2
+    for key in keys:  # both filed and Ready in the index the request path reads
+        state = index.state(key)
+        assert state is not None and state.ready
+
+
+def test_a_typo_keeps_the_last_good_version_and_is_reported() -> None:
+    index = PolicyIndex()
+    h = ImportEventHandler([PolicyEventHandler(index)])
+    r = Recorder()
+    h.add_handler(r)
+    h.on_add(vap(), True)
+    h.on_add(vap_binding(), True)
+    good = h.objects()
+    for typo_policy, typo_binding in ((vap(), vap_binding(matchResources="x")),
+                                      (dict(vap(), spec=[]), vap_binding()),
+                                      (vap(), vap_binding(matchResources={"namespaceSelector": {"matchExpressions": [
+                                          {"key": "env", "operator": "Notin", "values": ["dev"]}]}}))):
+        r.seen.clear()
+        h.on_update(vap(), typo_policy)
+        h.on_update(vap_binding(), typo_binding)
+        assert r.seen == [] and h.objects() == good and h.kept == {KEY}  # nothing passed on: the last good serves
+        (current,) = h.imported()
+        assert current.match_unreadable and current.problems
+        state = index.state(KEY)
+        assert state is not None and state.ready
+        h.on_update(typo_policy, vap())
+        h.on_update(typo_binding, vap_binding())
+        assert h.kept == set() and r.seen == [] and not h.imported()[0].problems
+
+
+def test_a_typo_with_no_good_version_before_is_served_as_is() -> None:
+    h, r = handler()
+    h.on_add(vap(), True)
+    h.on_add(vap_binding(matchResources="x"), True)
+    assert r.seen == [("add", KEY, False)] and h.kept == set()
+
+
+def test_a_deleted_policy_is_not_kept_and_a_typo_after_it_is_served() -> None:
+    h, r = handler()
+    h.on_add(vap(), True)
+    h.on_add(vap_binding(), True)
+    h.on_delete(vap())
+    h.on_add(dict(vap(), spec=[]), False)
+    assert r.seen[-1] == ("update", KEY, False) and h.kept == set()
+
+
+def test_a_kyverno_policy_with_a_typo_keeps_its_last_good_version() -> None:
+    h, r = handler()
+    h.on_add(kyverno_vpol(), False)
+    good = h.objects()
+    h.on_update(kyverno_vpol(), kyverno_vpol(matchConstraints={"resourceRules": "pods"}))
+    assert h.objects() == good and h.kept == {"ValidatingPolicy/check-team"} and len(r.seen) == 1

@@ -24,13 +24,18 @@ INSTALL_CLUSTER: dict[tuple[str, str], frozenset[str]] = {
     ("tollgate.dev", "admissionpolicies"): READ,
     ("tollgate.dev", "clusteradmissionpolicies/status"): frozenset({"patch"}),
     ("tollgate.dev", "admissionpolicies/status"): frozenset({"patch"}),
+    ("tollgate.dev", "policyexceptions"): READ,
+    ("tollgate.dev", "clusterpolicyexceptions"): READ,
+    ("tollgate.dev", "policyexceptions/status"): frozenset({"patch"}),
+    ("tollgate.dev", "clusterpolicyexceptions/status"): frozenset({"patch"}),
     ("admissionregistration.k8s.io", "validatingwebhookconfigurations"): frozenset({"get", "update", "patch"}),
     ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): frozenset({"get", "update", "patch"}),
     # Imported policies (webhook/server/imports.py), read only.
     **{("admissionregistration.k8s.io", r): READ for r in (
         "validatingadmissionpolicies", "validatingadmissionpolicybindings",
         "mutatingadmissionpolicies", "mutatingadmissionpolicybindings")},
-    **{("policies.kyverno.io", r): READ for r in ("validatingpolicies", "mutatingpolicies")},
+    **{("policies.kyverno.io", r): READ for r in ("validatingpolicies", "mutatingpolicies",
+                                                 "namespacedvalidatingpolicies", "namespacedmutatingpolicies")},
 }
 INSTALL_NAMESPACED: dict[tuple[str, str], frozenset[str]] = {
     ("coordination.k8s.io", "leases"): frozenset({"get", "create", "update"}),

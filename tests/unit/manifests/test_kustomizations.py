@@ -199,7 +199,8 @@ def test_background_audit_component() -> None:
 
 def test_policy_reports_component_adds_exactly_the_report_crds() -> None:
     crds = {d["metadata"]["name"] for d in build(MANIFESTS / "crds")}
-    assert crds == {"clusteradmissionpolicies.tollgate.dev", "admissionpolicies.tollgate.dev"}
+    assert crds == {"clusteradmissionpolicies.tollgate.dev", "admissionpolicies.tollgate.dev",
+                    "clusterpolicyexceptions.tollgate.dev", "policyexceptions.tollgate.dev"}
     docs = _with("policy-reports")
     added = [d for d in docs if d not in build(MANIFESTS / "install")]
     assert {(d["kind"], d["metadata"]["name"]) for d in added} == {
@@ -230,7 +231,7 @@ def test_optional_parts_are_components_and_entry_points_are_kustomizations() -> 
     for directory in sorted(COMPONENTS.iterdir()):
         doc = yaml.safe_load((directory / "kustomization.yaml").read_text())
         assert (doc["apiVersion"], doc["kind"]) == ("kustomize.config.k8s.io/v1alpha1", "Component"), directory
-    assert {d.name for d in COMPONENTS.iterdir()} == {"cert-manager", "self-managed", *OPTIONAL}
+    assert {d.name for d in COMPONENTS.iterdir()} == {"cert-manager", "self-managed", "monitoring", *OPTIONAL}
     for entry in (MANIFESTS, MANIFESTS / "overlays" / "cert-manager", MANIFESTS / "overlays" / "self-managed"):
         assert yaml.safe_load((entry / "kustomization.yaml").read_text())["kind"] == "Kustomization", entry
 

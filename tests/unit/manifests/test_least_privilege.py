@@ -55,13 +55,18 @@ ALLOWED_CLUSTER: dict[tuple[str, str], frozenset[str]] = {
     ("tollgate.dev", "admissionpolicies"): CACHED,
     ("tollgate.dev", "clusteradmissionpolicies/status"): STATUS,
     ("tollgate.dev", "admissionpolicies/status"): STATUS,
+    ("tollgate.dev", "policyexceptions"): CACHED,
+    ("tollgate.dev", "clusterpolicyexceptions"): CACHED,
+    ("tollgate.dev", "policyexceptions/status"): STATUS,
+    ("tollgate.dev", "clusterpolicyexceptions/status"): STATUS,
     ("admissionregistration.k8s.io", "validatingwebhookconfigurations"): WEBHOOK_CONFIGS,
     ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): WEBHOOK_CONFIGS,
     # Imported policies (webhook/server/imports.py): read only.
     **{("admissionregistration.k8s.io", r): CACHED for r in (
         "validatingadmissionpolicies", "validatingadmissionpolicybindings", "mutatingadmissionpolicies",
         "mutatingadmissionpolicybindings")},
-    **{("policies.kyverno.io", r): CACHED for r in ("validatingpolicies", "mutatingpolicies")},
+    **{("policies.kyverno.io", r): CACHED for r in ("validatingpolicies", "mutatingpolicies",
+                                                   "namespacedvalidatingpolicies", "namespacedmutatingpolicies")},
 }
 #: Grants that must name their objects: nothing else in the cluster may be touched.
 PINNED_CLUSTER = {
@@ -80,6 +85,10 @@ REQUIRED_CLUSTER: dict[tuple[str, str], frozenset[str]] = {
     ("tollgate.dev", "admissionpolicies"): CACHED,
     ("tollgate.dev", "clusteradmissionpolicies/status"): frozenset({"patch"}),
     ("tollgate.dev", "admissionpolicies/status"): frozenset({"patch"}),
+    ("tollgate.dev", "policyexceptions"): frozenset({"list", "watch"}),
+    ("tollgate.dev", "clusterpolicyexceptions"): frozenset({"list", "watch"}),
+    ("tollgate.dev", "policyexceptions/status"): frozenset({"patch"}),
+    ("tollgate.dev", "clusterpolicyexceptions/status"): frozenset({"patch"}),
     ("admissionregistration.k8s.io", "validatingwebhookconfigurations"): frozenset({"get", "update"}),
     ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): frozenset({"get", "update"}),
     # The imported kinds' informers list and watch every kind they import (webhook.formats.kinds).

@@ -39,3 +39,12 @@ def test_names_and_annotations_read_back() -> None:
     assert import_error(policy()) is None and imported_from({"metadata": []}) is None
     assert imported_name("ValidatingAdmissionPolicy", "a", "b") == "ValidatingAdmissionPolicy/a/b"
     assert imported_name("ValidatingPolicy", "a") == "ValidatingPolicy/a"
+
+
+def test_names_are_injective_and_readable() -> None:
+    # Policy a with binding b/c and policy a/b with binding c (names only a file can hold) are two policies.
+    assert imported_name("ValidatingAdmissionPolicy", "a", "b/c") == "ValidatingAdmissionPolicy/a/b%2Fc"
+    assert imported_name("ValidatingAdmissionPolicy", "a/b", "c") == "ValidatingAdmissionPolicy/a%2Fb/c"
+    assert imported_name("ValidatingPolicy", "a%2Fb") != imported_name("ValidatingPolicy", "a/b")
+    assert imported_name("ValidatingPolicy", "a%2Fb") == "ValidatingPolicy/a%252Fb"
+    assert imported_name("ValidatingAdmissionPolicy", "a.b-c", "d") == "ValidatingAdmissionPolicy/a.b-c/d"

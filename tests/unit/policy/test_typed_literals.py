@@ -129,5 +129,20 @@ def test_deep_nesting_is_one_error_not_a_crash() -> None:
     with pytest.raises(TypedLiteralError, match="nested more than 100 deep"):
         rewrite(deep)
     lists = "Object{a: " + "[" * 2400 + "]" * 2400 + "}"
-    assert rewrite(lists).text.startswith('{"a": [[[')
+    assert rewrite(lists).text.startswith('dyn({"a": [[[')
     assert "recursion limit" in compile_error(lists)
+
+
+@pytest.mark.parametrize(("expression", "expected"), [
+    # kyverno/policies psp-migration-mpol/add-capabilities: a JSONPatch or null, filtered afterwards.
+    ('[true ? JSONPatch{op: "add", path: "/a", value: "b"} : null, false ? JSONPatch{op: "add", path: "/c"} : null]'
+     ".filter(p, p != null)", [{"op": "add", "path": "/a", "value": "b"}]),
+    # castai-mpol/add-castai-removal-disabled: Objects of different shapes are one type, Object.
+    ('false ? Object{spec: Object.spec{template: Object.spec.template{metadata: '
+     'Object.spec.template.metadata{labels: {"a": "b"}}}}} : Object{metadata: Object.metadata{name: "n"}}',
+     {"metadata": {"name": "n"}}),
+    ("true ? Object{} : Object{spec: Object.spec{replicas: 1}}", {}),
+])
+def test_ternaries_over_typed_literals_type_check_as_in_kubernetes(expression: str, expected: Any) -> None:
+    # cel-go: branches of one object type unify, and null is assignable to an object type (checker/types.go).
+    assert value_of(expression) == expected

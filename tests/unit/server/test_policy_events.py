@@ -78,3 +78,43 @@ async def test_a_delete_forgets_the_policy(compiled_on: list[int]) -> None:
     await handler.on_add(policy("true"), False)
     await handler.on_delete(policy("true"))
     assert index.state("p") is None and len(compiled_on) == 1
+
+
+# -- imported policies ---------------------------------------------------------------------------------------
+
+async def test_an_initial_list_after_serving_started_is_compiled_in_a_thread(compiled_on: list[int]) -> None:
+    # A kind discovered later delivers an initial list while reviews are answered: not on the loop then.
+    index = PolicyIndex()
+    await CompileOffLoop(PolicyEventHandler(index), serving=lambda: True).on_add(policy("true"), True)
+    assert len(compiled_on) == 1 and compiled_on[0] != threading.get_ident()
+
+
+async def test_imports_are_converted_in_a_thread_and_filed_in_order(compiled_on: list[int],
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.unit.policy.imports_helpers import vap, vap_binding
+    from webhook.formats.events import ImportEventHandler
+    from webhook.server.policy_events import ImportOffLoop
+
+    index = PolicyIndex()
+    imports = ImportEventHandler([CompileOffLoop(PolicyEventHandler(index))])
+    converted_on: list[int] = []
+    convert = imports.convert
+
+    def recording(sources: Any) -> Any:
+        converted_on.append(threading.get_ident())
+        return convert(sources)
+
+    monkeypatch.setattr(imports, "convert", recording)
+    delivery = ImportOffLoop(imports)
+    await delivery.on_add(vap(), True)
+    await delivery.on_add(vap_binding(), True)  # the initial list: on the loop (nothing is answered yet)
+    assert converted_on == [threading.get_ident()] * 2 and compiled_on == []
+    key = "ValidatingAdmissionPolicy/need-team/need-team-all"
+    state = index.state(key)
+    assert state is not None and state.ready
+    await delivery.on_update(vap(), vap(failurePolicy="Ignore"))
+    assert converted_on[-1] != threading.get_ident() and compiled_on and compiled_on[-1] != threading.get_ident()
+    state = index.state(key)
+    assert state is not None and state.obj["spec"]["failurePolicy"] == "Ignore"
+    await delivery.on_delete(vap_binding())
+    assert index.state(key) is None

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import resource
+import signal
 import socket
 import sys
 from collections import OrderedDict
@@ -59,6 +60,7 @@ from webhook.admission.limits import OutputLimits, bound_decision
 from webhook.admission.review import AdmissionRequest
 from webhook.policy import PolicyIndex, RequestCoordinates, compile_policy
 from webhook.policy.compiler import CompiledPolicy
+from webhook.policy.exceptions import ExceptionCompileResult, ExceptionSet, compile_exception
 from webhook.policy.plan import Plan, build_plan
 
 #: Compiled policies kept per worker (least recently used dropped first).
@@ -129,6 +131,8 @@ class Worker:
         self.recycle_rss_bytes = recycle_rss_bytes
         self.compiled: OrderedDict[str, CompiledPolicy | None] = OrderedDict()
         self.plans: OrderedDict[tuple[Any, ...], Plan] = OrderedDict()
+        #: compiled exceptions by their source object's canonical JSON
+        self.exceptions: dict[bytes, ExceptionCompileResult] = {}
 
     def learn(self, entries: list[PolicyEntry] | list[tuple[str, dict[str, Any]]]) -> None:
         """Compile every policy object sent whose token is new (a broken one is kept with its error)."""
@@ -154,6 +158,20 @@ class Worker:
                 policies.append(policy)
         return policies
 
+    def exception_set(self, sources: list[dict[str, Any]]) -> ExceptionSet:
+        """The exceptions of a review, each source version compiled once (the last 256 versions kept)."""
+        compiled = []
+        for source in sources:
+            key = orjson.dumps(source, option=orjson.OPT_SORT_KEYS)
+            result = self.exceptions.get(key)
+            if result is None:
+                result = self.exceptions[key] = compile_exception(source)
+                while len(self.exceptions) > 256:
+                    del self.exceptions[next(iter(self.exceptions))]
+            if result.exception is not None:
+                compiled.append(result.exception)
+        return ExceptionSet.of(compiled)
+
     def evaluate(self, message: Evaluate) -> AdmissionDecision | Missing:
         """One review: its decision, or the tokens to send again with their objects."""
         self.learn(message.policies)
@@ -162,9 +180,13 @@ class Worker:
             return Missing(missing)
         policies = self.compiled_policies(message.policies)
         request = cast(AdmissionRequest, orjson.loads(message.request_json))
+        exceptions = self.exception_set(message.exceptions)
+        now = message.now
         handler = AdmissionHandler(cast(PolicyIndex, _FixedCandidates(policies, self.plans)),
                                    RemoteLookups(self.sock, message.prefetched),
-                                   max_patch_bytes=self.limits.max_patch_bytes)
+                                   max_patch_bytes=self.limits.max_patch_bytes,
+                                   exceptions=(lambda: exceptions) if exceptions else None,
+                                   clock=(lambda: now) if now is not None else None)
         decision = handler.decide(message.endpoint, request, message.deadline)
         uid = request["uid"]
         return bound_decision(decision, self.limits, lambda e: AdmissionHandler.engine_failed(uid, policies, e))
@@ -210,14 +232,22 @@ def rss_bytes() -> int:
 
 def main(argv: list[str]) -> int:
     """Entry point: ``python -m webhook.admission.isolation.worker FD``."""
+    # Ctrl-C in a terminal signals the whole process group: the server decides when its workers stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     sock = socket.socket(fileno=int(argv[0]))
-    config = recv_frame(sock)
+    try:
+        config = recv_frame(sock)
+    except EOFError:
+        return 0  # the server stopped (e.g. a signal during its start-up) before configuring this worker
     if not isinstance(config, Configure):
         return 2
     logs.setup(config.log_level)  # JSON lines on the inherited stderr, as in the server
     if config.memory_limit_bytes:
         resource.setrlimit(resource.RLIMIT_AS, (config.memory_limit_bytes, config.memory_limit_bytes))
-    send_frame(sock, Ready(os.getpid()))
+    try:
+        send_frame(sock, Ready(os.getpid()))
+    except OSError:
+        return 0  # the server is gone already
     try:
         Worker(sock, config.limits, config.recycle_rss_bytes).serve()
     except MemoryError:

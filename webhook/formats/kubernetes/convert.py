@@ -34,7 +34,9 @@ other than ``v1 ConfigMap`` (Tollgate's params cache), ``paramRef.selector`` (th
 evaluates the policy once per selected object; Tollgate binds one object), ``paramKind`` without a
 binding ``paramRef``, a missing or malformed field, an unknown field, an unsupported
 ``apiVersion``, a library Tollgate lacks (``authorizer``), a binding whose policy is not there, and
-a binding whose ``matchResources`` selects nothing the policy selects.
+a binding whose ``matchResources`` selects nothing the policy selects. Match rules that cannot be read
+(a typo the API server would refuse) select what the readable side selects, every request when neither
+is (``Imported.match_unreadable``): answered per ``failurePolicy``, never selecting nothing.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ from webhook.formats.imported import ConversionError, Imported, Problem, SourceR
 from webhook.formats.kinds import ImportKind
 from webhook.formats.kubernetes.export import BINDING_FIELDS, PARAM_REF_FIELDS, POLICY_FIELDS
 from webhook.formats.libraries import unsupported_calls
-from webhook.formats.matching import Intersection, intersect, parse_match
+from webhook.formats.matching import EVERYTHING, Intersection, MatchResources, intersect, parse_match
 from webhook.policy.provenance import imported_name
 
 __all__ = ["BACKGROUND_ANNOTATION", "convert_binding", "expressions"]
@@ -189,21 +191,34 @@ def _params(policy_spec: dict[str, Any], binding_spec: dict[str, Any], policy: S
 
 
 def _match(policy_spec: dict[str, Any], binding_spec: dict[str, Any], policy: SourceRef, binding: SourceRef
-           ) -> tuple[Intersection | None, list[Problem]]:
+           ) -> tuple[Intersection | None, list[Problem], bool]:
+    """The intersection, its problems, and whether a side was unreadable.
+
+    A side that cannot be read (a typo the API server would refuse: ``operator: Notin``, ``spec: []``,
+    ``matchResources: "x"``) never makes the policy select nothing: the intersection is what the
+    readable side selects (every request when neither is), so those requests are answered per the
+    policy's ``failurePolicy`` (never fail open).
+    """
+    problems: list[Problem] = []
+    constraints: MatchResources | None = None
+    resources: MatchResources | None = None
     try:
         constraints = parse_match(policy_spec.get("matchConstraints"), "spec.matchConstraints", rules_required=True)
     except ConversionError as e:
-        return None, [Problem(policy, e.path, e.message)]
+        problems.append(Problem(policy, e.path, e.message))
     try:
         resources = (parse_match(binding_spec["matchResources"], "spec.matchResources", rules_required=False)
                      if binding_spec.get("matchResources") is not None else None)
     except ConversionError as e:
-        return None, [Problem(binding, e.path, e.message)]
+        problems.append(Problem(binding, e.path, e.message))
+    if problems:
+        return intersect(constraints or EVERYTHING, resources), problems, True
+    assert constraints is not None
     both = intersect(constraints, resources)
     if both is None:
         return None, [Problem(binding, "spec.matchResources", f"selects nothing that {policy}'s "
-                                                              "spec.matchConstraints select")]
-    return both, []
+                                                              "spec.matchConstraints select")], False
+    return both, [], False
 
 
 def convert_binding(kind: ImportKind, binding_obj: dict[str, Any], policy_kind: ImportKind,
@@ -273,7 +288,7 @@ def convert_binding(kind: ImportKind, binding_obj: dict[str, Any], policy_kind: 
         background, found = _background(policy_obj, binding_obj, policy, binding)
         problems += found
         spec["background"] = background
-    both, found = _match(policy_spec, binding_spec, policy, binding)
+    both, found, unreadable = _match(policy_spec, binding_spec, policy, binding)
     problems += found
     if both is not None:
         spec["match"] = both.match
@@ -289,4 +304,5 @@ def convert_binding(kind: ImportKind, binding_obj: dict[str, Any], policy_kind: 
     problems += library_problems(policy_spec, policy, kyverno=False)
     obj = internal_object(name, spec, sources=(policy, binding), problems=problems, carried=(policy_obj, binding_obj),
                           generation=(policy_obj.get("metadata") or {}).get("generation"))
-    return Imported(obj, policy, binding, tuple(problems), tuple(notes), authored_conditions=authored)
+    return Imported(obj, policy, binding, tuple(problems), tuple(notes), authored_conditions=authored,
+                    match_unreadable=unreadable)

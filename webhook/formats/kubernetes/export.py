@@ -18,8 +18,9 @@ and the resource library (Tollgate-only); ``autogen.podControllers``; ``paramRef
 binds the list of matching ConfigMaps, Kubernetes evaluates once per ConfigMap); ``onUnsynced`` other
 than ``Deny`` on a policy that reads a cache; a mutation that returns maps where
 MutatingAdmissionPolicy requires ``Object{...}`` / ``JSONPatch{...}`` literals; typed literals in an
-expression a ValidatingAdmissionPolicy compiles; a policy that is not Ready. ``background: true`` is
-not carried over (the PolicyReports come from Tollgate's audit), which :attr:`Export.notes` says.
+expression a ValidatingAdmissionPolicy compiles; a call to Kyverno's CEL libraries; a policy that is not
+Ready. ``background: true`` is not carried over (the PolicyReports come from Tollgate's audit), which
+:attr:`Export.notes` says.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.policy.cel import ast as celast
-from webhook.policy.cel import typed_literals
+from webhook.policy.cel import library, typed_literals
 from webhook.policy.cel.env import environment
 from webhook.policy.cel.scope import RESOURCE_FUNCTIONS
 from webhook.policy.compiler import compile_policy
@@ -204,6 +205,19 @@ def _resource_calls(expression: str) -> list[str]:
         return []
 
 
+def _kyverno_calls(expression: str) -> list[str]:
+    """Kyverno library functions the expression calls (``image``, ``json.unmarshal``, ``regex.replace``, ...)."""
+    try:
+        checked = environment().compile(expression).checked
+    except RuntimeError:
+        return []
+    if not checked:
+        return []
+    kyverno = library.kyverno_functions()
+    return sorted({n.name for n in celast.decode(checked).root.walk()
+                   if n.kind == "call" and n.name in kyverno and not (n.name == "math.round" and len(n.args) == 1)})
+
+
 def blockers(obj: dict[str, Any]) -> list[Blocker]:
     """Every feature of a Tollgate policy that a ValidatingAdmissionPolicy / MutatingAdmissionPolicy cannot express.
 
@@ -242,6 +256,9 @@ def blockers(obj: dict[str, Any]) -> list[Blocker]:
         functions = _resource_calls(text)
         if functions and not spec.references:
             found.append(Blocker(path, f"{', '.join(functions)} is Tollgate's resource library"))
+        kyverno = _kyverno_calls(text)
+        if kyverno:
+            found.append(Blocker(path, f"{', '.join(kyverno)} is Kyverno's CEL library; Kubernetes' CEL has none"))
         in_mutation = path.startswith("spec.mutations")
         in_variable = path.startswith("spec.variables")
         names = sorted({lit.name.split(".")[0] for lit in typed_literals.rewrite(text).literals})

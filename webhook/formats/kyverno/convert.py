@@ -1,5 +1,10 @@
 """A Kyverno ``policies.kyverno.io`` ValidatingPolicy or MutatingPolicy → a Tollgate policy (pure; no I/O).
 
+Every version (v1, v1beta1, v1alpha1: one spec, see :mod:`webhook.formats.kinds`) and the namespaced
+twins ``NamespacedValidatingPolicy``/``NamespacedMutatingPolicy``, which become an ``AdmissionPolicy`` of
+their namespace: it selects requests of that namespace only and reads (``resource.Get``/``List``) only
+that namespace, as Kyverno confines them.
+
 Kyverno's CEL policies are ValidatingAdmissionPolicy / MutatingAdmissionPolicy specs with their
 binding folded in (Kyverno binds them itself) plus Kyverno's fields
 (``api/policies.kyverno.io/v1beta1``, aliased by v1):
@@ -29,10 +34,15 @@ policy annotations                          ``policies.tollgate.dev/severity``, 
 ``/category``
 ==========================================  ================================================================
 
+A MutatingPolicy's ``matchConditions`` that read ``variables.*`` get those variables bound in with
+``cel.bind`` (Kyverno binds a MutatingPolicy's variables for its matchConditions; a ValidatingPolicy's see
+none, as in Kyverno).
+
 Notes (how a field is honoured differently): ``webhookConfiguration.timeoutSeconds`` (the webhook's
 own timeout applies), ``evaluation.background.interval`` (the background audit's own schedule),
 ``autogen.validatingAdmissionPolicy``/``mutatingAdmissionPolicy`` (Tollgate serves the policy
-itself), ``reinvocationPolicy: IfNeeded`` (invoked once), ``targetMatchConstraints`` without
+itself), ``reinvocationPolicy: IfNeeded`` (invoked once), ``targetMatchConstraints`` and
+``targetMatchConditions`` without
 ``mutateExisting``. Refused (problems): ``evaluation.mode: JSON`` (no admission request),
 ``evaluation.mutateExisting.enabled`` (Tollgate never mutates stored objects), a Kyverno library
 Tollgate lacks, a ``resource.Get``/``List`` with a computed apiVersion or resource, an unknown
@@ -47,7 +57,7 @@ from webhook.formats.common import (
     check_fields,
     check_version,
     internal_object,
-    name_of,
+    source_ref,
     spec_of,
     validation_actions,
 )
@@ -57,14 +67,16 @@ from webhook.formats.kubernetes.convert import expressions, library_problems
 from webhook.formats.libraries import resource_reads
 from webhook.formats.matching import intersect as intersect_match
 from webhook.formats.matching import parse_match
+from webhook.policy.cel.rewrites import inline_variables, referenced_variables
 from webhook.policy.provenance import imported_name
 
 __all__ = ["AUTOGEN_CONDITION", "KYVERNO_CONTROLLERS", "convert_kyverno"]
 
 _VALIDATING_FIELDS = ("matchConstraints", "validations", "failurePolicy", "auditAnnotations", "matchConditions",
                       "variables", "autogen", "validationActions", "webhookConfiguration", "evaluation")
-_MUTATING_FIELDS = ("matchConstraints", "failurePolicy", "targetMatchConstraints", "matchConditions", "variables",
-                    "autogen", "mutations", "webhookConfiguration", "evaluation", "reinvocationPolicy")
+_MUTATING_FIELDS = ("matchConstraints", "failurePolicy", "targetMatchConstraints", "targetMatchConditions",
+                    "matchConditions", "variables", "autogen", "mutations", "webhookConfiguration", "evaluation",
+                    "reinvocationPolicy")
 _COPIED = ("matchConditions", "variables", "validations", "auditAnnotations", "mutations")
 
 #: Kyverno's pod controllers (``pkg/cel/autogen/config.go``): resource → (group, resource) of the request.
@@ -169,9 +181,10 @@ def _evaluation(spec: dict[str, Any], kind: ImportKind, source: SourceRef, probl
         if _flag(spec, ("evaluation", "mutateExisting", "enabled"), False, source, problems):
             problems.append(Problem(source, "spec.evaluation.mutateExisting.enabled",
                                     "Tollgate never mutates stored objects, only admission requests"))
-        elif spec.get("targetMatchConstraints") is not None:
-            notes.append(Problem(source, "spec.targetMatchConstraints", "ignored (it selects what mutateExisting "
-                                                                         "mutates, which is off)"))
+        else:
+            notes += [Problem(source, f"spec.{field}", "ignored (it selects what mutateExisting mutates, which is "
+                                                       "off)")
+                      for field in ("targetMatchConstraints", "targetMatchConditions") if spec.get(field) is not None]
         if not admission:
             problems.append(Problem(source, "spec.evaluation.admission.enabled",
                                     "false: a MutatingPolicy that does not mutate admission requests only mutates "
@@ -200,13 +213,44 @@ def _notes(spec: dict[str, Any], kind: ImportKind, source: SourceRef) -> list[Pr
     return notes
 
 
+def _conditions_with_variables(spec: dict[str, Any]) -> list[Any] | None:
+    """A MutatingPolicy's ``matchConditions`` with the ``variables.*`` they read bound in (None: none read any).
+
+    Kyverno evaluates a MutatingPolicy's matchConditions with the policy's variables bound lazily
+    (``pkg/cel/policies/mpol/compiler/policy.go``: ``appendVariables`` before ``match``; ``compiler.go``
+    compiles the variables first); a ValidatingPolicy compiles its matchConditions before its variables,
+    so there they stay undeclared. Tollgate's matchConditions see no variables (as ValidatingAdmissionPolicy's),
+    so each variable a condition reads is bound in its expression, once and lazily, with ``cel.bind``
+    (:func:`webhook.policy.cel.rewrites.inline_variables`); an error in a variable is the condition's error,
+    answered per failurePolicy as Kyverno answers it.
+    """
+    conditions, variables = spec.get("matchConditions"), spec.get("variables")
+    if not isinstance(conditions, list) or not isinstance(variables, list):
+        return None
+    if not any(isinstance(c, dict) and isinstance(c.get("expression"), str)
+               and referenced_variables(c["expression"]) for c in conditions):
+        return None
+    inlined: dict[str, str] = {}
+    for v in variables:
+        if isinstance(v, dict) and isinstance(v.get("name"), str) and isinstance(v.get("expression"), str):
+            text = inline_variables(v["expression"], inlined)
+            if text is not None:
+                inlined[v["name"]] = text
+    out: list[Any] = []
+    for c in conditions:
+        text = c.get("expression") if isinstance(c, dict) else None
+        bound = inline_variables(text, inlined) if isinstance(text, str) and referenced_variables(text) else None
+        out.append({**c, "expression": bound} if bound is not None else c)
+    return out
+
+
 def convert_kyverno(kind: ImportKind, obj: dict[str, Any]) -> Imported:
     """A Kyverno ValidatingPolicy or MutatingPolicy as a Tollgate policy (see the module docstring's table).
 
     Returns:
         The :class:`Imported` policy: with problems, its object carries them and is not Ready.
     """
-    source = SourceRef(kind.kind, name_of(obj))
+    source = source_ref(kind, obj)
     spec_in = spec_of(obj)
     problems = check_version(kind, obj, source) + check_fields(
         spec_in, _MUTATING_FIELDS if kind.mutating else _VALIDATING_FIELDS, source)
@@ -246,6 +290,9 @@ def convert_kyverno(kind: ImportKind, obj: dict[str, Any]) -> Imported:
         if field in spec_in:
             spec[field] = spec_in[field]
     authored = spec_in.get("matchConditions")
+    bound = _conditions_with_variables(spec_in) if kind.mutating else None
+    if bound is not None:
+        spec["matchConditions"] = authored = bound
     if conditions and isinstance(authored, list | None):
         spec["matchConditions"] = [*(authored or []), *conditions]
     problems += library_problems(spec_in, source, kyverno=True)
@@ -259,6 +306,7 @@ def convert_kyverno(kind: ImportKind, obj: dict[str, Any]) -> Imported:
     annotations: dict[str, Any] = raw_annotations if isinstance(raw_annotations, dict) else {}
     severity = {ours: str(annotations[theirs]) for theirs, ours in _SEVERITY.items() if theirs in annotations}
     internal = internal_object(imported_name(kind.kind, source.name), spec, sources=(source,), problems=problems,
-                               carried=(obj,), extra_annotations=severity, generation=meta.get("generation"))
+                               carried=(obj,), extra_annotations=severity, generation=meta.get("generation"),
+                               namespace=source.namespace)
     return Imported(internal, source, None, tuple(problems), tuple(notes),
                     authored_conditions=len(authored) if isinstance(authored, list) else 0)

@@ -7,12 +7,14 @@ One :class:`PolicyEnv` (see ``docs/design/cel.md`` and "CEL environment" in
 * cel-cpp's own extensions, enabled natively through the environment's YAML config
   (:data:`CONFIG_YAML`): ext lists (``lists.range``, ``sort``, ``sortBy``, ``distinct``, ``flatten``,
   ``reverse``, ``slice``, ``first``, ``last``), ext sets, ext strings, two-variable comprehensions,
-  optional types, ``cel.bind``, math and encoders;
-* the Kubernetes libraries cel-cpp lacks, in Python (:mod:`webhook.policy.cel.library`);
+  optional types, ``cel.bind``, math and encoders, and regex (``regex.replace``/``extract``/``extractAll``,
+  which Kyverno's environment has: ``kyverno/kyverno`` ``pkg/cel/compiler/env.go`` ``ext.Regex``);
+* the Kubernetes libraries cel-cpp lacks and Kyverno's that need no network, in Python
+  (:mod:`webhook.policy.cel.library`);
 * source rewrites and compile-time validators for what neither can express
   (:mod:`webhook.policy.cel.rewrites`, :mod:`webhook.policy.cel.validators`): ``has()`` with cel-go's
-  semantics, optionals returned by the format library, a bound on ``lists.range``, and Kubernetes'
-  literal/homogeneity validators.
+  semantics, optionals returned by the format library, a bound on ``lists.range``, ``orValue`` on a value
+  that is not optional (cel-go returns it), and Kubernetes' literal/homogeneity validators.
 
 ``variables``, ``params`` and the resource library reach the policy being evaluated through
 :mod:`webhook.policy.cel.scope`. The environment is built on first use (:func:`environment`), not
@@ -36,7 +38,7 @@ from webhook.policy.cel import library, rewrites, scope, typed_literals, validat
 from webhook.policy.cel import optimize as celopt
 from webhook.policy.cel.library import comprehensions
 from webhook.policy.cel.library._decl import LibraryError, T
-from webhook.policy.cel.rewrites import rewrite_source
+from webhook.policy.cel.rewrites import rewrite_or_value, rewrite_source
 from webhook.policy.cel.scope import RESOURCE_FUNCTIONS
 
 __all__ = [
@@ -74,6 +76,7 @@ extensions:
     version: latest
   - name: math
   - name: optional
+  - name: regex
   - name: sets
   - name: strings
   - name: two-var-comprehensions
@@ -246,6 +249,8 @@ class PolicyEnv:
         # the author's text (``literals.source_offset``).
         base = literals.text
         source = rewrite_source(base)
+        if disable_check:
+            source = rewrite_or_value(source)  # no types: every orValue dispatches at run time
         try:
             program = self.env.compile(source, disable_check=disable_check)
         except RuntimeError as e:
@@ -259,6 +264,18 @@ class PolicyEnv:
         checked_type = program.return_type()
         serialized = program.serialize()
         ast = celast.decode(serialized)
+        if not disable_check and "orValue" in source:
+            # cel-go's orValue on a value that is not optional returns it (rewrites.rewrite_or_value); only
+            # receivers the checker could not type as optional need the run-time dispatch.
+            untyped = frozenset(ast.offsets.get(n.id, -1) for n in ast.root.walk()
+                                if n.kind == "call" and n.name == "orValue" and n.target is not None
+                                and not ast.type_of(n.target).startswith("optional_type"))
+            rewritten = rewrite_or_value(source, untyped) if untyped else source
+            if rewritten != source:
+                source = rewritten
+                program = self.env.compile(source)
+                serialized = program.serialize()
+                ast = celast.decode(serialized)
         if not disable_check:
             # Report positions in the author's text when the unrewritten source type-checks too.
             checked_ast, in_base = ast, source == base

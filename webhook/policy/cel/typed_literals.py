@@ -7,9 +7,15 @@ Kubernetes declares, for a MutatingAdmissionPolicy's expressions, the object typ
 protobuf descriptors (``descriptor_pool``) cannot describe ``Object``'s open set of fields, so each
 typed literal is rewritten into the map literal it evaluates to, before compiling::
 
-    Object{spec: Object.spec{replicas: 3}}     →  {"spec": {"replicas": 3}}
-    JSONPatch{op: "add", path: p, value: v}     →  {"op": "add", "path": p, "value": v}
-    Object.metadata{?labels: optional.of(m)}   →  {?"labels": optional.of(m)}
+    Object{spec: Object.spec{replicas: 3}}     →  dyn({"spec": dyn({"replicas": 3})})
+    JSONPatch{op: "add", path: p, value: v}     →  dyn({"op": "add", "path": p, "value": v})
+    Object.metadata{?labels: optional.of(m)}   →  dyn({?"labels": optional.of(m)})
+
+Each map literal is typed ``dyn``, as each typed literal has one object type in Kubernetes whatever fields
+it sets: ``c ? Object{spec: ...} : Object{}`` and ``c ? JSONPatch{...} : null`` type-check as in cel-go,
+where both branches are ``Object`` (or ``JSONPatch``) and ``null`` is assignable to an object type
+(``checker/types.go`` ``isLegacyNullable``: struct kinds are nullable). A map literal's type would be its
+keys' and values' (``map(string, string)`` against ``null_type``: no matching overload for ``_?_:_``).
 
 The rewrite keeps a map from every character of its output back to the author's text, so a compile
 error in the rewritten text is reported at the author's line and column
@@ -219,7 +225,9 @@ class _Parser:
         if self.depth >= MAX_DEPTH:
             raise TypedLiteralError(start, f"typed literals nested more than {MAX_DEPTH} deep")
         self.depth += 1
-        self.edits.append((start, toks[brace].start, ""))
+        # ``dyn(`` … ``)``: a typed literal has one object type, whatever fields it sets (see the module docstring).
+        self.edits.append((start, toks[brace].start, "dyn("))
+        self.edits.append((toks[close].end, toks[close].end, ")"))
         names: list[str] = []
         children: list[tuple[str, int, int]] = []  # (field, first value token, end value token)
         j = brace + 1

@@ -8,6 +8,8 @@ per-policy path, so messages, warnings and failurePolicy are unchanged
 
 from __future__ import annotations
 
+from time import perf_counter
+
 from webhook.policy import lookups as caches
 from webhook.policy.engine.context import RequestContext
 from webhook.policy.matching import View
@@ -51,8 +53,13 @@ def _memo_unions(plan: Plan, ctx: RequestContext, memo: DecisionMemo, tried: dic
     return answered, missed
 
 
-def fused_passes(plan: Plan, ctx: RequestContext, memo: DecisionMemo | None) -> dict[int, PolicyResult]:
+def fused_passes(plan: Plan, ctx: RequestContext, memo: DecisionMemo | None,
+                 durations: dict[str, float] | None = None) -> dict[int, PolicyResult]:
     """Pass results of every compiled fused group whose program is ``true`` (see :mod:`webhook.policy.plan`).
+
+    With ``durations``, each group that passes adds its program's time, shared equally, to each policy it
+    decided (keyed by label); a group that does not pass costs its policies nothing here (they are then
+    evaluated, and timed, one by one).
 
     With a ``memo``, a group whose program's value depends only on ``object``/``oldObject`` and fields it
     selects of ``request``/``namespaceObject`` is looked up there first by exactly what it reads
@@ -86,6 +93,7 @@ def fused_passes(plan: Plan, ctx: RequestContext, memo: DecisionMemo | None) -> 
                 _pass(group, passes)
                 passed.add(i)
                 continue
+        started = perf_counter()
         try:
             value = group.program.eval(ctx.activation(group.view)).plain_value()
         except RuntimeError:  # the iteration budget: decide per policy
@@ -93,6 +101,10 @@ def fused_passes(plan: Plan, ctx: RequestContext, memo: DecisionMemo | None) -> 
         if value is True:
             _pass(group, passes)
             passed.add(i)
+            if durations is not None:
+                share = (perf_counter() - started) / len(group.passes)
+                for result in group.passes:
+                    durations[result.policy] = durations.get(result.policy, 0.0) + share
             if memo is not None and key is not None:
                 memo.remember(group.serial, key)
     if memo is not None:

@@ -14,6 +14,7 @@ API server's structured merge (:mod:`webhook.policy.merge`: list-map keys, sets,
 from __future__ import annotations
 
 from collections.abc import Sequence
+from time import perf_counter
 from typing import Any
 
 import jsonpatch
@@ -129,6 +130,7 @@ def evaluate_mutating(request: dict[str, Any], policies: Sequence[CompiledPolicy
     for policy, view in mutation_order(plan.entries):
         if not policy.mutating:
             continue
+        started = perf_counter()
         prepared = prepare(policy, view, ctx)
         if prepared is None:
             continue
@@ -144,6 +146,7 @@ def evaluate_mutating(request: dict[str, Any], policies: Sequence[CompiledPolicy
                 current = mutated
         else:
             result = prepared
+        out.durations[result.policy] = out.durations.get(result.policy, 0.0) + perf_counter() - started
         out.results.append(result)
         record(result, out.warnings, None)
         if result.denies:
