@@ -212,6 +212,18 @@ def _m_to_work(p: _MPoly) -> Work:
     return out
 
 
+def _m_to_growth(p: _MPoly) -> Poly:
+    """Like :func:`_m_to_poly`, but a count of the input's own collections (C) is not growth.
+
+    A value repeated per container is bounded per request by the work budget (building it costs its size).
+    """
+    out: Poly = {}
+    for m, c in p.items():
+        degree = sum(m) - (m[1] if len(m) > 1 else 0)
+        out[degree] = max(out.get(degree, 0), c)
+    return out
+
+
 def _m_to_poly(p: _MPoly) -> Poly:
     out: Poly = {}
     for m, c in p.items():
@@ -274,14 +286,23 @@ def _entries(bound: Bound) -> _MPoly:
     return bound.size if in_element else bound.count
 
 
+def _parts(count: _MPoly) -> int:
+    """How many of the input's own values a structural count stands for (``2·C``: two, as ``s + t``)."""
+    return sum(c for m, c in count.items() if m)
+
+
 def _copied(bound: Bound) -> _MPoly:
-    """What concatenating ``bound`` copies: S characters or C entries of the input's own data, else its size."""
-    return _m_add(_M_STRING, _M_COUNT) if _structural(bound.count) else bound.size
+    """What concatenating ``bound`` copies: S characters or C entries per input value it joins, else its size."""
+    if bound.count is not None and _structural(bound.count):
+        return _m_scale(_m_add(_M_STRING, _M_COUNT), _parts(bound.count))
+    return bound.size
 
 
 def _scanned(bound: Bound) -> _MPoly:
-    """The bytes a string function scans in ``bound``: S for one of the input's own strings, else its size."""
-    return _M_STRING if _structural(bound.count) else bound.size
+    """The bytes a string function scans in ``bound``: S for each input string it joins, else its size."""
+    if bound.count is not None and _structural(bound.count):
+        return _m_scale(_M_STRING, _parts(bound.count))
+    return bound.size
 
 
 def _ceil_tenth(p: _MPoly) -> _MPoly:
@@ -642,6 +663,10 @@ NATIVE_RULES: Mapping[str, Rule] = {
     "lists.range": Rule(_range_cost, _range),
     **dict.fromkeys(("sets.contains", "sets.intersects", "sets.equivalent"), Rule(_pairwise, scalar)),
     "cel.@mapInsert": Rule(Fixed(130), _map_insert),
+    # ext regex (cel-go's, in Kyverno's environment): RE2 scans linearly; replace and extractAll build.
+    "regex.replace": _REPLACE,
+    "regex.extract": Rule(scan, largest),
+    "regex.extractAll": Rule(Builds(scan, _split), _split),
 }
 
 #: Macros: cel-cpp expands them into comprehensions (``all``, ``map``, ``cel.bind``, ...) or selects (``has``);
@@ -668,6 +693,14 @@ PYTHON_MATCH = Rule(Python(1), Plus(1))
 PYTHON_MESSAGES = Rule(Python(), Plus(2048, 8))
 #: Constant values (``format.dns1123Label()``).
 PYTHON_CONSTANT = Rule(Python(), Plus(64))
+#: A digest's hex text (``sha256``: 64 characters; 128 bounds every digest), whatever the input.
+PYTHON_DIGEST = Rule(Python(), Plus(128))
+#: A decoded certificate or request (``x509.decode``): its fields, hex-encoded at most twice the DER, itself at
+#: most the PEM text; 4 × the text and 1 KiB of field names.
+PYTHON_DECODED = Rule(Python(), Plus(1024, 4))
+#: ``yaml.parse``: at most twice the text and 100,000 expanded nodes (kyverno_yaml's MAX_NODES). Not sound for
+#: a long string aliased many times (at most MAX_ALIASES aliases; the nodes cap bounds the rest).
+PYTHON_PARSED_YAML = Rule(Python(), Plus(100_000, 2))
 #: ``resource.Get/List/ByIndex`` return cached objects: sized like the input (the cache is not measured per
 #: request; a follow-up of issue 29 bounds it).
 PYTHON_OBJECT = Rule(Python(), _input_sized)
@@ -701,6 +734,7 @@ def estimate(ast: CheckedAst, rules: Mapping[str, Rule] | None = None,
     """
     table = NATIVE_RULES if rules is None else rules
     worst: Poly = {}
+    growth: Poly = {}
     known = variables or {}
     unknown: list[str] = []
     #: Each enclosing comprehension's iteration variable → (the range it iterates, the element's bound).
@@ -708,7 +742,7 @@ def estimate(ast: CheckedAst, rules: Mapping[str, Rule] | None = None,
 
     def walk(node: Node, env: Mapping[str, Bound], depth: int) -> tuple[Bound, _MPoly]:
         """``(bound, work)`` of ``node`` inside ``depth`` enclosing comprehensions."""
-        nonlocal worst
+        nonlocal worst, growth
         kind = node.kind
         work: _MPoly = _M_ONE
         bound: Bound
@@ -725,7 +759,9 @@ def estimate(ast: CheckedAst, rules: Mapping[str, Rule] | None = None,
                 bound = Bound(_M_INPUT if node.name in _INPUTS else _M_ONE, None)
         elif kind == "select" and node.target is not None:  # (a select always has its operand)
             if node.target.kind == "ident" and node.target.name == "variables" and "variables" not in env:
-                bound = known.get(node.name, Bound(_M_INPUT, None))
+                # Unknown here (compiled alone): as large as the input; the compiler estimates again with the
+                # bounds of the policy's variables (webhook.policy.compiler) and refuses what they make grow.
+                bound = known.get(node.name, Bound(_M_INPUT, _M_COUNT))
                 work = _m_add(work, _M_ONE)
             else:
                 target, target_work = walk(node.target, env, depth)
@@ -751,6 +787,7 @@ def estimate(ast: CheckedAst, rules: Mapping[str, Rule] | None = None,
         # list(int) while it builds strings. A call's size is its rule's (``size()`` and comparisons are scalar).
         # Sizes are judged against the input's bytes: an element is at most the whole input.
         worst = _max(worst, _m_to_poly(bound.size))
+        growth = _max(growth, _m_to_growth(bound.size))
         return bound, work
 
     def _comprehension(node: Node, env: Mapping[str, Bound], depth: int) -> tuple[Bound, _MPoly]:
@@ -822,15 +859,15 @@ def estimate(ast: CheckedAst, rules: Mapping[str, Rule] | None = None,
 
     root, root_work = walk(ast.root, {}, 0)
     result = Estimate(worst, work=_m_to_work(root_work), value=root)
-    degree = max(worst, default=0)
+    degree = max(growth, default=0)
     if unknown:
         result.error = (f"no cost rule for function {unknown[0]!r}: Tollgate cannot bound its evaluation "
                         "(webhook/policy/cel/cost.py)")
     elif degree >= 2:
         result.error = ("expression may build a value that grows faster than its input (e.g. "
                         "s.replace(x, s)); Tollgate rejects super-linear growth")
-    elif worst.get(1, 0) > MAX_GROWTH:
-        result.error = (f"expression may build a value {worst[1]} times the size of its input (e.g. a map or join "
+    elif growth.get(1, 0) > MAX_GROWTH:
+        result.error = (f"expression may build a value {growth[1]} times the size of its input (e.g. a map or join "
                         f"repeating it, nested cel.bind doubling a string); the limit is {MAX_GROWTH}")
     return result
 

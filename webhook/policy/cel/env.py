@@ -190,6 +190,8 @@ class PolicyEnv:
         #: Each function's cost and result-size rule: cel-cpp's native ones and each Python declaration's
         #: (:func:`webhook.policy.cel.cost.rule_table`).
         self.rules = celcost.rule_table({d.name: d.rule for d in declared})
+        #: Names of the functions implemented in Python (``string`` also names cel-cpp's native conversions).
+        self.python_functions = frozenset(d.name for d in declared) - {"string"}
         self.env = cel.NewEnv(config=cel.NewEnvConfigFromYaml(CONFIG_YAML), variables=variables,
                               extensions=[cel.CelExtension("tollgate_kubernetes", python_library)])
         self.twin = cel.NewEnv(config=cel.NewEnvConfigFromYaml(_TWIN_YAML), variables=variables,
