@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+from webhook.policy.cel.cost import PYTHON_PART, PYTHON_SCALAR
 from webhook.policy.cel.library._decl import LibraryError, T, member
 
 #: Element types the comparison functions accept, as the checker names them.
@@ -141,13 +142,13 @@ def _sum_duration(items: list[Any]) -> datetime.timedelta:
 def _typed_declarations() -> list[Any]:
     dl = T.List(T.DYN)
     return [
-        member("__tg_sum_double", "tg_list_sum_double", T.DOUBLE, [dl], _sum_double),
-        member("__tg_sum_uint", "tg_list_sum_uint", T.UINT, [dl], list_sum),
-        member("__tg_sum_duration", "tg_list_sum_duration", T.DURATION, [dl], _sum_duration),
-        member("__tg_min_duration", "tg_list_min_duration", T.DURATION, [dl], list_min),
-        member("__tg_max_duration", "tg_list_max_duration", T.DURATION, [dl], list_max),
-        member("__tg_min_timestamp", "tg_list_min_timestamp", T.TIMESTAMP, [dl], list_min),
-        member("__tg_max_timestamp", "tg_list_max_timestamp", T.TIMESTAMP, [dl], list_max),
+        member("__tg_sum_double", "tg_list_sum_double", T.DOUBLE, [dl], _sum_double, rule=PYTHON_SCALAR),
+        member("__tg_sum_uint", "tg_list_sum_uint", T.UINT, [dl], list_sum, rule=PYTHON_SCALAR),
+        member("__tg_sum_duration", "tg_list_sum_duration", T.DURATION, [dl], _sum_duration, rule=PYTHON_SCALAR),
+        member("__tg_min_duration", "tg_list_min_duration", T.DURATION, [dl], list_min, rule=PYTHON_SCALAR),
+        member("__tg_max_duration", "tg_list_max_duration", T.DURATION, [dl], list_max, rule=PYTHON_SCALAR),
+        member("__tg_min_timestamp", "tg_list_min_timestamp", T.TIMESTAMP, [dl], list_min, rule=PYTHON_SCALAR),
+        member("__tg_max_timestamp", "tg_list_max_timestamp", T.TIMESTAMP, [dl], list_max, rule=PYTHON_SCALAR),
     ]
 
 
@@ -156,11 +157,11 @@ def declarations() -> list[Any]:
     dl = T.List(T.DYN)
     return [
         *_typed_declarations(),
-        member("isSorted", "tg_list_is_sorted", T.BOOL, [dl], is_sorted),
-        member("sum", "tg_list_sum", T.DYN, [dl], list_sum),
-        member("min", "tg_list_min", T.DYN, [dl], list_min),
-        member("max", "tg_list_max", T.DYN, [dl], list_max),
-        member("indexOf", "tg_list_index_of", T.INT, [dl, T.DYN], index_of),
-        member("lastIndexOf", "tg_list_last_index_of", T.INT, [dl, T.DYN], last_index_of),
-        member("includes", "tg_list_includes", T.BOOL, [T.DYN, T.DYN], includes),
+        member("isSorted", "tg_list_is_sorted", T.BOOL, [dl], is_sorted, rule=PYTHON_SCALAR),
+        member("sum", "tg_list_sum", T.DYN, [dl], list_sum, rule=PYTHON_SCALAR),
+        member("min", "tg_list_min", T.DYN, [dl], list_min, rule=PYTHON_PART),
+        member("max", "tg_list_max", T.DYN, [dl], list_max, rule=PYTHON_PART),
+        member("indexOf", "tg_list_index_of", T.INT, [dl, T.DYN], index_of, rule=PYTHON_SCALAR),
+        member("lastIndexOf", "tg_list_last_index_of", T.INT, [dl, T.DYN], last_index_of, rule=PYTHON_SCALAR),
+        member("includes", "tg_list_includes", T.BOOL, [T.DYN, T.DYN], includes, rule=PYTHON_SCALAR),
     ]
