@@ -36,6 +36,10 @@ class Metrics:
         self.policy_durations = PolicyDurationCollector()
         r.register(self.policy_durations)
         self.policies_ready = Gauge("tollgate_policies", "Known policies by readiness", ["ready"], registry=r)
+        self.exceptions_applied = Counter(
+            "tollgate_policy_exceptions_applied_total",
+            "Requests a PolicyException exempted from a policy (result skip, or fail under mode Audit)",
+            ["policy", "exception", "result"], registry=r)
         self.local_file_errors = Gauge(
             "tollgate_local_file_errors",
             "--local files that do not parse or violate their schema (their last good objects keep serving)",

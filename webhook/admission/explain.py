@@ -18,8 +18,13 @@ Namespace labels. So the route is guarded more than a review:
 * size-limited: bodies over :data:`MAX_BODY_BYTES` are refused (413);
 * budgeted: a request whose explanation is estimated over the work budget
   (:func:`webhook.policy.explain.explain_work` against the inline budget, :mod:`webhook.policy.budget`)
-  is refused before anything is evaluated (413, with the estimate and the budget); within it the
-  explanation is computed on the event loop, as an inline review is.
+  is refused before anything is evaluated (413, with the estimate and the budget); what the evaluation
+  leaves of it pays for splitting expressions and compiling their operands
+  (:func:`webhook.policy.explain.operand_work`: operands beyond it are listed without a value);
+* off the event loop: the explanation (compiling operands, evaluating, rendering) runs in a thread, one
+  at a time, as policies are compiled (:mod:`webhook.server.policy_events`): it is mostly Python, so
+  the loop gets the GIL back every switch interval (5 ms) and reviews and probes are answered meanwhile.
+  Its cache reads run on the loop (:class:`LoopLookups`), where the informers write.
 
 Errors are ``metav1.Status`` JSON with a one-line message; 503 until the policy caches have synced.
 """
@@ -27,7 +32,9 @@ Errors are ``metav1.Status`` JSON with a one-line message; 503 until the policy 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, cast
@@ -38,17 +45,19 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
 from webhook.admission.handler import AdmissionHandler
+from webhook.admission.isolation.messages import LOOKUP_METHODS
 from webhook.admission.review import ReviewError, parse_review
 from webhook.admission.server import DEFAULT_TIMEOUT, asks_for_client_certificate, peer_certificate
 from webhook.metrics import Metrics
 from webhook.policy.budget import INLINE_WORK_BUDGET, OverBudget
 from webhook.policy.compiler import CompiledPolicy
 from webhook.policy.explain import explain, render_explanation
-from webhook.policy.lookups import POLICIES
+from webhook.policy.explain.trace import Explanation
+from webhook.policy.lookups import POLICIES, Lookups
 from webhook.policy.request import RequestCoordinates
 from webhook.policy.vocabulary import API_VERSION, Endpoint
 
-__all__ = ["BURST", "MAX_BODY_BYTES", "PATH", "RATE", "ExplainEndpoint", "TokenBucket"]
+__all__ = ["BURST", "MAX_BODY_BYTES", "PATH", "RATE", "ExplainEndpoint", "LoopLookups", "TokenBucket"]
 
 log = logging.getLogger("tollgate.explain")
 
@@ -89,6 +98,45 @@ class TokenBucket:
         return (1 - self._tokens) / self.rate
 
 
+class LoopLookups:
+    """The server's caches read from another thread: each :class:`Lookups` call runs on the event loop.
+
+    The informers write their stores on the loop; a thread that iterated one meanwhile could see it change
+    size. A call from the loop's own thread runs directly.
+
+    Args:
+        lookups: the caches (read on the loop only).
+        loop: the server's event loop.
+        timeout: seconds a call waits for the loop (:class:`TimeoutError` after).
+    """
+
+    def __init__(self, lookups: Lookups, loop: asyncio.AbstractEventLoop, timeout: float) -> None:
+        self._lookups = lookups
+        self._loop = loop
+        self._timeout = timeout
+        self._loop_thread = threading.get_ident()
+
+    def __getattr__(self, method: str) -> Callable[..., Any]:
+        if method not in LOOKUP_METHODS:
+            raise AttributeError(method)
+        target = getattr(self._lookups, method)
+        return lambda *args: self._call(target, args)
+
+    def _call(self, target: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+        if threading.get_ident() == self._loop_thread:
+            return target(*args)
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                future.set_result(target(*args))
+            except Exception as e:  # noqa: BLE001 - re-raised in the explaining thread
+                future.set_exception(e)
+
+        self._loop.call_soon_threadsafe(run)
+        return future.result(self._timeout)
+
+
 class ExplainEndpoint:
     """The ``/explain`` route over the admission handler's index and caches.
 
@@ -114,6 +162,7 @@ class ExplainEndpoint:
         self.limiter = limiter or TokenBucket(RATE, BURST)
         self.require_client_certificate = require_client_certificate
         self.timeout = timeout
+        self._one_at_a_time = asyncio.Semaphore(1)
 
     def routes(self) -> list[web.RouteDef]:
         """``POST /explain``."""
@@ -198,9 +247,12 @@ class ExplainEndpoint:
         policies = self._policies(request, RequestCoordinates.of(req))
         if isinstance(policies, web.Response):
             return policies
+        text = request.query.get("format") == "text" or (
+            "text/plain" in request.headers.get("Accept", "") and "json" not in request.headers.get("Accept", ""))
+        note = "only the policies named by ?policy= are explained: the decision is theirs alone" \
+            if request.query.getall("policy", []) else ""
         try:
-            explanation = explain(endpoint, req, policies, self.handler.lookups,
-                                  deadline=time.monotonic() + self.timeout, work_budget=self.work_budget)
+            answer = await self._off_loop(endpoint, req, policies, note, text)
         except OverBudget as e:
             return self._reject(413, f"explaining this request is estimated at {e.work:,} units of work, over the "
                                      f"budget of {e.budget:,} (an explanation evaluates every expression and the "
@@ -208,11 +260,35 @@ class ExplainEndpoint:
         except Exception as e:  # logged with its traceback; the client gets one line
             log.exception("explain failed", extra={"uid": req.get("uid")})
             return self._reject(500, f"tollgate: explaining failed: {type(e).__name__}: {e}"[:300])
-        if request.query.getall("policy", []):
-            explanation.note = "only the policies named by ?policy= are explained: the decision is theirs alone"
         log.info("explained", extra={"uid": req.get("uid"), "endpoint": endpoint, "policies": len(policies)})
-        if request.query.get("format") == "text" or (
-                "text/plain" in request.headers.get("Accept", "") and "json" not in request.headers.get("Accept", "")):
-            return web.Response(text=render_explanation(explanation), content_type="text/plain")
-        body_out = {"apiVersion": API_VERSION, "kind": "Explanation", **explanation.as_dict()}
-        return web.Response(body=orjson.dumps(body_out), content_type="application/json")
+        if text:
+            return web.Response(text=answer.decode(), content_type="text/plain")
+        return web.Response(body=answer, content_type="application/json")
+
+    async def _off_loop(self, endpoint: str, req: dict[str, Any], policies: list[CompiledPolicy], note: str,
+                        text: bool) -> bytes:
+        """The explanation's body, computed in a thread (one explanation at a time); its cache reads on the loop.
+
+        Raises:
+            OverBudget: estimated over ``work_budget`` (nothing evaluated).
+        """
+        loop = asyncio.get_running_loop()
+        lookups = cast(Lookups, LoopLookups(self.handler.lookups, loop, self.timeout))
+
+        def compute() -> bytes:
+            explanation: Explanation = explain(endpoint, req, policies, lookups,
+                                               deadline=time.monotonic() + self.timeout, work_budget=self.work_budget)
+            explanation.note = note
+            if text:
+                return render_explanation(explanation).encode()
+            return orjson.dumps({"apiVersion": API_VERSION, "kind": "Explanation", **explanation.as_dict()})
+
+        await self._one_at_a_time.acquire()
+        try:
+            future = loop.run_in_executor(None, compute)
+        except BaseException:
+            self._one_at_a_time.release()
+            raise
+        # Released when the thread is done, even if this request is cancelled first (the thread runs on).
+        future.add_done_callback(lambda _f: self._one_at_a_time.release())
+        return await asyncio.shield(future)

@@ -10,7 +10,9 @@ failurePolicy instead of Tollgate admitting what no policy has seen.
 
 from __future__ import annotations
 
+import datetime
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -41,6 +43,7 @@ from webhook.policy import (
 from webhook.policy.budget import OverBudget
 from webhook.policy.compiler import CompiledPolicy
 from webhook.policy.engine import label
+from webhook.policy.exceptions import EXCEPTIONS_ANNOTATION_KEY, ExceptionSet, exceptions_annotation
 from webhook.policy.lookups import POLICIES, Lookups
 from webhook.policy.memo import DecisionMemo
 from webhook.policy.plan import Plan
@@ -58,6 +61,8 @@ class AdmissionDecision:
     results: tuple[PolicyResult, ...]
     #: ``(policy label, seconds)`` of each policy evaluated (the engine's ``durations``).
     durations: tuple[tuple[str, float], ...] = ()
+    #: The results a PolicyException changed (``skip``, or mode Audit), for the metric; ``()`` for none.
+    exempted: tuple[PolicyResult, ...] = ()
 
 
 class AdmissionHandler:
@@ -70,14 +75,22 @@ class AdmissionHandler:
         max_patch_bytes: the largest ``response.patch`` (base64) the mutating endpoint sends; the
             changes of ``failurePolicy: Ignore`` policies that do not fit are dropped
             (:mod:`webhook.admission.patch_budget`).
+        exceptions: returns the Ready PolicyExceptions now (an informer-backed
+            :class:`~webhook.policy.exceptions.ExceptionCache`'s ``current``); None for none. Applied on
+            the validating endpoint: an exempted policy's result is ``skip`` naming the exception, listed
+            in the ``exceptions`` audit annotation.
+        clock: the time exceptions' ``expiresAt`` is compared with (aware UTC); default: the system clock.
     """
 
     def __init__(self, index: PolicyIndex, lookups: Lookups, memo: DecisionMemo | None = None, *,
-                 max_patch_bytes: int = MAX_PATCH_BYTES) -> None:
+                 max_patch_bytes: int = MAX_PATCH_BYTES, exceptions: Callable[[], ExceptionSet] | None = None,
+                 clock: Callable[[], datetime.datetime] | None = None) -> None:
         self.index = index
         self.lookups = lookups
         self.memo = memo
         self.max_patch_bytes = max_patch_bytes
+        self.exceptions = exceptions
+        self.clock = clock
 
     def _plan(self, request: AdmissionRequest) -> Plan:
         if not self.lookups.is_synced(POLICIES):
@@ -150,23 +163,31 @@ class AdmissionHandler:
         """
         uid = request["uid"]
         plan: Plan | None = None
+        exceptions = self.exceptions() if self.exceptions is not None else None
         try:
             plan = self._plan(request)
             outcome = evaluate_validating(cast(dict[str, Any], request), plan, self.lookups, deadline=deadline,
-                                          memo=self.memo, work_budget=work_budget, body_bytes=body_bytes)
+                                          memo=self.memo, work_budget=work_budget, body_bytes=body_bytes,
+                                          exceptions=exceptions or None, now=self.clock)
         except (ReviewError, OverBudget):
             raise
         except Exception as e:  # noqa: BLE001 - logged with its traceback in _failed, answered per failurePolicy
             return self._failed(uid, "validate", plan, e)
         results, durations = tuple(outcome.results), tuple(outcome.durations.items())
+        exempted: tuple[PolicyResult, ...] = ()
+        if exceptions:
+            exempted = tuple(r for r in results if r.exception)
+            used = exceptions_annotation(exempted)
+            if used is not None:
+                outcome.audit_annotations[EXCEPTIONS_ANNOTATION_KEY] = used
         if outcome.allowed:
             return AdmissionDecision(allowed(uid, warnings=outcome.warnings,
                                              audit_annotations=outcome.audit_annotations),
-                                     Decision.ALLOWED, results, durations)
+                                     Decision.ALLOWED, results, durations, exempted)
         return AdmissionDecision(denied(uid, outcome.message, code=outcome.code, reason=outcome.reason or "Forbidden",
                                         warnings=outcome.warnings, audit_annotations=outcome.audit_annotations,
                                         details=_details(request, results)),
-                                 Decision.DENIED, results, durations)
+                                 Decision.DENIED, results, durations, exempted)
 
     def mutate(self, request: AdmissionRequest, deadline: float | None = None, *,
                work_budget: int | None = None, body_bytes: int = 0) -> AdmissionDecision:

@@ -11,6 +11,12 @@ Whatever happens inside evaluation, the reply is an AdmissionResponse
 echoing ``request.uid`` (answered per failurePolicy when evaluation fails or
 runs out of time), never a bare 500.
 
+Large bodies take turns (:class:`LoopTurns`): reviews of :data:`LARGE_REVIEW_BYTES` or more start their
+work on the loop (parse, cost estimate, inline evaluation or the hand-over to a worker) at most
+:data:`LARGE_BYTES_PER_ITERATION` bytes' worth per event-loop iteration, in arrival order, so a flood of
+reviews just under ``--isolate-above-bytes`` cannot fill one iteration with their work while a cheap review
+or a probe waits behind all of them (issue #29 item 8).
+
 Also enforces a verified client certificate on the admission paths when the
 TLS layer asks for one (``--client-ca``: the handshake uses CERT_OPTIONAL so
 probes need none), answers 503 until an optional readiness gate opens, and
@@ -21,6 +27,7 @@ after :meth:`AdmissionServer.begin_shutdown` marks every response
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import re
 import ssl
@@ -55,6 +62,73 @@ DEFAULT_TIMEOUT = 10.0
 CLIENT_CLOSED = 499
 #: Content-Encodings aiohttp decodes before the body cap is counted.
 ACCEPTED_ENCODINGS = frozenset({"", "identity", "gzip", "deflate"})
+#: Bodies from this size (bytes) take turns on the event loop (:class:`LoopTurns`); smaller reviews (a typical
+#: Pod: 1-4 KiB) never wait for one.
+LARGE_REVIEW_BYTES = 8 * 1024
+#: Bytes of large reviews whose work starts in one event-loop iteration (the first one always starts): one
+#: review just under the default ``--isolate-above-bytes`` (32 KiB), or four of 8 KiB.
+LARGE_BYTES_PER_ITERATION = 32 * 1024
+
+
+class LoopTurns:
+    """Large reviews start their synchronous work at most ``bytes_per_iteration`` per event-loop iteration.
+
+    asyncio runs, in one iteration, every callback that became ready before it: each review whose body
+    completed meanwhile is parsed, estimated and evaluated or handed over back to back, and a cheap review
+    or ``/healthz`` that arrived with them waits behind all of that work. A large review calls :meth:`take`
+    before its work: the first of an iteration goes on at once (and further ones while their bytes fit);
+    the others wait, first come first served, and are let go one iteration's worth at a time, each in a
+    later iteration, so every iteration in between serves whatever else is ready.
+
+    Args:
+        bytes_per_iteration: body bytes of large reviews let go per iteration.
+        large_bytes: bodies smaller than this never wait.
+    """
+
+    def __init__(self, bytes_per_iteration: int = LARGE_BYTES_PER_ITERATION,
+                 large_bytes: int = LARGE_REVIEW_BYTES) -> None:
+        self.bytes_per_iteration = bytes_per_iteration
+        self.large_bytes = large_bytes
+        self._spent = 0
+        self._reset_scheduled = False
+        self._waiting: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
+
+    @property
+    def waiting(self) -> int:
+        """Large reviews waiting for their turn now."""
+        return sum(1 for _size, future in self._waiting if not future.done())
+
+    async def take(self, size: int) -> None:
+        """Wait until a review of ``size`` body bytes may start its work (at once when small, or its turn now)."""
+        if size < self.large_bytes:
+            return
+        if not self._waiting and (not self._spent or self._spent + size <= self.bytes_per_iteration):
+            self._charge(size)
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append((size, future))
+        await future  # cancelled while waiting: dropped from the queue when its turn would come
+
+    def _charge(self, size: int) -> None:
+        self._spent += size
+        if not self._reset_scheduled:
+            # call_soon from a callback of this iteration runs in the next one: a new iteration, new turns.
+            asyncio.get_running_loop().call_soon(self._next_iteration)
+            self._reset_scheduled = True
+
+    def _next_iteration(self) -> None:
+        self._spent = 0
+        self._reset_scheduled = False
+        while self._waiting:
+            size, future = self._waiting[0]
+            if future.done():  # its request was cancelled
+                self._waiting.popleft()
+                continue
+            if self._spent and self._spent + size > self.bytes_per_iteration:
+                break
+            self._waiting.popleft()
+            self._charge(size)  # it resumes in the next iteration, which this charge is for
+            future.set_result(None)
 
 
 def parse_go_duration(text: str | None) -> float | None:
@@ -121,6 +195,7 @@ class AdmissionServer:
             ``/validate`` and ``/mutate`` (401 without one). None (default):
             demand one exactly when the connection's TLS context requests
             client certificates, i.e. when served with ``--client-ca``.
+        turns: how large reviews share the event loop (default :class:`LoopTurns` with its defaults).
         events: where denials and warnings go as Kubernetes Events (queued, never awaited:
             :mod:`webhook.admission.events`); None: no Events.
     """
@@ -128,8 +203,10 @@ class AdmissionServer:
     def __init__(self, handler: AdmissionHandler, metrics: Metrics, *, max_request_bytes: int,
                  default_timeout: float = DEFAULT_TIMEOUT, clock: Callable[[], float] = time.perf_counter,
                  evaluator: Evaluator | None = None, ready: Callable[[], bool] | None = None,
-                 require_client_certificate: bool | None = None, events: EventRecorder | None = None) -> None:
+                 require_client_certificate: bool | None = None, turns: LoopTurns | None = None,
+                 events: EventRecorder | None = None) -> None:
         self.handler = handler
+        self.turns = turns or LoopTurns()
         self.events = events
         self.metrics = metrics
         self.max_request_bytes = max_request_bytes
@@ -315,6 +392,7 @@ class AdmissionServer:
             return response
         if len(body) > self.max_request_bytes:
             return self._reject(endpoint, 413, f"body exceeds {self.max_request_bytes} bytes")
+        await self.turns.take(len(body))  # a large review's work waits for its turn on the loop
         try:
             api_version, admission_request = parse_review(body)
         except ReviewError as e:
@@ -329,6 +407,8 @@ class AdmissionServer:
             return self._reject(endpoint, e.http_status, e.reason)
         self.metrics.policy_results.record(decision.results)
         self.metrics.policy_durations.record(endpoint, decision.durations)
+        for exempted in decision.exempted:  # () unless a PolicyException applied
+            self.metrics.exceptions_applied.labels(exempted.policy, exempted.exception, exempted.result).inc()
         if self.events is not None and (decision.decision is not Decision.ALLOWED or "warnings" in decision.response):
             self.events.record(admission_request, decision.results)  # a bounded queue: never waits
         elapsed = self._clock() - started

@@ -62,6 +62,7 @@ from webhook.informer import (
 from webhook.informer.discovered import DynamicInformers
 from webhook.informer.gvr import GVR
 from webhook.policy import policy_key
+from webhook.policy.exceptions import ExceptionSet
 from webhook.policy.lookups import CONFIGMAPS, NAMESPACES, POLICIES, Lookups
 
 log = logging.getLogger("tollgate.audit")
@@ -90,15 +91,20 @@ class Auditor:
         sink: called with ``(namespace, report)`` when a namespace's report
             changes; ``namespace`` None is the ClusterPolicyReport, ``report``
             None means "no results any more".
-        clock: Unix seconds, for result timestamps.
+        clock: Unix seconds, for result timestamps (and the time PolicyExceptions expire against).
         yield_every: evaluations between yields to the event loop.
+        exceptions: returns the Ready PolicyExceptions now (:mod:`webhook.policy.exceptions`): an exempted
+            object's row is ``skip`` naming the exception; None for none. Tell :meth:`exceptions_changed`
+            when they change.
 
     Attributes:
         evaluations: objects evaluated (object × policy) so far.
     """
 
     def __init__(self, dynamic: DynamicInformers, lookups: Lookups, sink: ReportSink, *,
-                 clock: Callable[[], float] = time.time, yield_every: int = 200) -> None:
+                 clock: Callable[[], float] = time.time, yield_every: int = 200,
+                 exceptions: Callable[[], ExceptionSet] | None = None) -> None:
+        self._exceptions = exceptions
         self._dynamic = dynamic
         self._lookups = lookups
         self._sink = sink
@@ -174,6 +180,16 @@ class Auditor:
         return ResourceEventHandlerFuncs(
             add=lambda obj, initial: None if initial else touched(obj),
             update=lambda old, new: None if old is new else touched(new), delete=touched, sync_calls="loop")
+
+    def exceptions_changed(self, policies: frozenset[str]) -> None:
+        """PolicyExceptions naming ``policies`` came, changed, went or expired: re-evaluate those policies."""
+        dirty = policies & self._audited.keys()
+        if dirty:
+            self._dirty_policies |= dirty
+            self._wake.set()
+
+    def _current_exceptions(self) -> ExceptionSet | None:
+        return self._exceptions() if self._exceptions is not None else None
 
     def _on_owner_change(self, owner: str, _gvrs: frozenset[GVR]) -> None:
         if owner in self._audited:
@@ -372,7 +388,8 @@ class Auditor:
             self._set((key, gvr, obj_key), ())
             return count
         for stored, results in evaluate_policy(audited, [StoredObject(gvr, self._kind(gvr, obj), obj)],
-                                               self._lookups, now=int(self._clock())):
+                                               self._lookups, now=int(self._clock()),
+                                               exceptions=self._current_exceptions()):
             count = await self._record(key, gvr, obj_key, stored, results, count)
         return count
 
@@ -404,7 +421,8 @@ class Auditor:
                     continue
                 cached = (inf.indexer.get_by_key(k) for k in inf.indexer.list_keys())
                 stored = (StoredObject(gvr, self._kind(gvr, o), o) for o in cached if o is not None)
-                for one, results in evaluate_policy(audited, stored, self._lookups, now=int(self._clock())):
+                for one, results in evaluate_policy(audited, stored, self._lookups, now=int(self._clock()),
+                                                    exceptions=self._current_exceptions()):
                     obj_key = meta_namespace_key(one.obj)
                     seen.add((gvr, obj_key))
                     count = await self._record(key, gvr, obj_key, one, results, count)

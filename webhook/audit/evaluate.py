@@ -29,6 +29,7 @@ resolved to GVRs through discovery by the caller. Rows become PolicyReports in
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -38,6 +39,7 @@ from webhook.audit.auditable import not_auditable
 from webhook.informer.gvr import GVR
 from webhook.policy.compiler import CompiledPolicy, compile_policy
 from webhook.policy.engine import evaluate_validating
+from webhook.policy.exceptions import ExceptionSet
 from webhook.policy.lookups import Lookups
 from webhook.policy.matching import routed_rules
 from webhook.policy.model import PolicySpec, ResourceRule
@@ -125,6 +127,8 @@ class AuditResult:
         resource: the evaluated object.
         meta: severity and category.
         timestamp: Unix seconds when this result was first seen with this outcome and message.
+        exception: the PolicyException that exempted the object (``PolicyException ns/name``; the result is
+            ``skip``, or ``fail`` under its mode Audit); ``""`` for none. Written as ``properties.exception``.
     """
 
     policy: str
@@ -134,11 +138,13 @@ class AuditResult:
     resource: ResourceRef
     meta: ReportMeta = ReportMeta()
     timestamp: int = 0
+    exception: str = ""
 
     def same_as(self, other: AuditResult) -> bool:
         """Equal except for the timestamp (what decides whether a report changed)."""
         return (self.policy == other.policy and self.rule == other.rule and self.result == other.result
-                and self.message == other.message and self.resource == other.resource and self.meta == other.meta)
+                and self.message == other.message and self.resource == other.resource and self.meta == other.meta
+                and self.exception == other.exception)
 
     def as_dict(self) -> dict[str, Any]:
         """The ``PolicyReportResult`` wire form."""
@@ -153,6 +159,8 @@ class AuditResult:
         if self.meta.category:
             out["category"] = self.meta.category
         out["scored"] = True
+        if self.exception:
+            out["properties"] = {"exception": self.exception}
         out["timestamp"] = {"seconds": self.timestamp, "nanos": 0}
         out["resources"] = [self.resource.as_dict()]
         return out
@@ -332,14 +340,16 @@ def audit_request(obj: dict[str, Any], *, group: str, version: str, resource: st
 
 
 def evaluate_object(audited: AuditedPolicy, stored: StoredObject, lookups: Lookups, *,
-                    now: int = 0) -> tuple[AuditResult, ...]:
+                    now: int = 0, exceptions: ExceptionSet | None = None) -> tuple[AuditResult, ...]:
     """Evaluate one stored object against one audited policy, one row per validation.
 
     Args:
         audited: the policy (:func:`audit_policy`).
         stored: the object and its GVR and kind.
         lookups: the caches the policy may read (Namespaces, ConfigMaps, ``spec.references``).
-        now: Unix seconds stamped on the rows.
+        now: Unix seconds stamped on the rows; also the time exceptions' ``expiresAt`` is compared with.
+        exceptions: the Ready PolicyExceptions (:mod:`webhook.policy.exceptions`), applied as admission
+            applies them: an exempted row is ``skip`` naming the exception; None for none.
 
     Returns:
         One row per validation (``pass``, ``fail``, ``error``, or ``skip`` when a matchCondition is
@@ -348,30 +358,34 @@ def evaluate_object(audited: AuditedPolicy, stored: StoredObject, lookups: Looku
     gvr = stored.gvr
     request = audit_request(stored.obj, group=gvr.group, version=gvr.version, resource=gvr.resource,
                             kind=stored.kind)
-    outcome = evaluate_validating(request, audited.parts, lookups)
+    at = datetime.datetime.fromtimestamp(now, datetime.UTC)
+    outcome = evaluate_validating(request, audited.parts, lookups, exceptions=exceptions or None,
+                                  now=lambda: at)
     if not outcome.results:
         return ()
     ref = resource_ref(stored.obj, gvr.api_version, stored.kind)
     return tuple(
         AuditResult(policy=audited.key, rule=f"validations[{i}]", result=Result(r.result), message=r.message,
-                    resource=ref, meta=audited.meta, timestamp=now)
+                    resource=ref, meta=audited.meta, timestamp=now, exception=r.exception)
         for i, r in enumerate(outcome.results)
     )
 
 
 def evaluate_policy(audited: AuditedPolicy, objects: Iterable[StoredObject], lookups: Lookups, *,
-                    now: int = 0) -> Iterator[tuple[StoredObject, tuple[AuditResult, ...]]]:
+                    now: int = 0, exceptions: ExceptionSet | None = None,
+                    ) -> Iterator[tuple[StoredObject, tuple[AuditResult, ...]]]:
     """Evaluate ``objects`` against one audited policy, lazily, in order.
 
     Args:
         audited: the policy (:func:`audit_policy`).
         objects: the stored objects (its audit GVRs' objects; others simply give no rows).
         lookups: the caches the policy may read.
-        now: Unix seconds stamped on the rows.
+        now: Unix seconds stamped on the rows (and the time exceptions expire against).
+        exceptions: see :func:`evaluate_object`.
 
     Yields:
         ``(object, rows)`` for every object, rows ``()`` when the policy does not select it (so a caller
         keeping rows per object can drop stale ones).
     """
     for stored in objects:
-        yield stored, evaluate_object(audited, stored, lookups, now=now)
+        yield stored, evaluate_object(audited, stored, lookups, now=now, exceptions=exceptions)

@@ -62,6 +62,7 @@ from webhook.audit.reports import SUMMARY_RESULTS, build_reports
 from webhook.cli.command import ExitStatus, Subparsers, UsageError, add_command
 from webhook.files.imported import policy_documents
 from webhook.files.inputs import (
+    load_exceptions,
     load_kind,
     load_resources,
     reference_objects,
@@ -71,6 +72,7 @@ from webhook.files.yamlio import Document, InputError
 from webhook.informer.discovered import DEFAULT_EXCLUDE
 from webhook.informer.gvr import GVR, DiscoverySnapshot, resolve_rules
 from webhook.policy import InMemoryLookups
+from webhook.policy.exceptions import ExceptionSet
 from webhook.policy.labelquery import parse_label_selector_text
 from webhook.policy.lookups import Lookups
 from webhook.policy.model import Reference
@@ -97,6 +99,8 @@ class Run:
     problems: list[str] = field(default_factory=list)
     #: lines that inform without changing the exit status.
     notes: list[str] = field(default_factory=list)
+    #: the PolicyExceptions read with the policies (applied as the server's background audit applies them).
+    exceptions: ExceptionSet = field(default_factory=ExceptionSet)
 
 
 # -- policies ---------------------------------------------------------------------------------------------
@@ -156,7 +160,7 @@ def _evaluate(run: Run, objects: Iterable[StoredObject], wanted: dict[str, froze
     stored = [o for o in objects if (o.gvr.group, o.gvr.resource) not in DEFAULT_EXCLUDE]
     for audited in run.audited:
         mine = stored if wanted is None else [o for o in stored if o.gvr in wanted.get(audited.key, ())]
-        for one, rows in evaluate_policy(audited, mine, lookups, now=now):
+        for one, rows in evaluate_policy(audited, mine, lookups, now=now, exceptions=run.exceptions):
             if rows:
                 evaluated.add(id(one))
                 run.results.extend(rows)
@@ -365,6 +369,7 @@ def run(args: argparse.Namespace) -> int:
     result = Run()
     try:
         decide_policies(policy_documents(args.policy, result.notes), result, every_policy=args.all, now=now)
+        result.exceptions = load_exceptions(args.policy)
         if result.audited:
             if args.resource is not None:
                 audit_files(result, args.resource, args.configmap, args.namespace_file,

@@ -27,7 +27,8 @@ import yaml
 
 from webhook.cli.command import ExitStatus, Subparsers, add_command
 from webhook.files.checks import schema_problems
-from webhook.files.yamlio import InputError, load_paths, parse_path
+from webhook.files.imported import ImportedDocument, import_documents
+from webhook.files.yamlio import Document, InputError, load_paths, parse_path
 from webhook.formats.kubernetes.export import MUTATING_VERSIONS, export_policy
 from webhook.policy.vocabulary import POLICY_KINDS
 
@@ -70,12 +71,36 @@ def render(objects: list[dict[str, Any]], output: str) -> str:
     return yaml.dump_all(objects, Dumper=_Dumper, sort_keys=False, width=120) if objects else ""
 
 
+def _gatekeeper_policies(docs: list[Document]) -> list[Document]:
+    """Each Gatekeeper constraint with its template as the ClusterAdmissionPolicy it is served as.
+
+    Named ``<kind lower>-<constraint>`` (a Kubernetes object name); one Tollgate cannot honour is refused.
+
+    Raises:
+        InputError: an imported document without a name, or defined twice.
+    """
+    imported = import_documents(docs)
+    out: list[Document] = []
+    for doc in imported.documents:
+        if doc.imported is None or doc.imported.policy.kind != "ConstraintTemplate":
+            continue
+        if doc.problems:
+            raise InputError(doc.problems[0])
+        assert doc.imported.binding is not None
+        name = f"{doc.imported.binding.kind.lower()}-{doc.imported.binding.name}"
+        out.append(ImportedDocument(doc.source, doc.index, {**doc.obj, "metadata": {**doc.obj["metadata"],
+                                                                                    "name": name}},
+                                    doc.node, doc.item, imported=doc.imported, located=doc.located))
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``tollgate export``; returns the exit status (0 all exported, 1 some blocked, 2 none exported)."""
     exported: list[dict[str, Any]] = []
     policies = blocked = 0
     try:
-        for doc in load_paths(args.paths):
+        docs = list(load_paths(args.paths))
+        for doc in [*docs, *_gatekeeper_policies(docs)]:
             if doc.kind not in POLICY_KINDS:
                 continue
             policies += 1

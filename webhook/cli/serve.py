@@ -410,11 +410,27 @@ def run(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, previous)
 
 
+def _loopback(host: str | None) -> bool:
+    """Whether ``--host`` listens on this machine only (None: the ``--local`` default, 127.0.0.1)."""
+    if host is None or host == "localhost":
+        return True
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a host name other than localhost may resolve to any address
+        return False
+
+
 def _run_serve(args: argparse.Namespace) -> int:
     if args.explain and args.local is None and args.client_ca is None:
         raise UsageError("--explain in a cluster needs --client-ca: an explanation shows the params, referenced "
                          "objects and Namespace labels the policies read, so only clients with a certificate "
                          "signed by that CA may ask for one")
+    if args.explain and args.local is not None and args.client_ca is None and not _loopback(args.host):
+        raise UsageError(f"--explain on --host {args.host} needs --client-ca: an explanation shows the params, "
+                         "referenced objects and Namespace labels the policies read, so off this machine only "
+                         "clients with a certificate signed by that CA may ask for one")
     if args.imports and args.local is not None:
         raise UsageError("--import chooses what a cluster's Tollgate imports; --local already reads every importable "
                          "kind in its directory")

@@ -22,8 +22,9 @@ synthesized with the name only, no labels (as Kyverno's CLI does).
 
 from __future__ import annotations
 
+import datetime
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,7 @@ import jsonpatch
 
 from webhook.files.inputs import LoadedPolicy
 from webhook.policy import CompiledPolicy, InMemoryLookups, Result, evaluate_mutating, evaluate_validating
+from webhook.policy.exceptions import ExceptionSet
 from webhook.policy.explain import PolicyTrace, explain_mutating, explain_validating
 from webhook.policy.model import Reference
 
@@ -63,11 +65,19 @@ class AdmissionChain:
         objects: reference → its objects, standing in for the caches of ``spec.references``
             (see :func:`webhook.files.inputs.reference_objects`).
         explain: also explain each policy's step (:mod:`webhook.policy.explain`), on the request it saw.
+        exceptions: the PolicyExceptions read with the policies (:func:`webhook.files.inputs.load_exceptions`),
+            applied to validations as the server applies them: an exempted policy's outcome is ``skip``
+            naming the exception.
+        now: the time exceptions' ``expiresAt`` is compared with (aware UTC); default: the system clock.
     """
 
     def __init__(self, policies: Sequence[LoadedPolicy], *, namespaces: Iterable[dict[str, Any]] = (),
                  configmaps: Iterable[dict[str, Any]] = (),
-                 objects: Mapping[Reference, list[dict[str, Any]]] | None = None, explain: bool = False) -> None:
+                 objects: Mapping[Reference, list[dict[str, Any]]] | None = None, explain: bool = False,
+                 exceptions: ExceptionSet | None = None,
+                 now: Callable[[], datetime.datetime] | None = None) -> None:
+        self.exceptions = exceptions
+        self.now = now
         # The order of the mutating chain: namespaced policies first, the platform's last (policy-api.md).
         self.policies = sorted(policies, key=lambda p: (not p.namespaced, p.name))
         self.namespaces = list(namespaces)
@@ -85,8 +95,8 @@ class AdmissionChain:
     def evaluate(self, request: dict[str, Any]) -> Evaluation:
         """Mutations in chain order, then validations on the mutated object; an outcome for every policy."""
         lookups = self._lookups(request)
-        found_by_policy: dict[str, list[PolicyOutcome]] = {p.name: [] for p in self.policies}
-        explained: dict[str, list[PolicyTrace]] = {p.name: [] for p in self.policies} if self.explain else {}
+        found_by_policy: dict[str, list[PolicyOutcome]] = {p.key: [] for p in self.policies}
+        explained: dict[str, list[PolicyTrace]] = {p.key: [] for p in self.policies} if self.explain else {}
         current = request.get("object")
         # The API server's order: tenants' AdmissionPolicies, then ClusterAdmissionPolicies, each in name order.
         chain = sorted(self.policies, key=lambda p: (not p.namespaced, p.compiled.spec.name,
@@ -96,9 +106,9 @@ class AdmissionChain:
                 continue
             step = evaluate_mutating({**request, "object": current}, [policy.compiled], lookups)
             if self.explain:
-                explained[policy.name] += explain_mutating({**request, "object": current}, [policy.compiled],
+                explained[policy.key] += explain_mutating({**request, "object": current}, [policy.compiled],
                                                            lookups).policies
-            found = found_by_policy[policy.name]
+            found = found_by_policy[policy.key]
             for r in step.results:
                 if str(r.result) == "pass" and step.patch:
                     found.append(PolicyOutcome("pass", "patch: " + json.dumps(step.patch, sort_keys=True)))
@@ -110,16 +120,17 @@ class AdmissionChain:
         for policy in self.policies:
             if not policy.compiled.validating:
                 continue
-            outcome = evaluate_validating(validated, [policy.compiled], lookups)
+            outcome = evaluate_validating(validated, [policy.compiled], lookups, exceptions=self.exceptions or None,
+                                          now=self.now)
             if self.explain:
-                explained[policy.name] += explain_validating(validated, [policy.compiled], lookups).policies
+                explained[policy.key] += explain_validating(validated, [policy.compiled], lookups).policies
             for r in outcome.results:
                 result = str(r.result)
                 if result == "fail":
                     actions = getattr(r, "actions", None) or policy.actions
                     if "Deny" not in actions and "Warn" in actions:
                         result = "warn"
-                found_by_policy[policy.name].append(PolicyOutcome(result, r.message))
+                found_by_policy[policy.key].append(PolicyOutcome(result, r.message))
         out = {}
         for name, found in found_by_policy.items():
             if not found:

@@ -20,14 +20,17 @@ from typing import Any
 from webhook.files import schema
 from webhook.files.imported import IMPORTED_KIND_NAMES, import_problems, is_imported_kind
 from webhook.files.yamlio import Document, InputError, load_file, parse_path, yaml_files
+from webhook.formats.kinds import import_kind_of
+from webhook.formats.kyverno.exceptions import compile_kyverno_exception, is_kyverno_exception, policy_label
 from webhook.formats.kyverno.testfile import TestFormatError, is_kyverno_test, parse_test
 from webhook.policy import CompiledPolicy, compile_policy
 from webhook.policy.cel.env import compile_expression
+from webhook.policy.exceptions import EXCEPTION_KINDS, compile_exception
 from webhook.policy.merge_check import mutation_warnings
-from webhook.policy.vocabulary import POLICY_KINDS
+from webhook.policy.vocabulary import POLICY_KINDS, policy_key
 
 __all__ = ["compile_document", "compile_for_evaluation", "compile_problems", "document_problems", "document_warnings",
-           "lint_paths", "schema_problems"]
+           "exception_problems", "lint_paths", "schema_problems"]
 
 #: What ``tollgate lint`` reads, for messages: the kinds with a schema, then the imported ones.
 LINTED_KINDS = (*schema.API_VERSIONS, *IMPORTED_KIND_NAMES, "Test (cli.kyverno.io)")
@@ -231,4 +234,73 @@ def lint_paths(paths: Iterable[Path], warnings: list[str] | None = None) -> tupl
                         warnings += document_warnings(doc)
     # Imported kinds (ValidatingAdmissionPolicy and its binding, Kyverno's CEL policies): across every file.
     found, imported = import_problems(every, warnings)
-    return problems + found, checked + imported
+    return problems + found + exception_problems(every) + kyverno_exception_problems(every), checked + imported
+
+
+def exception_problems(docs: Sequence[Document]) -> list[str]:
+    """Lint's checks of the PolicyExceptions among ``docs`` (their schema is checked with every document's).
+
+    An exception whose spec is readable by the schema but does not compile (a matchCondition's CEL, a blank
+    ``reason``, an ``expiresAt`` that is not RFC 3339) is reported at its spec path; one that names a policy
+    no document among ``docs`` defines (``name``, ``namespace/name``) is reported at that
+    ``spec.policies[i].name``: in a cluster it would be ``Ready=False`` and exempt nothing.
+    """
+    known = {policy_key((d.obj.get("metadata") or {}).get("namespace") if d.kind == "AdmissionPolicy" else None,
+                        str((d.obj.get("metadata") or {}).get("name") or ""))
+             for d in docs if d.kind in POLICY_KINDS and isinstance(d.obj.get("metadata"), dict)}
+    problems: list[str] = []
+    for doc in docs:
+        if doc.kind not in EXCEPTION_KINDS or is_kyverno_exception(doc.obj) or schema_problems(doc):
+            continue
+        result = compile_exception(doc.obj)
+        if result.exception is None:
+            text = str(result.condition.get("message", ""))
+            path = parse_path(text) if text.startswith("spec") else ()
+            problems.append(f"{doc.where(path)}: {doc.display_name}: {text}")
+            continue
+        for i, entry in enumerate(doc.obj["spec"]["policies"]):
+            name = str(entry.get("name", "")).strip()
+            if name not in known:
+                path = ("spec", "policies", i, "name")
+                problems.append(f"{doc.where(path)}: {doc.display_name}: spec.policies[{i}].name: no policy "
+                                f"named {name} among the files linted (have: {', '.join(sorted(known)) or 'none'})")
+    return problems
+
+
+def kyverno_exception_problems(docs: Sequence[Document]) -> list[str]:
+    """Lint's checks of Kyverno's CEL PolicyExceptions among ``docs`` (:mod:`webhook.formats.kyverno.exceptions`).
+
+    One Tollgate cannot honour (a ref to a kind it does not exempt, fine-grained ``images``, a
+    matchCondition that does not compile, an unknown field) is reported at its spec path; one whose
+    ``spec.policyRefs[i]`` names no Kyverno ValidatingPolicy (of its namespace, for a
+    NamespacedValidatingPolicy) among ``docs`` is reported at that ref's ``name``: it would exempt nothing.
+    """
+    known: set[str] = set()
+    for d in docs:
+        kind = import_kind_of(d.obj)
+        meta = d.obj.get("metadata") if isinstance(d.obj, dict) else None
+        if kind is None or kind.group != "policies.kyverno.io" or not isinstance(meta, dict):
+            continue
+        namespace = meta.get("namespace") if kind.namespaced else None
+        try:
+            known.add(policy_label({"kind": kind.kind, "name": meta.get("name")}, namespace or "", 0))
+        except ValueError:
+            continue  # not a kind an exception may name, or no name (the import's problem)
+    problems: list[str] = []
+    for doc in docs:
+        if not is_kyverno_exception(doc.obj):
+            continue
+        result = compile_kyverno_exception(doc.obj)
+        if result.exception is None:
+            text = str(result.condition.get("message", ""))
+            path = parse_path(text) if text.startswith(("spec", "metadata")) else ()
+            problems.append(f"{doc.where(path)}: {doc.display_name}: {text}")
+            continue
+        namespace = doc.obj["metadata"]["namespace"]
+        for i, ref in enumerate(doc.obj["spec"]["policyRefs"]):
+            label = policy_label(ref, namespace, i)
+            if label not in known:
+                path = ("spec", "policyRefs", i, "name")
+                problems.append(f"{doc.where(path)}: {doc.display_name}: spec.policyRefs[{i}]: no {ref['kind']} named "
+                                f"{ref['name']} among the files linted (have: {', '.join(sorted(known)) or 'none'})")
+    return problems

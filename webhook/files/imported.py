@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from webhook.files.yamlio import Document, InputError, load_paths, parse_path
-from webhook.formats.catalog import UNBOUND, import_policies
+from webhook.formats.catalog import import_policies, unbound_note
 from webhook.formats.common import source_ref
+from webhook.formats.gatekeeper.convert import constraint_kind
 from webhook.formats.imported import Imported, Problem, SourceRef
-from webhook.formats.kinds import IMPORT_KINDS, import_kind_of, refused_kind_of
+from webhook.formats.kinds import CONSTRAINT_GROUP, GATEKEEPER_TEMPLATE, IMPORT_KINDS, import_kind_of, refused_kind_of
 from webhook.policy.provenance import IMPORT_ERROR_ANNOTATION
 from webhook.policy.vocabulary import POLICY_KINDS
 
@@ -31,7 +32,7 @@ __all__ = ["IMPORTED_KIND_NAMES", "ImportedDocument", "ImportedPolicies", "impor
            "policy_documents"]
 
 #: The kinds imported, for messages (``no policy found``).
-IMPORTED_KIND_NAMES = tuple(k.kind for k in IMPORT_KINDS)
+IMPORTED_KIND_NAMES = (*(k.kind for k in IMPORT_KINDS), "Gatekeeper constraints")
 
 
 def is_imported_kind(doc: Document) -> bool:
@@ -128,7 +129,13 @@ class ImportedPolicies:
 
 
 def _stand_in_binding(policy: dict[str, Any], ref: SourceRef) -> dict[str, Any] | None:
-    """A binding for a policy no binding names, so that its own fields and expressions can be checked."""
+    """A binding for a policy no binding names, so that its own fields and expressions can be checked.
+
+    For a ConstraintTemplate: a constraint of its kind without parameters (``variables.params`` is null).
+    """
+    if ref.kind == GATEKEEPER_TEMPLATE.kind:
+        return {"apiVersion": f"{CONSTRAINT_GROUP}/v1beta1", "kind": constraint_kind(policy) or ref.name,
+                "metadata": {"name": STAND_IN}, "spec": {}}
     kind = next((k for k in IMPORT_KINDS if k.binds == ref.kind), None)
     if kind is None:
         return None
@@ -184,7 +191,7 @@ def import_documents(docs: Iterable[Document], *, check_unbound: bool = False) -
         out.documents.append(ImportedDocument(first.source, first.index, imported.obj, first.node, first.item,
                                               imported=imported, located=located))
         out.notes += [_note(located.get(n.source), n.source, n.path, n.message) for n in imported.notes]
-    out.notes += [_note(by_ref.get(ref), ref, "", UNBOUND) for ref in result.unbound]
+    out.notes += [_note(by_ref.get(ref), ref, "", unbound_note(ref)) for ref in result.unbound]
     for ref in result.unbound if check_unbound else ():
         stand_in = _stand_in_binding(by_ref[ref].obj, ref)
         if stand_in is None:

@@ -30,7 +30,9 @@ from webhook.files.checks import compile_for_evaluation, schema_problems
 from webhook.files.imported import IMPORTED_KIND_NAMES, import_documents, is_imported_kind
 from webhook.files.requests import describe_key, resource_key
 from webhook.files.yamlio import Document, InputError, load_paths
+from webhook.formats.kyverno.exceptions import compile_any_exception
 from webhook.policy import CompiledPolicy
+from webhook.policy.exceptions import EXCEPTION_KINDS, ExceptionSet
 from webhook.policy.labelquery import parse_label_selector_text
 from webhook.policy.model import Reference
 from webhook.policy.resources import resource_for_kind
@@ -50,6 +52,14 @@ class LoadedPolicy:
         return self.compiled.name
 
     @property
+    def key(self) -> str:
+        """The policy's key as the server, the audit and the metrics name it (``namespace/name`` if namespaced).
+
+        Two tenants' AdmissionPolicies may share a ``metadata.name``; their keys differ.
+        """
+        return self.compiled.key
+
+    @property
     def namespaced(self) -> bool:
         """True for an ``AdmissionPolicy``."""
         return self.doc.kind == PolicyKind.NAMESPACED
@@ -58,6 +68,11 @@ class LoadedPolicy:
     def actions(self) -> frozenset[str]:
         """``spec.validationActions`` (default ``[Deny]``)."""
         return frozenset(self.doc.obj.get("spec", {}).get("validationActions") or ("Deny",))
+
+
+#: Kinds a policies file may hold beside its policies (a kustomization's params ConfigMap, Namespaces),
+#: which ``-p`` leaves to ``-c``/``-n`` without a warning.
+_POLICY_COMPANIONS = frozenset({"ConfigMap", "Namespace", "TestSuite"})
 
 
 def load_policies(paths: Iterable[Path]) -> list[LoadedPolicy]:
@@ -93,7 +108,19 @@ def load_policies(paths: Iterable[Path]) -> list[LoadedPolicy]:
     if not out:
         raise InputError(f"no ClusterAdmissionPolicy or AdmissionPolicy (nor any of {', '.join(IMPORTED_KIND_NAMES)}) "
                          f"in {', '.join(map(str, paths))}")
+    named = {str(p) for p in paths if not p.is_dir()}
+    for doc in docs:
+        if doc.source in named and not _policy_input(doc):
+            # A file given as policies is never passed over in silence (a directory's other kinds are).
+            print(f"tollgate test: warning: {doc.where()}: {doc.display_name} is not a kind tollgate reads as a "
+                  "policy: ignored", file=sys.stderr)
     return out
+
+
+def _policy_input(doc: Document) -> bool:
+    """Whether a document among the policies is read: a policy, an imported kind, or what policies come with."""
+    return (doc.kind in POLICY_KINDS or is_imported_kind(doc) or doc.kind in EXCEPTION_KINDS
+            or doc.kind in _POLICY_COMPANIONS)
 
 
 def _imported_policies(docs: list[Document]) -> list[LoadedPolicy]:
@@ -125,6 +152,34 @@ def _imported_policies(docs: list[Document]) -> list[LoadedPolicy]:
                       f"failurePolicy)", file=sys.stderr)
         out.append(LoadedPolicy(doc, compiled))
     return out
+
+
+def load_exceptions(paths: Iterable[Path]) -> ExceptionSet:
+    """The PolicyExceptions and ClusterPolicyExceptions among the policy files, schema-checked and compiled.
+
+    Kyverno's CEL PolicyExceptions (``policies.kyverno.io``) among them are read too, converted by
+    :mod:`webhook.formats.kyverno.exceptions` (checked there, not by Tollgate's schema).
+
+    As in a cluster, one that does not compile exempts nothing: it is left out with a warning (``tollgate
+    lint`` refuses it).
+
+    Raises:
+        InputError: the first schema violation.
+    """
+    out = []
+    for doc in load_paths(paths):
+        if doc.kind not in EXCEPTION_KINDS:
+            continue
+        problems = schema_problems(doc)
+        if problems:
+            raise InputError(problems[0])
+        result = compile_any_exception(doc.obj)
+        if result.exception is None:
+            print(f"tollgate: warning: {doc.where()}: {doc.display_name}: {result.condition['message']} (not Ready: "
+                  "it exempts nothing)", file=sys.stderr)
+            continue
+        out.append(result.exception)
+    return ExceptionSet.of(out)
 
 
 def load_kind(paths: Iterable[Path], kind: str) -> list[Document]:
@@ -177,7 +232,7 @@ def iter_resources(paths: Iterable[Path]) -> Iterator[Document]:
         InputError: as :func:`load_resources`, when the document at fault is reached.
     """
     for doc in load_paths(paths):
-        if doc.kind in POLICY_KINDS or doc.kind == "TestSuite" or is_imported_kind(doc):
+        if doc.kind in POLICY_KINDS or doc.kind in EXCEPTION_KINDS or doc.kind == "TestSuite" or is_imported_kind(doc):
             continue
         if not doc.kind:
             raise InputError(doc.problem(("kind",), "required field is missing"))

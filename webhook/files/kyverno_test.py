@@ -33,7 +33,7 @@ from typing import Any
 
 from webhook.files.chain import AdmissionChain, Evaluation
 from webhook.files.imported import ImportedDocument
-from webhook.files.inputs import LoadedPolicy, load_policies, load_resources, reference_objects
+from webhook.files.inputs import LoadedPolicy, load_exceptions, load_policies, load_resources, reference_objects
 from webhook.files.requests import DEFAULT_USER, build_request, resource_key
 from webhook.files.testsuite import Row, SuiteRun, diff_objects
 from webhook.files.yamlio import STDIN, Document, InputError, load_file
@@ -94,15 +94,15 @@ def _unique(resources: list[Document], warnings: list[str]) -> list[Document]:
 
 
 def _policies_by_name(loaded: list[LoadedPolicy]) -> dict[str, list[tuple[str, str | None]]]:
-    """Kyverno's name of each policy → (the chain's name, its namespace or None)."""
+    """Kyverno's name of each policy → (the chain's key, its namespace or None)."""
     out: dict[str, list[tuple[str, str | None]]] = {}
     for policy in loaded:
         doc = policy.doc
         if isinstance(doc, ImportedDocument) and doc.imported is not None:
             ref = doc.imported.policy
-            out.setdefault(ref.name, []).append((policy.name, ref.namespace or None))
+            out.setdefault(ref.name, []).append((policy.key, ref.namespace or None))
         else:
-            out.setdefault(policy.name, []).append((policy.name, policy.compiled.spec.namespace))
+            out.setdefault(policy.name, []).append((policy.key, policy.compiled.spec.namespace))
     return out
 
 
@@ -201,8 +201,12 @@ def run_kyverno_test(test: Document, *, params_selector: str = "", explain: bool
     user_info = dict(DEFAULT_USER)
     if parsed.userinfo is not None:
         user_info = _parsed(_one_document(test, "userinfo", parsed.userinfo), parse_user_info)
+    # Kyverno's CEL PolicyExceptions the test names (``exceptions:``), with Tollgate's semantics: confined to
+    # their namespace, expiring at expiresAt (webhook.formats.kyverno.exceptions).
+    exceptions = load_exceptions([_path(test, ("exceptions", i), p) for i, p in enumerate(parsed.exceptions)])
     chain = AdmissionChain(loaded, namespaces=_namespaces(values, resources),
-                           objects=reference_objects(_references(test, parsed, resources)), explain=explain)
+                           objects=reference_objects(_references(test, parsed, resources)), explain=explain,
+                           exceptions=exceptions or None)
     by_name = _policies_by_name(loaded)
     cache: dict[str, Evaluation] = {}
     for exp in parsed.results:

@@ -14,6 +14,7 @@ handlers, exactly like the cluster path.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -24,6 +25,7 @@ from typing import Any
 from webhook.aio import yield_to_loop
 from webhook.files import schema
 from webhook.files.yamlio import InputError, load_file, yaml_files
+from webhook.formats.kinds import CONSTRAINT_GROUP
 from webhook.informer.store import meta_namespace_key
 from webhook.informer.types import KubeObject, ListOptions, ListResult, WatchEvent
 from webhook.policy.labelquery import parse_label_selector_text
@@ -107,6 +109,7 @@ class LocalDirectory:
         self._files: dict[Path, _FileState] = {}
         self._listing: tuple[float, Listing] | None = None
         self._listed = False
+        self._listing_done: asyncio.Event | None = None  # set when the listing under way ends
 
     def _fresh(self, max_age: float) -> Listing | None:
         if max_age > 0 and self._listing is not None and self._clock() - self._listing[0] <= max_age:
@@ -130,15 +133,29 @@ class LocalDirectory:
         return self._listing[1]
 
     async def listing_yielding(self, max_age: float) -> Listing:
-        """:meth:`listing`, yielding the event loop every couple of milliseconds while it parses files."""
-        fresh = self._fresh(max_age)
-        if fresh is not None:
-            return fresh
-        slice_started = time.perf_counter()
-        for _ in self._listing_steps():
-            if time.perf_counter() - slice_started > 0.002:
-                await yield_to_loop()
-                slice_started = time.perf_counter()
+        """:meth:`listing`, yielding the event loop every couple of milliseconds while it parses files.
+
+        Sources whose polls come due together share one listing: a caller that finds one under way waits
+        for it rather than walking the directory again (each walk holds the loop a few ms; one per served
+        kind, back to back, held it 30-44 ms while serving ``policies/``, issue #29 item 8).
+        """
+        while True:
+            fresh = self._fresh(max_age)
+            if fresh is not None:
+                return fresh
+            if self._listing_done is None:
+                break
+            await self._listing_done.wait()  # then fresh, unless that listing was cancelled: list here
+        done = self._listing_done = asyncio.Event()
+        try:
+            slice_started = time.perf_counter()
+            for _ in self._listing_steps():
+                if time.perf_counter() - slice_started > 0.002:
+                    await yield_to_loop()
+                    slice_started = time.perf_counter()
+        finally:
+            self._listing_done = None
+            done.set()
         assert self._listing is not None
         return self._listing[1]
 
@@ -285,6 +302,8 @@ class LocalDirectoryListerWatcher:
                 if not isinstance(kind, str) or api_version != self.api_resource[0]:
                     continue
                 r = resource_for_kind(kind, api_version)
+                if api_version.startswith(f"{CONSTRAINT_GROUP}/"):  # Gatekeeper's: plural = lower-case kind, cluster
+                    r = dataclasses.replace(r, plural=kind.lower(), namespaced=False)
                 if r.plural != self.api_resource[1]:
                     continue
                 default_namespace = (default_namespace or "default") if r.namespaced else None

@@ -26,6 +26,8 @@ from typing import Any
 import jsonschema
 import yaml
 
+from webhook.formats.kyverno.exceptions import is_kyverno_exception
+from webhook.policy.exceptions import EXCEPTION_KINDS
 from webhook.policy.vocabulary import API_VERSION, POLICY_KINDS, PolicyKind
 
 #: The apiVersion of policies and TestSuites.
@@ -33,11 +35,13 @@ POLICY_API_VERSION = API_VERSION
 #: kind → the one apiVersion it is served at.
 API_VERSIONS: dict[str, str] = {
     **dict.fromkeys(POLICY_KINDS, POLICY_API_VERSION),
+    **dict.fromkeys(EXCEPTION_KINDS, POLICY_API_VERSION),
     "TestSuite": POLICY_API_VERSION,
     "ConfigMap": "v1",
     "Namespace": "v1",
 }
 _SCHEMA_FILE: dict[str, str] = {**dict.fromkeys(POLICY_KINDS, "policy-v1alpha1.yaml"),
+                                **dict.fromkeys(EXCEPTION_KINDS, "exception-v1alpha1.yaml"),
                                 "TestSuite": "testsuite-v1alpha1.yaml"}
 
 Path_ = tuple[str | int, ...]
@@ -53,6 +57,12 @@ class SchemaProblem:
 
 def _package_yaml(name: str) -> Any:
     return yaml.safe_load(importlib.resources.files("webhook.files").joinpath("schemas", name).read_text("utf-8"))
+
+
+def exception_openapi_schema() -> dict[str, Any]:
+    """The exception CRDs' ``openAPIV3Schema`` exactly as shipped in the package (a fresh copy)."""
+    schema: dict[str, Any] = _package_yaml(_SCHEMA_FILE["PolicyException"])
+    return schema
 
 
 def policy_openapi_schema() -> dict[str, Any]:
@@ -217,7 +227,7 @@ def validate(obj: Any) -> list[SchemaProblem]:
 
 def has_schema(obj: Any) -> bool:
     """Whether :func:`validate` knows the document's kind."""
-    return isinstance(obj, dict) and obj.get("kind") in API_VERSIONS
+    return isinstance(obj, dict) and obj.get("kind") in API_VERSIONS and not is_kyverno_exception(obj)
 
 
 def sync_from_crd(crd: Path, out: Path) -> None:
@@ -234,7 +244,8 @@ def _main(argv: Sequence[str]) -> int:
               file=sys.stderr)
         return 2
     schemas = importlib.resources.files("webhook.files").joinpath("schemas")
-    target = Path(str(schemas.joinpath(_SCHEMA_FILE[PolicyKind.NAMESPACED])))
+    kind = yaml.safe_load(Path(argv[1]).read_text())["spec"]["names"]["kind"]
+    target = Path(str(schemas.joinpath(_SCHEMA_FILE.get(kind, _SCHEMA_FILE[PolicyKind.NAMESPACED]))))
     sync_from_crd(Path(argv[1]), target)
     print(f"wrote {target}", file=sys.stderr)
     return 0

@@ -23,9 +23,12 @@ import jsonpatch
 
 from webhook.files.chain import AdmissionChain, Evaluation
 from webhook.files.checks import schema_problems
+from webhook.files.gator import run_gator_suite
 from webhook.files.inputs import (
+    LoadedPolicy,
     index_resources,
     iter_resources,
+    load_exceptions,
     load_kind,
     load_policies,
     load_resources,
@@ -34,6 +37,7 @@ from webhook.files.inputs import (
 )
 from webhook.files.requests import DEFAULT_USER, build_request, describe_key, old_object_for, resource_key
 from webhook.files.yamlio import STDIN, Document, InputError, load_file, yaml_files
+from webhook.formats.gatekeeper.suite import is_gator_suite
 from webhook.formats.kyverno.testfile import is_kyverno_test
 from webhook.policy.explain import PolicyTrace
 from webhook.policy.resources import resource_for_kind
@@ -111,10 +115,11 @@ def run_adhoc(*, policies: list[Path], resources: list[Path], configmaps: list[P
     loaded = load_policies(policies)
     params, warnings = select_params(load_kind(configmaps, "ConfigMap"), params_selector)
     chain = AdmissionChain(loaded, namespaces=[d.obj for d in load_kind(namespaces, "Namespace")], configmaps=params,
-                          objects=reference_objects(load_resources(references)), explain=explain)
+                          objects=reference_objects(load_resources(references)), explain=explain,
+                          exceptions=load_exceptions(policies))
     olds = index_resources(load_resources(old_resources))
     rows = []
-    names = sorted(p.name for p in loaded)
+    names = sorted(p.key for p in loaded)
     for doc in iter_resources(resources):  # one at a time: a 100 MB file is never held whole
         key = resource_key(doc.obj)
         old = old_object_for(key, olds, operation, doc.where())
@@ -129,14 +134,14 @@ def run_adhoc(*, policies: list[Path], resources: list[Path], configmaps: list[P
 
 # ---------------------------------------------------------------- TestSuites
 
-_SUITE_MARK = re.compile(r"^kind:\s*[\"']?(TestSuite|Test)[\"']?\s*$", re.MULTILINE)
+_SUITE_MARK = re.compile(r"^kind:\s*[\"']?(TestSuite|Test|Suite)[\"']?\s*$", re.MULTILINE)
 #: The directories Kyverno keeps its CLI tests in: searched although hidden (``kyverno test DIR`` finds them).
 KYVERNO_TEST_DIR = ".kyverno-test"
 
 
 def _is_suite(doc: Document) -> bool:
-    """A TestSuite, or a Kyverno CLI ``Test`` (:mod:`webhook.formats.kyverno.testfile`)."""
-    return doc.kind == "TestSuite" or is_kyverno_test(doc.obj)
+    """A TestSuite, a Kyverno CLI ``Test`` or a gator ``Suite`` (the foreign ones: :mod:`webhook.formats`)."""
+    return doc.kind == "TestSuite" or is_kyverno_test(doc.obj) or is_gator_suite(doc.obj)
 
 
 def _suite_files(root: Path) -> list[Path]:
@@ -239,6 +244,26 @@ class SuiteRun:
         return [r for r in self.rows if not r.ok]
 
 
+def _policy_key(named: str, loaded: list[LoadedPolicy], where: str) -> str:
+    """The key of the policy a TestSuite row names (``namespace/name`` for an AdmissionPolicy).
+
+    A bare name is accepted when only one of the suite's policies has it.
+
+    Raises:
+        InputError: no such policy, or a bare name two policies share (the row must say which).
+    """
+    keys = sorted(p.key for p in loaded)
+    if named in keys:
+        return named
+    same = sorted(p.key for p in loaded if p.name == named)
+    if len(same) == 1:
+        return same[0]
+    if same:
+        raise InputError(f"{where}: {named} names {len(same)} policies ({', '.join(same)}): name one as "
+                         "namespace/name")
+    raise InputError(f"{where}: no policy {named} in the suite's policies (have: {', '.join(keys)})")
+
+
 def run_suite(suite: Document, *, params_selector: str, explain: bool = False) -> SuiteRun:
     """Run one TestSuite document: every ``results`` entry becomes a row with ``mismatch`` set when it fails.
 
@@ -247,6 +272,8 @@ def run_suite(suite: Document, *, params_selector: str, explain: bool = False) -
     Raises:
         InputError: the suite violates its schema, or names a policy, resource or file that is not there.
     """
+    if is_gator_suite(suite.obj):
+        return _gator_run(suite)
     problems = schema_problems(suite)
     if problems:
         raise InputError(problems[0])
@@ -256,16 +283,13 @@ def run_suite(suite: Document, *, params_selector: str, explain: bool = False) -
     params, out.warnings = select_params(load_kind(_files(suite, "configMaps"), "ConfigMap"), params_selector)
     chain = AdmissionChain(loaded, namespaces=[d.obj for d in load_kind(_files(suite, "namespaces"), "Namespace")],
                           configmaps=params, objects=reference_objects(load_resources(_files(suite, "references"))),
-                          explain=explain)
+                          explain=explain, exceptions=load_exceptions(_files(suite, "policies")))
     resources = index_resources(load_resources(_files(suite, "resources")))
     olds = index_resources(load_resources(_files(suite, "oldResources")))
-    names = sorted(p.name for p in loaded)
     cache: dict[str, Evaluation] = {}
     for i, exp in enumerate(spec["results"]):
         where = suite.where(("results", i))
-        if exp["policy"] not in names:
-            raise InputError(f"{where}: results[{i}].policy: no policy {exp['policy']} in the suite's policies "
-                             f"(have: {', '.join(names)})")
+        policy = _policy_key(exp["policy"], loaded, f"{where}: results[{i}].policy")
         res = exp["resource"]
         kind = res["kind"]
         key = (kind, res.get("namespace") or "default" if resource_for_kind(kind).namespaced else "", res["name"])
@@ -281,13 +305,20 @@ def run_suite(suite: Document, *, params_selector: str, explain: bool = False) -
             cache[memo] = chain.evaluate(build_request(doc.obj, operation=operation, user_info=user_info,
                                                        old_object=old, sub_resource=sub_resource))
         evaluation = cache[memo]
-        outcome = evaluation.outcomes[exp["policy"]]
+        outcome = evaluation.outcomes[policy]
         row = Row(exp["policy"], key[0], key[1], key[2], outcome.result, outcome.message, suite=suite.source,
                   operation=operation, expected=exp["result"], sub_resource=sub_resource,
-                  explanation=evaluation.explanations.get(exp["policy"]) if explain else None)
+                  explanation=evaluation.explanations.get(policy) if explain else None)
         row.mismatch = _mismatch(suite, i, exp, row, evaluation)
         out.rows.append(row)
     return out
+
+
+def _gator_run(suite: Document) -> SuiteRun:
+    """A gator Suite (:mod:`webhook.files.gator`): one row per assertion, ``expected`` the assertion."""
+    return SuiteRun(suite, [Row(r.policy, r.kind, r.namespace, r.name, r.result, r.message, suite=suite.source,
+                                operation=r.operation, expected=r.expected, mismatch=r.mismatch)
+                            for r in run_gator_suite(suite)])
 
 
 def _mismatch(suite: Document, i: int, exp: dict[str, Any], row: Row, evaluation: Evaluation) -> str:

@@ -2,8 +2,10 @@
 
 Pairs each binding with the policy its ``spec.policyName`` names (of the kind it binds) and converts
 every pair (:func:`~webhook.formats.kubernetes.convert.convert_binding`) and every Kyverno policy
-(:func:`~webhook.formats.kyverno.convert.convert_kyverno`). As on the API server, a Kubernetes policy
-without a binding enforces nothing: it yields no policy, only a note. Every conversion has a Tollgate
+(:func:`~webhook.formats.kyverno.convert.convert_kyverno`), and each Gatekeeper constraint with the
+ConstraintTemplate its kind names (:func:`~webhook.formats.gatekeeper.convert.convert_constraint`). As on
+the API server, a Kubernetes policy without a binding enforces nothing: it yields no policy, only a note
+(so does a ConstraintTemplate without constraints, as in Gatekeeper). Every conversion has a Tollgate
 policy's caps (:func:`~webhook.formats.common.capped`: 64 validations, ...).
 """
 
@@ -15,17 +17,33 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.formats.common import capped, name_of, source_ref, spec_of
+from webhook.formats.gatekeeper.convert import convert_constraint
 from webhook.formats.imported import Imported, Problem, SourceRef
-from webhook.formats.kinds import IMPORT_KINDS, KYVERNO_GROUP, ImportKind, import_kind_of
+from webhook.formats.kinds import (
+    CONSTRAINT_GROUP,
+    GATEKEEPER_TEMPLATE,
+    IMPORT_KINDS,
+    KYVERNO_GROUP,
+    ImportKind,
+    constraint_import_kind,
+    import_kind_of,
+)
 from webhook.formats.kubernetes.convert import convert_binding
 from webhook.formats.kyverno.convert import convert_kyverno
 from webhook.formats.matching import EVERYTHING, intersect
 
-__all__ = ["UNBOUND", "Catalog", "ImportResult", "import_policies"]
+__all__ = ["NO_CONSTRAINT", "UNBOUND", "Catalog", "ImportResult", "import_policies", "unbound_note"]
 
 _KINDS = {k.kind: k for k in IMPORT_KINDS}
 #: What a Kubernetes policy without a binding does.
 UNBOUND = "no binding names it, so it selects nothing (as on the API server)"
+#: What a ConstraintTemplate without constraints does.
+NO_CONSTRAINT = "no constraint of its kind, so it selects nothing (as in Gatekeeper)"
+
+
+def _kind(ref: SourceRef) -> ImportKind:
+    """The importable kind of a held object (a Gatekeeper constraint kind is any kind not of a fixed name)."""
+    return _KINDS.get(ref.kind) or constraint_import_kind(ref.kind)
 
 
 @dataclass(slots=True)
@@ -45,7 +63,12 @@ class ImportResult:
     @property
     def notes(self) -> list[str]:
         """One line per unbound policy."""
-        return [f"{ref}: {UNBOUND}" for ref in self.unbound]
+        return [f"{ref}: {unbound_note(ref)}" for ref in self.unbound]
+
+
+def unbound_note(ref: SourceRef) -> str:
+    """Why an unbound policy (:attr:`ImportResult.unbound`) selects nothing."""
+    return NO_CONSTRAINT if ref.kind == GATEKEEPER_TEMPLATE.kind else UNBOUND
 
 
 class Catalog:
@@ -82,8 +105,11 @@ class Catalog:
         """The objects whose conversion depends on ``ref``: itself, and a policy's bindings (by ``policyName``)."""
         out = {ref}
         for other in self._objects:
-            kind = _KINDS[other.kind]
-            if kind.binds == ref.kind and spec_of(self._objects[other]).get("policyName") == ref.name:
+            kind = _kind(other)
+            if kind.binds != ref.kind:
+                continue
+            if (other.kind.lower() == ref.name if kind.group == CONSTRAINT_GROUP
+                    else spec_of(self._objects[other]).get("policyName") == ref.name):
                 out.add(other)
         return out
 
@@ -97,7 +123,10 @@ class Catalog:
         obj = self._objects.get(ref)
         if obj is None:
             return None
-        kind = _KINDS[ref.kind]
+        kind = _kind(ref)
+        if kind.group == CONSTRAINT_GROUP:
+            return capped(convert_constraint(kind, obj, self._objects.get(SourceRef(GATEKEEPER_TEMPLATE.kind,
+                                                                                    ref.kind.lower()))))
         if kind.binds is not None:
             policy_kind = _KINDS[kind.binds]
             policy_name = spec_of(obj).get("policyName")
@@ -110,10 +139,10 @@ class Catalog:
 
     def unbound(self) -> list[SourceRef]:
         """Kubernetes policies no binding names (they enforce nothing)."""
-        bound = {(_KINDS[r.kind].binds, spec_of(o).get("policyName")) for r, o in self._objects.items()
-                 if _KINDS[r.kind].binds is not None}
+        bound = {(_kind(r).binds, r.kind.lower() if _kind(r).group == CONSTRAINT_GROUP
+                  else spec_of(o).get("policyName")) for r, o in self._objects.items() if _kind(r).binds is not None}
         return sorted(r for r in self._objects
-                      if _is_kubernetes_policy(_KINDS[r.kind]) and (r.kind, r.name) not in bound)
+                      if _is_kubernetes_policy(_kind(r)) and (r.kind, r.name) not in bound)
 
     def refs(self) -> list[SourceRef]:
         """Every object held, in (kind, name) order."""
@@ -136,7 +165,7 @@ def _never_selecting_nothing(imported: Imported) -> Imported:
 
 
 def _is_kubernetes_policy(kind: ImportKind) -> bool:
-    return kind.binds is None and any(k.binds == kind.kind for k in IMPORT_KINDS)
+    return kind.binds is None and (kind == GATEKEEPER_TEMPLATE or any(k.binds == kind.kind for k in IMPORT_KINDS))
 
 
 def import_policies(objects: Iterable[dict[str, Any]]) -> ImportResult:

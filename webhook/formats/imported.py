@@ -78,6 +78,9 @@ class Imported:
             watch keeps serving the source's last conversion whose match rules could be read instead
             (:class:`~webhook.formats.events.ImportEventHandler`), as a file that stops parsing keeps its last
             good objects.
+        rebased: fields of ``obj``'s spec that sit elsewhere in the policy source: ``(field, source path,
+            offset)``, entry ``i`` of the field being entry ``i - offset`` at the source path (a Gatekeeper
+            template's ``spec.targets[0].code[0].source.validations``; entries below the offset were generated).
     """
 
     obj: dict[str, Any]
@@ -88,6 +91,7 @@ class Imported:
     authored_conditions: int = 0
     missing_policy: bool = False
     match_unreadable: bool = False
+    rebased: tuple[tuple[str, tuple[PathPart, ...], int], ...] = ()
 
     @property
     def key(self) -> str:
@@ -113,6 +117,9 @@ class Imported:
         head = path[1] if len(path) > 1 and path[0] == "spec" else None
         if self.binding is not None and (self.missing_policy or head in _FROM_BINDING):
             return self.binding, path if head in _FROM_BINDING else ()
+        for field, at, offset in self.rebased:
+            if head == field and len(path) > 2 and isinstance(path[2], int) and path[2] >= offset:
+                return self.policy, (*at, path[2] - offset, *path[3:])
         if head in _KEPT:
             generated = (head == "matchConditions" and len(path) > 2 and isinstance(path[2], int)
                          and path[2] >= self.authored_conditions)

@@ -55,7 +55,12 @@ from webhook.aio import cancel_and_wait
 from webhook.informer import Backoff
 from webhook.kube.api import MERGE_PATCH, ApiException, call_json
 from webhook.metrics import StatusMetrics
-from webhook.policy.resources import CLUSTER_POLICIES, NAMESPACED_POLICIES
+from webhook.policy.resources import (
+    CLUSTER_POLICIES,
+    CLUSTER_POLICY_EXCEPTIONS,
+    NAMESPACED_POLICIES,
+    POLICY_EXCEPTIONS,
+)
 from webhook.policy.vocabulary import API_VERSION
 
 __all__ = [
@@ -70,8 +75,9 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-#: kind -> plural of the policy kinds (the one static kind table; see manifests/crds/).
-_PLURALS = {r.kind: r.plural for r in (CLUSTER_POLICIES, NAMESPACED_POLICIES)}
+#: kind -> plural of the policy kinds and the exception kinds (the one static kind table; see manifests/crds/).
+_PLURALS = {r.kind: r.plural for r in (CLUSTER_POLICIES, NAMESPACED_POLICIES, POLICY_EXCEPTIONS,
+                                       CLUSTER_POLICY_EXCEPTIONS)}
 
 
 class Condition(TypedDict):

@@ -196,6 +196,8 @@ def compile_expression(source: str, path: str, *, expect: tuple[Any, ...], known
     estimated = checked.estimated
     if variable_bounds and referenced_variables(source):
         estimated = environment().estimate(checked, variable_bounds)
+        if estimated is not None and estimated.error:  # growth compounded through the variables it reads
+            raise CompileError(path, estimated.error)
     work = estimated.work if estimated is not None else {}
     bound = estimated.value if estimated is not None else None
     unknown = referenced_variables(source) - known_variables

@@ -42,6 +42,10 @@ per-policy scope) is the value of ``x``'s program, analysed where it is used; an
 an unknown expression kind, or an accumulator without a fixpoint within :data:`MAX_ROUNDS` keeps
 every root whole. ``__tg_params()`` reads no object.
 
+**Params.** :func:`params_reads` runs the same analysis with ``params`` (``__tg_params()``, the policy's
+ConfigMap or selected ConfigMaps) as its one root: what an explanation may show of a policy's params
+(:mod:`webhook.policy.explain`), the fields it reads and nothing else.
+
 Conversion is the one thing a pruned copy cannot reproduce: a value cel-expr-python refuses to
 convert (a tuple, an int above 2**64) fails the whole object's activation even where no expression
 reads it, while the projected object may leave it out. JSON as orjson parses it never holds one.
@@ -56,8 +60,8 @@ from typing import TypeAlias
 
 from webhook.policy.cel.ast import Node, decode_expr, expr_bytes
 
-__all__ = ["ALL", "EACH", "KEYS", "MAX_ROUNDS", "READS_CACHE_SIZE", "ROOTS", "Tree", "reads", "reads_of", "union",
-           "union_reads"]
+__all__ = ["ALL", "EACH", "KEYS", "MAX_ROUNDS", "PARAMS", "READS_CACHE_SIZE", "ROOTS", "Tree", "params_reads", "reads",
+           "reads_of", "union", "union_reads"]
 
 
 class _All(enum.Enum):
@@ -80,6 +84,8 @@ KEYS = "#"
 
 #: The variables a projection prunes.
 ROOTS = ("object", "oldObject")
+#: The root of :func:`params_reads`: the value of ``__tg_params()``.
+PARAMS = "params"
 
 #: Rounds of a comprehension accumulator's fixpoint before the analysis gives up (keeps every root whole).
 MAX_ROUNDS = 8
@@ -115,7 +121,7 @@ def _step(value: _Value, seg: str) -> _Value:
     out: set[_Entry] = set()
     for root, path, prefix in value:
         if not prefix:
-            out.add((root, (*path, seg), ()) if root in ROOTS else _OPAQUE)
+            out.add((root, (*path, seg), ()) if _is_root(root) else _OPAQUE)
             continue
         head, inner = prefix[0], (root, path, prefix[1:])
         if head == EACH:
@@ -130,6 +136,11 @@ def _step(value: _Value, seg: str) -> _Value:
         elif seg == KEYS:
             out.add((_CONST, (head,), ()))
     return frozenset(out)
+
+
+def _is_root(root: str) -> bool:
+    """Whether an entry's ``root`` is a variable's (:data:`ROOTS`, :data:`PARAMS`), not a constant or opaque."""
+    return not root.startswith("\x00")
 
 
 def _field(name: str) -> str:
@@ -161,8 +172,8 @@ class _Reads:
             evaluates (decoded and analysed on first use, as the engine evaluates them lazily).
     """
 
-    def __init__(self, variables: Mapping[str, bytes]) -> None:
-        self.trees: dict[str, Tree] = {root: {} for root in ROOTS}
+    def __init__(self, variables: Mapping[str, bytes], roots: tuple[str, ...] = ROOTS) -> None:
+        self.trees: dict[str, Tree] = {root: {} for root in roots}
         self.variables = variables
         self.values: dict[str, _Value | None] = {}  # None while being analysed (a cycle keeps everything)
 
@@ -184,7 +195,7 @@ class _Reads:
     def mark(self, value: _Value, *, deep: bool) -> None:
         """Keep every object path ``value`` may be: whole (``deep``), or present with its type."""
         for root, path, _prefix in value:
-            if root in ROOTS:
+            if root in self.trees:  # other roots are followed (paths grow) but marked by their own analysis
                 self._mark(root, path, deep)
 
     def _mark(self, root: str, path: tuple[str, ...], deep: bool) -> None:
@@ -323,6 +334,8 @@ class _Reads:
                 return _OTHER
             if name == "optional.none" and not args:
                 return _OTHER
+            if name == "__tg_params" and not args:
+                return frozenset({(PARAMS, (), ())})
             if name == "__tg_var":
                 if len(args) == 1 and _is_string(args[0]):
                     return self.variable(args[0].value)
@@ -370,7 +383,7 @@ class _Reads:
         for root, path, prefix in value:
             if prefix:
                 out.add((root, path, prefix[1:]))
-            elif root in ROOTS:
+            elif _is_root(root):
                 out.add((root, (*path, EACH), ()))
         return frozenset(out)
 
@@ -434,6 +447,39 @@ def _reads_of_expr(expr: bytes, variables: tuple[tuple[str, bytes], ...]) -> dic
     except (_Whole, RecursionError, ValueError, IndexError):
         return dict.fromkeys(ROOTS, ALL)
     return analysis.trees
+
+
+def params_reads(programs: tuple[bytes, ...], variables: tuple[tuple[str, bytes], ...] = ()) -> Tree:
+    """What ``programs`` (and the ``variables`` programs they reach) can read of ``params`` (``__tg_params()``).
+
+    The analysis of :func:`reads` with :data:`PARAMS` as its root; cached by the programs' expressions, the tree
+    shared: do not modify it.
+
+    Args:
+        programs: ``Expression.serialize()`` of each program.
+        variables: ``(name, Expression.serialize())`` of the programs ``__tg_var(name)`` evaluates.
+
+    Returns:
+        The field tree of ``params``: ``{}`` when no program reads it, :data:`ALL` when the analysis cannot bound
+        what is read.
+    """
+    try:
+        exprs = tuple(expr_bytes(serialized) for serialized in programs)
+        named = tuple((name, expr_bytes(serialized)) for name, serialized in variables)
+    except (ValueError, IndexError):
+        return ALL
+    return _params_reads_of_exprs(exprs, named)
+
+
+@functools.lru_cache(maxsize=READS_CACHE_SIZE)
+def _params_reads_of_exprs(exprs: tuple[bytes, ...], variables: tuple[tuple[str, bytes], ...]) -> Tree:
+    analysis = _Reads(dict(variables), (PARAMS,))
+    try:
+        for expr in exprs:
+            analysis.use(decode_expr(expr), {})
+    except (_Whole, RecursionError, ValueError, IndexError):
+        return ALL
+    return analysis.trees[PARAMS]
 
 
 def union_reads(many: Iterable[Mapping[str, Tree] | None]) -> dict[str, Tree]:

@@ -45,10 +45,14 @@ NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap", namespaced=True)
 CLUSTER_POLICIES = Resource(GROUP, VERSION, "clusteradmissionpolicies", PolicyKind.CLUSTER, namespaced=False)
 NAMESPACED_POLICIES = Resource(GROUP, VERSION, "admissionpolicies", PolicyKind.NAMESPACED, namespaced=True)
+#: PolicyException (namespaced) and ClusterPolicyException (:mod:`webhook.policy.exceptions`).
+POLICY_EXCEPTIONS = Resource(GROUP, VERSION, "policyexceptions", "PolicyException", namespaced=True)
+CLUSTER_POLICY_EXCEPTIONS = Resource(GROUP, VERSION, "clusterpolicyexceptions", "ClusterPolicyException",
+                                     namespaced=False)
 
 #: Built-in kinds offline tools need to build AdmissionRequests for, by kind.
 BUILTIN: dict[str, Resource] = {r.kind: r for r in (
-    NAMESPACES, CONFIGMAPS, CLUSTER_POLICIES, NAMESPACED_POLICIES,
+    NAMESPACES, CONFIGMAPS, CLUSTER_POLICIES, NAMESPACED_POLICIES, POLICY_EXCEPTIONS, CLUSTER_POLICY_EXCEPTIONS,
     Resource("", "v1", "pods", "Pod", namespaced=True),
     Resource("", "v1", "services", "Service", namespaced=True),
     Resource("", "v1", "secrets", "Secret", namespaced=True),
@@ -77,6 +81,7 @@ CLUSTER_SCOPED_KINDS = frozenset({
     "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "PriorityClass", "IngressClass",
     "RuntimeClass", "APIService", "CertificateSigningRequest", "ClusterAdmissionPolicy", "CSIDriver", "CSINode",
     "ClusterPolicyReport", "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding", "VolumeAttachment",
+    "ClusterPolicyException",
 })
 _IRREGULAR_PLURALS = {"Endpoints": "endpoints"}
 

@@ -201,6 +201,8 @@ class PolicyResult:
             ``Warn``+``Ignored`` for an error under ``failurePolicy: Ignore``).
         code: HTTP status of a denial (from the failing validation's ``reason``).
         reason: ``metav1.StatusReason`` of a denial.
+        exception: the exception that exempted the request from this policy (``PolicyException ns/name``,
+            :mod:`webhook.policy.exceptions`); ``""`` for none.
     """
 
     policy: str
@@ -209,6 +211,7 @@ class PolicyResult:
     actions: frozenset[str] = frozenset()
     code: int = 403
     reason: str = "Forbidden"
+    exception: str = ""
 
     @property
     def denies(self) -> bool:

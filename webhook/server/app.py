@@ -33,21 +33,37 @@ from webhook.caches.references import ReferenceInformers
 from webhook.files.local_source import LocalDirectoryListerWatcher
 from webhook.formats.events import ImportEventHandler
 from webhook.formats.kinds import IMPORT_SOURCES
-from webhook.informer import InformerKey, ListerWatcher, SharedInformer, SharedInformerFactory
+from webhook.formats.kyverno.exceptions import compile_any_exception, is_kyverno_exception
+from webhook.informer import (
+    InformerKey,
+    ListerWatcher,
+    ResourceEventHandlerFuncs,
+    SharedInformer,
+    SharedInformerFactory,
+)
 from webhook.informer.dynamic import Budget, DynamicInformerFactory
 from webhook.informer.handlers import HandlerRegistration
 from webhook.metrics import DecisionMemoCollector, DynamicInformerCollector, Metrics
 from webhook.policy import PolicyEventHandler, PolicyIndex
+from webhook.policy.exceptions import ExceptionCache
 from webhook.policy.memo import DecisionMemo
-from webhook.policy.resources import CLUSTER_POLICIES, CONFIGMAPS, NAMESPACED_POLICIES, NAMESPACES
+from webhook.policy.resources import (
+    CLUSTER_POLICIES,
+    CLUSTER_POLICY_EXCEPTIONS,
+    CONFIGMAPS,
+    NAMESPACED_POLICIES,
+    NAMESPACES,
+    POLICY_EXCEPTIONS,
+)
 from webhook.server import health
 from webhook.server.components import CERTS, COMPONENTS, Components
-from webhook.server.imports import ImportSources, QueuedHandler, cluster_discovery, cluster_probe, local_discovery
+from webhook.server.constraints import ConstraintInformers, local_discovery_with_constraints
+from webhook.server.imports import ImportSources, QueuedHandler, cluster_discovery, cluster_probe
 from webhook.server.leadership import bootstrap_certificates, leadership, needs_leader
 from webhook.server.policy_events import CompileOffLoop
 from webhook.server.settings import Settings
 from webhook.server.sources import gvr_lister_watcher_factory, lister_watcher_factory
-from webhook.server.tasks import compile_plans, freeze_heap_when_synced
+from webhook.server.tasks import compile_plans, freeze_heap_when_synced, mark_expired_exceptions
 from webhook.tls.reload import CertReloader
 
 __all__ = ["CERTS", "COMPONENTS", "Components", "bootstrap_certificates", "build_components", "create_app"]
@@ -122,7 +138,9 @@ def build_components(settings: Settings, *, api_client: Any = None,
     if lister_watcher_for is None and (local or (api_client is not None and settings.imports)):
         groups = frozenset(IMPORT_SOURCES[name] for name in settings.imports)
         import_sources = ImportSources(
-            factory, imports, discover=local_discovery if local else cluster_discovery(api_client, groups),
+            factory, imports, discover=local_discovery_with_constraints(lambda: local_sources[0].directory,
+                                                                        settings.local_poll_interval / 2)
+            if local else cluster_discovery(api_client, groups),
             probe=None if local else cluster_probe(lister_watcher_factory(settings, api_client, [])),
             interval=0.0 if local else settings.discovery_interval, wanted_groups=frozenset() if local else groups,
             serving=policies_synced)
@@ -153,15 +171,33 @@ def build_components(settings: Settings, *, api_client: Any = None,
         dynamic = DynamicInformerFactory(gvr_lister_watcher, budget=Budget(max_objects=settings.audit_max_objects,
                                                                            max_bytes=settings.audit_max_bytes))
         references = ReferenceInformers(dynamic)
+        if import_sources is not None:  # Gatekeeper's constraint kinds: dynamic informers (serve --import gatekeeper)
+            import_sources.constraints = ConstraintInformers(dynamic, imports, import_sources.delivery)
         for inf in policy_informers:
             inf.add_event_handler(references.handler(), name="references")
         queued.append(QueuedHandler(references.handler(), "imported-references"))
+    # PolicyExceptions: compiled on their watch events into the set the request path reads (one attribute).
+    # Kyverno's CEL PolicyExceptions too (serve --import kyverno; --local reads both groups' PolicyException
+    # documents through Tollgate's source): same semantics, no status written to Kyverno's objects.
+    exceptions = ExceptionCache(
+        policy_exists=lambda label: index.state(label) is not None or any(
+            inf.indexer.get_by_key(label) is not None for inf in policy_informers),
+        status_sink=_tollgate_only(writer.enqueue) if writer is not None else None, compile=compile_any_exception)
+    if import_sources is not None and not local:
+        import_sources.exceptions = exceptions
+    if writer is not None:  # a policy came or went: an exception naming it may turn (not) UnknownPolicy
+        for inf in policy_informers:
+            inf.add_event_handler(ResourceEventHandlerFuncs(
+                add=lambda _obj, _initial: exceptions.report_all(),
+                delete=lambda _obj: exceptions.report_all(), sync_calls="loop"), name="exception-status")
+    for resource in (POLICY_EXCEPTIONS, CLUSTER_POLICY_EXCEPTIONS):
+        factory.informer(InformerKey(resource.informer_resource)).add_event_handler(exceptions, name="exceptions")
     lookups = InformerLookups(namespaces, configmaps, policies_synced,
                               references.informer if references is not None else lambda _ref: None)
     memo = DecisionMemo(settings.decision_memo_bytes) if settings.decision_memo_bytes > 0 else None
     if memo is not None:
         metrics.registry.register(DecisionMemoCollector(memo))
-    handler = AdmissionHandler(index, lookups, memo)
+    handler = AdmissionHandler(index, lookups, memo, exceptions=lambda: exceptions.current)
     background = None
     if leader is not None and settings.background_audit:
         from webhook.server.audit_stack import BackgroundAudit
@@ -169,7 +205,9 @@ def build_components(settings: Settings, *, api_client: Any = None,
         # Existing objects of the kinds background policies select, evaluated by the same engine;
         # reports written by the leader only.
         background = BackgroundAudit(api_client, lookups, leader.elector.is_leader, factory=dynamic,
-                                     discovery_interval=settings.discovery_interval)
+                                     discovery_interval=settings.discovery_interval,
+                                     exceptions=lambda: exceptions.current)
+        exceptions.listeners.append(background.auditor.exceptions_changed)
         for inf in policy_informers:
             inf.add_event_handler(background.policy_handler(), name="background-audit")
         queued.append(QueuedHandler(background.policy_handler(), "imported-audit"))
@@ -195,7 +233,13 @@ def build_components(settings: Settings, *, api_client: Any = None,
         certs=certs, plans_pending=plans_pending, local_sources=local_sources,
         elector=leader.elector if leader else None, status_writer=writer, reconciler=reconciler,
         cert_manager=leader.cert_manager if leader else None, background=background, references=references,
-        imports=import_sources, events=server.events)
+        imports=import_sources, exceptions=exceptions, events=server.events)
+
+
+def _tollgate_only(sink: Callable[[dict[str, Any], dict[str, Any]], object]
+                   ) -> Callable[[dict[str, Any], dict[str, Any]], object]:
+    """``sink`` for Tollgate's exceptions only: Kyverno's objects are Kyverno's (their status is never written)."""
+    return lambda obj, condition: None if is_kyverno_exception(obj) else sink(obj, condition)
 
 
 def create_app(settings: Settings, *, api_client: Any = None,
@@ -332,7 +376,8 @@ def _certs_ctx(c: Components) -> Callable[[web.Application], AsyncIterator[None]
 def _tasks_ctx(c: Components) -> Callable[[web.Application], AsyncIterator[None]]:
     async def ctx(app: web.Application) -> AsyncIterator[None]:
         loop = asyncio.get_running_loop()
-        tasks = [loop.create_task(compile_plans(c)), loop.create_task(freeze_heap_when_synced(c))]
+        tasks = [loop.create_task(compile_plans(c)), loop.create_task(freeze_heap_when_synced(c)),
+                 loop.create_task(mark_expired_exceptions(c))]
         try:
             yield
         finally:

@@ -25,6 +25,7 @@ from webhook.kube.discovery import Discovery
 from webhook.kube.listwatch import KubeListerWatcher
 from webhook.kube.reports import PolicyReportWriter
 from webhook.metrics import DynamicInformerCollector
+from webhook.policy.exceptions import ExceptionSet
 from webhook.policy.lookups import Lookups
 
 
@@ -41,12 +42,14 @@ class BackgroundAudit:
         report_writes_per_second: the report writer's rate limit.
         factory: a dynamic informer factory to share (the app's, also serving ``spec.references``);
             by default one of its own over ``api_client`` with ``budget``.
+        exceptions: returns the Ready PolicyExceptions now (see :class:`~webhook.audit.auditor.Auditor`).
     """
 
     def __init__(self, api_client: Any, lookups: Lookups, is_leader: Callable[[], bool], *,
                  budget: Budget | None = None, discovery_interval: float = 300.0,
                  reflector_options: ReflectorOptions | None = None,
-                 report_writes_per_second: float = 10.0, factory: DynamicInformerFactory | None = None) -> None:
+                 report_writes_per_second: float = 10.0, factory: DynamicInformerFactory | None = None,
+                 exceptions: Callable[[], ExceptionSet] | None = None) -> None:
         def lister_watcher(gvr: GVR) -> KubeListerWatcher:
             return KubeListerWatcher(api_client, group=gvr.group, version=gvr.version, plural=gvr.resource)
 
@@ -57,7 +60,7 @@ class BackgroundAudit:
                                         crd_informer=crd_informer(lister_watcher, reflector_options))
         self.writer = PolicyReportWriter(api_client, is_leader=is_leader,
                                          writes_per_second=report_writes_per_second)
-        self.auditor = Auditor(self.dynamic, lookups, self.writer.submit)
+        self.auditor = Auditor(self.dynamic, lookups, self.writer.submit, exceptions=exceptions)
 
     def policy_handler(self) -> ResourceEventHandlerFuncs:
         """Register on the ClusterAdmissionPolicy and AdmissionPolicy informers."""

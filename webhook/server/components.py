@@ -20,6 +20,7 @@ from webhook.files.local_source import LocalDirectoryListerWatcher
 from webhook.informer import SharedInformer, SharedInformerFactory
 from webhook.metrics import Metrics
 from webhook.policy import PolicyIndex
+from webhook.policy.exceptions import ExceptionCache
 from webhook.policy.resources import Resource
 from webhook.server.settings import Settings
 from webhook.tls.reload import CertReloader
@@ -64,6 +65,8 @@ class Components:
             there is nowhere to list them from (tests that give only ``lister_watcher_for``).
         imports: the informers of the imported kinds (Kubernetes' admission policies, Kyverno's CEL
             policies; :mod:`webhook.server.imports`), or None (tests that give only ``lister_watcher_for``).
+        exceptions: the PolicyExceptions and ClusterPolicyExceptions, compiled on their informers' events
+            (:class:`~webhook.policy.exceptions.ExceptionCache`).
         events: the Kubernetes Events of denials and warnings (``settings.events``; log lines with
             ``--local``), or None.
     """
@@ -89,6 +92,7 @@ class Components:
     imports: ImportSources | None = None
     events: EventRecorder | None = None
     api_server: dict[str, Any] = field(default_factory=dict)
+    exceptions: ExceptionCache = field(default_factory=ExceptionCache)
 
     def local_file_errors(self) -> dict[str, str]:
         """``--local`` files that stopped parsing or violate their schema: path → one-line error."""

@@ -23,7 +23,9 @@ belong to the API server or to Kyverno; their problems are the imported policies
 (``/readyz``, logs, ``tollgate_policies_ready``).
 
 Order: the policy kinds are started first, the binding kinds once the policy informers have synced,
-so a binding is not seen without its policy merely because its list arrived first.
+so a binding is not seen without its policy merely because its list arrived first. Gatekeeper's
+constraint kinds (one CRD per ConstraintTemplate) are bindings of their templates, found by discovery
+and watched through dynamic informers (:mod:`webhook.server.constraints`) that stop when the kind goes.
 """
 
 from __future__ import annotations
@@ -36,9 +38,10 @@ from typing import Any
 
 from webhook.aio import cancel_and_wait
 from webhook.formats.events import ImportEventHandler
-from webhook.formats.kinds import IMPORT_KINDS, ImportKind
+from webhook.formats.kinds import CONSTRAINT_GROUP, IMPORT_EXCEPTION_KINDS, IMPORT_KINDS, TEMPLATE_GROUP, ImportKind
 from webhook.informer import InformerKey, ListerWatcher, SharedInformer, SharedInformerFactory
 from webhook.informer.handlers import HandlerRegistration, ResourceEventHandler
+from webhook.server.constraints import ConstraintInformers, constraint_kinds
 from webhook.server.policy_events import ImportOffLoop
 from webhook.server.sources import import_informer_key
 
@@ -131,12 +134,14 @@ def cluster_discovery(api_client: Any, groups: frozenset[str]) -> Callable[[], A
 
         snapshot = await Discovery(api_client).snapshot()
         served: Served = {}
-        for kind in (k for k in IMPORT_KINDS if k.group in groups):
+        for kind in (k for k in IMPORT_KINDS + IMPORT_EXCEPTION_KINDS if k.group in groups):
             for version in kind.versions:
                 r = snapshot.resource(GVR(kind.group, version, kind.plural))
                 if r is not None and {"list", "watch"} <= r.verbs:
                     served[kind] = version
                     break
+        if TEMPLATE_GROUP in groups:
+            served.update(constraint_kinds(snapshot))
         return served
 
     return discover
@@ -176,14 +181,19 @@ class ImportSources:
             :data:`PENDING_INTERVAL` ``)`` instead, so they are picked up within a minute of appearing.
         serving: whether reviews are answered yet: from then on every conversion runs off the event loop
             (:class:`~webhook.server.policy_events.ImportOffLoop`), a later-discovered kind's initial list too.
+        exceptions: receives the imported exception kinds' notifications (Kyverno's CEL PolicyException:
+            :data:`~webhook.formats.kinds.IMPORT_EXCEPTION_KINDS`), the server's exception cache; None: they are
+            not watched. ``--local`` discovers none: the directory's PolicyException documents of either
+            group reach the cache through Tollgate's own PolicyException source.
     """
 
     def __init__(self, factory: SharedInformerFactory, handler: ImportEventHandler, *,
                  discover: Callable[[], Awaitable[Served]],
                  probe: Callable[[InformerKey], Awaitable[str | None]] | None = None, interval: float = 0.0,
                  queued: list[QueuedHandler] | None = None, wanted_groups: frozenset[str] = frozenset(),
-                 serving: Callable[[], bool] | None = None) -> None:
+                 serving: Callable[[], bool] | None = None, exceptions: ResourceEventHandler | None = None) -> None:
         self.factory = factory
+        self.exceptions = exceptions
         self.handler = handler
         self._delivery = ImportOffLoop(handler, serving=serving)  # every kind's informer: one lock, in order
         self._discover = discover
@@ -200,11 +210,18 @@ class ImportSources:
         self._registrations: list[HandlerRegistration] = []
         self._discovered = False
         self._task: asyncio.Task[None] | None = None
+        #: Gatekeeper's constraint kinds' informers (set by the app when it has a dynamic informer factory).
+        self.constraints: ConstraintInformers | None = None
+
+    @property
+    def delivery(self) -> ImportOffLoop:
+        """The off-loop delivery every imported kind's informer notifies (constraint kinds' too)."""
+        return self._delivery
 
     def synced(self) -> bool:
         """Discovery has run, and every watched kind's informer has synced and delivered its list."""
         return self._discovered and all(i.has_synced() for i in self._informers) and all(
-            r.has_synced() for r in self._registrations)
+            r.has_synced() for r in self._registrations) and (self.constraints is None or self.constraints.synced())
 
     def status(self) -> dict[str, Any]:
         """For ``/readyz``: what is watched, what is refused, the last discovery error, the policies' problems.
@@ -261,7 +278,8 @@ class ImportSources:
         log.warning("discovery of the imported kinds failed (retrying in %.0f s): %s", retry, self.discovery_error)
 
     def _new(self, served: Served, *, bindings: bool) -> list[ImportKind]:
-        return [k for k in served if k.is_binding == bindings and k.kind not in self.watching]
+        return [k for k in served if k.is_binding == bindings and k.kind not in self.watching
+                and (self.exceptions is not None or k not in IMPORT_EXCEPTION_KINDS)]
 
     async def _bindings(self, served: Served, started: list[SharedInformer]) -> None:
         """Once the policy informers just started have synced, start the binding kinds' informers."""
@@ -299,11 +317,19 @@ class ImportSources:
             policies = [inf for kind in self._new(served, bindings=False)
                         if (inf := await self._start(kind, served[kind])) is not None]
             await self._bindings(served, policies)
+            if self.constraints is not None:  # a constraint kind no longer served (its template went)
+                for gone in await self.constraints.retire({k.kind for k in served if k.group == CONSTRAINT_GROUP}):
+                    self.watching.pop(gone, None)
             if self.interval <= 0:
                 return
             await asyncio.sleep(self.next_discovery())
 
     async def _start(self, kind: ImportKind, version: str) -> SharedInformer | None:
+        if kind.group == CONSTRAINT_GROUP:
+            inf = await self.constraints.start(kind, version) if self.constraints is not None else None
+            if inf is not None:
+                self.watching[kind.kind] = f"{kind.group}/{version}"
+            return inf
         key = import_informer_key(kind, version)
         reason = await self._probe(key) if self._probe is not None else None
         if reason is not None:
@@ -313,7 +339,10 @@ class ImportSources:
             return None
         self.refused.pop(kind.kind, None)
         inf = self.factory.informer(key)
-        self._registrations.append(inf.add_event_handler(self._delivery, name="imports"))
+        if kind in IMPORT_EXCEPTION_KINDS and self.exceptions is not None:  # compiled by the exception cache
+            self._registrations.append(inf.add_event_handler(self.exceptions, name="imported-exceptions"))
+        else:
+            self._registrations.append(inf.add_event_handler(self._delivery, name="imports"))
         self._informers.append(inf)
         self.watching[kind.kind] = f"{kind.group}/{version}"
         await inf.start()

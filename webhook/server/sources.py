@@ -12,14 +12,22 @@ from collections.abc import Callable
 from typing import Any
 
 from webhook.files.local_source import LocalDirectory, LocalDirectoryListerWatcher
-from webhook.formats.kinds import IMPORT_KINDS, ImportKind
+from webhook.formats.kinds import IMPORT_EXCEPTION_KINDS, IMPORT_KINDS, ImportKind
 from webhook.informer import InformerKey, ListerWatcher
 from webhook.informer.gvr import GVR
-from webhook.policy.resources import CLUSTER_POLICIES, CONFIGMAPS, NAMESPACED_POLICIES, NAMESPACES
+from webhook.policy.resources import (
+    CLUSTER_POLICIES,
+    CLUSTER_POLICY_EXCEPTIONS,
+    CONFIGMAPS,
+    NAMESPACED_POLICIES,
+    NAMESPACES,
+    POLICY_EXCEPTIONS,
+)
 from webhook.server.settings import Settings
 
 _BY_INFORMER_RESOURCE = {r.informer_resource: r for r in (NAMESPACES, CONFIGMAPS, CLUSTER_POLICIES,
-                                                            NAMESPACED_POLICIES)}
+                                                            NAMESPACED_POLICIES, POLICY_EXCEPTIONS,
+                                                            CLUSTER_POLICY_EXCEPTIONS)}
 
 
 def import_informer_key(kind: ImportKind, version: str) -> InformerKey:
@@ -27,7 +35,8 @@ def import_informer_key(kind: ImportKind, version: str) -> InformerKey:
     return InformerKey(f"{kind.plural}.{version}.{kind.group}")
 
 
-_IMPORTED = {import_informer_key(k, v).resource: (k, v) for k in IMPORT_KINDS for v in k.versions}
+_IMPORTED = {import_informer_key(k, v).resource: (k, v) for k in IMPORT_KINDS + IMPORT_EXCEPTION_KINDS
+             for v in k.versions}
 
 
 def _directory(settings: Settings, local_sources: list[LocalDirectoryListerWatcher]) -> LocalDirectory:

@@ -46,3 +46,32 @@ async def freeze_heap_when_synced(c: Components, *, settle: float = 1.0) -> None
     await asyncio.sleep(settle)
     gc.collect()
     gc.freeze()
+
+
+async def mark_expired_exceptions(c: Components, *, max_wait: float = 3600.0) -> None:
+    """When a PolicyException's ``expiresAt`` passes, report its ``Expired`` condition and re-audit its policies.
+
+    Decisions never wait for this (admission, audit and the CLI compare ``expiresAt`` with their own clock);
+    it only updates what is reported: the status the leader writes and the background audit's rows.
+    Sleeps until the next expiry, at most ``max_wait`` seconds, and re-plans whenever the exceptions
+    change; an expiry passed since the last look is never missed, whatever woke the task.
+    """
+    cache = c.exceptions
+    changed = asyncio.Event()
+    cache.listeners.append(lambda _policies: changed.set())
+    checked = cache.now()
+    while True:
+        now = cache.now()
+        due = cache.next_expiry(checked)
+        if due is not None and due <= now:
+            checked = now
+            cache.recheck()
+            continue
+        checked = now
+        delay = max_wait if due is None else min(max_wait, (due - now).total_seconds())
+        try:  # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation that races a wake-up
+            async with asyncio.timeout(max(delay, 0.0) + 0.001):
+                await changed.wait()
+            changed.clear()
+        except TimeoutError:
+            pass

@@ -484,6 +484,9 @@ async def test_e19_a_1_20_server_refuses_watchlist_and_the_informer_lists() -> N
         inf.set_watch_error_handler(errors.append)
         await inf.start()
         await converge(inf, fake)
+        async with asyncio.timeout(30):  # the watch after the list (synced first, then it opens)
+            while len(fake.log("watch", CM)) < 2:
+                await asyncio.sleep(0.01)
         await inf.stop()
         await client.close()
         assert [e.code for e in errors if isinstance(e, ApiStatusError)] == [422]

@@ -127,3 +127,10 @@ def test_condition_is_current_when_schema_pruned_top_level_generation() -> None:
     pruned = {"conditions": [dict(READY, observedGeneration=3)]}
     assert condition_is_current(_policy(status=pruned), READY)
     assert not condition_is_current(_policy(generation=4, status=pruned), READY)
+
+
+def test_status_path_of_exceptions() -> None:
+    assert status_path({"kind": "PolicyException", "metadata": {"name": "e", "namespace": "team-a"}}) == (
+        "/apis/tollgate.dev/v1alpha1/namespaces/team-a/policyexceptions/e/status")
+    assert status_path({"kind": "ClusterPolicyException", "metadata": {"name": "e"}}) == (
+        "/apis/tollgate.dev/v1alpha1/clusterpolicyexceptions/e/status")

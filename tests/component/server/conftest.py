@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import ssl
 from collections.abc import AsyncIterator
@@ -78,13 +79,26 @@ async def serve_tls(app: web.Application) -> tuple[web.AppRunner, int]:
 
 @pytest.fixture
 async def served(tmp_path: Path) -> AsyncIterator[Served]:
+    async with serving_from_fake(tmp_path, eval_workers=0) as s:
+        yield s
+
+
+@pytest.fixture
+async def served_in_workers(tmp_path: Path) -> AsyncIterator[Served]:
+    """As :func:`served`, but every review is evaluated in an evaluation worker process."""
+    async with serving_from_fake(tmp_path, eval_workers=1, isolate_above_bytes=0) as s:
+        yield s
+
+
+@contextlib.asynccontextmanager
+async def serving_from_fake(tmp_path: Path, **overrides: Any) -> AsyncIterator[Served]:
     paths = certs.write_certs(tmp_path, dns_names=["localhost"], ip_addresses=["127.0.0.1"], days=1)
     fake = FakeApiServer()
     await fake.start()
     fake.apply("namespaces", {"metadata": {"name": "default", "labels": {"team": "a"}}})
     settings = Settings(cert_file=paths.cert, key_file=paths.key, host="127.0.0.1", port=0, write_status=False,
                         cert_poll_interval=0.05, max_request_bytes=1024 * 1024, manage_webhooks=False,
-                        eval_workers=0, events=False)  # an Event written would move the fake's one RV counter
+                        **{"events": False, **overrides})  # an Event written would move the fake's one RV counter
     client = api_client_for_url(fake.url)
     app = create_app(settings, api_client=client)
     runner, port = await serve_tls(app)

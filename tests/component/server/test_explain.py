@@ -40,6 +40,14 @@ PAIRWISE = {"apiVersion": "tollgate.dev/v1alpha1", "kind": "ClusterAdmissionPoli
             "spec": {"match": RULES, "validations": [{
                 "expression": "object.spec.containers.all(a, object.spec.containers.all(b, a == b || "
                               "a.name != b.name))"}]}}
+#: Reads one field of its params ConfigMap, which holds another it must not show.
+FORBIDDEN_NAME = {"apiVersion": "tollgate.dev/v1alpha1", "kind": "ClusterAdmissionPolicy",
+                  "metadata": {"name": "forbidden-name"},
+                  "spec": {"match": RULES, "paramRef": {"name": "shop", "namespace": "default"},
+                           "validations": [{"expression": "object.metadata.name != params.data.forbidden"}]}}
+SHOP_PARAMS = {"metadata": {"name": "shop", "namespace": "default", "labels": {"tollgate.dev/params": "true"}},
+               "data": {"forbidden": "evil", "token": "s3cr3t"}}
+POLICIES = (NO_PRIVILEGED, TEAM_LABEL, PAIRWISE, FORBIDDEN_NAME)
 
 
 class Server:
@@ -67,7 +75,8 @@ async def server(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterato
     fake = FakeApiServer()
     await fake.start()
     fake.apply("namespaces", {"metadata": {"name": "default", "labels": {"team": "a"}}})
-    for policy in (NO_PRIVILEGED, TEAM_LABEL, PAIRWISE):
+    fake.apply("configmaps", SHOP_PARAMS)
+    for policy in POLICIES:
         fake.apply("clusteradmissionpolicies.tollgate.dev", policy)
     settings = Settings(cert_file=paths.cert, key_file=paths.key, write_status=False, max_request_bytes=4 * 1024 * 1024,
                         manage_webhooks=False, eval_workers=0, explain=explain)
@@ -79,7 +88,7 @@ async def server(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterato
         s = Server(f"https://localhost:{port}", session, app)
         for _ in range(500):
             async with session.get(s.url + "/readyz") as resp:
-                if resp.status == 200 and len(app[COMPONENTS].index) == 3:
+                if resp.status == 200 and len(app[COMPONENTS].index) == len(POLICIES):
                     break
             await asyncio.sleep(0.01)
         yield s
@@ -190,3 +199,45 @@ async def test_with_client_ca_explain_needs_a_certificate_and_probes_do_not(tmp_
             assert status == 200 and '"kind":"Explanation"' in text
         finally:
             await runner.cleanup()
+
+
+async def test_params_not_read_are_absent_from_the_explanation(server: Server) -> None:
+    status, explained, _ = await server.post("/explain?policy=forbidden-name", review(pod_create("evil")))
+    assert status == 200 and explained["allowed"] is False, explained
+    (policy,) = explained["policies"]
+    assert policy.get("params", {}).get("value") == {"data": {"forbidden": "evil"}}, policy
+    assert "s3cr3t" not in str(explained) and "token" not in str(explained)
+
+
+async def test_probes_and_reviews_are_answered_while_an_explanation_is_computed(
+        server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The explanation holds its thread until /healthz and /validate have answered: on the loop, it would hold those."""
+    import threading
+
+    import webhook.admission.explain as module
+
+    loop = asyncio.get_running_loop()
+    started, release = asyncio.Event(), threading.Event()
+    order: list[str] = []
+    real = module.explain
+
+    def held(*args: Any, **kwargs: Any) -> Any:
+        loop.call_soon_threadsafe(started.set)
+        release.wait(30)  # a liveness bound only: the test releases it as soon as the probes answered
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, "explain", held)
+
+    async def explanation() -> None:
+        status, _, _ = await server.post("/explain?policy=forbidden-name", review(pod_create("evil")))
+        order.append(f"explain {status}")
+
+    task = asyncio.create_task(explanation())
+    await started.wait()
+    async with server.session.get(server.url + "/healthz") as resp:
+        order.append(f"healthz {resp.status}")
+    status, answer, _ = await server.post("/validate", review(pod_create("evil")))
+    order.append(f"validate {status} {answer['response']['allowed']}")
+    release.set()
+    await task
+    assert order == ["healthz 200", "validate 200 False", "explain 200"]

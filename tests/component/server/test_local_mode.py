@@ -245,3 +245,25 @@ async def test_a_file_emptied_or_replaced_by_a_bomb_keeps_enforcing_its_policy_u
 
         await until(admitted)
         await until(lambda: _without_errors(readyz))
+
+
+async def test_exceptions_are_read_from_the_directory(tmp_path: Path) -> None:
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    (policies / "p.yaml").write_text(POLICY.format(name="no-privileged", failure_policy="Fail",
+                                                   expression=PRIVILEGED))
+    async with local_server(tmp_path, policies) as (url, session):
+        async def admitted() -> bool:
+            async with session.post(url + "/validate", json=review(True)) as resp:
+                return resp.status == 200 and bool((await resp.json())["response"]["allowed"])
+
+        async def denied() -> bool:
+            async with session.post(url + "/validate", json=review(True)) as resp:
+                return resp.status == 200 and (await resp.json())["response"]["allowed"] is False
+
+        await until(denied)
+        # A PolicyException without a namespace is in default, as kubectl apply puts it.
+        (policies / "exception.yaml").write_text(
+            "apiVersion: tollgate.dev/v1alpha1\nkind: PolicyException\nmetadata: {name: debug}\n"
+            "spec: {policies: [{name: no-privileged}], reason: OPS-1}\n")
+        await until(admitted)

@@ -150,3 +150,35 @@ def test_policy_note_names_the_policy() -> None:
     obj = policy("who", validations=[{"expression": "request.userInfo.username != ''"}])
     r = policy_note(obj, "not auditable: x")
     assert (r.policy, r.result, r.resource.kind, r.resource.name) == ("who", "skip", "ClusterAdmissionPolicy", "who")
+
+
+def test_an_exempted_object_is_skip_with_the_exception_in_properties_until_it_expires() -> None:
+    from webhook.policy.exceptions import ExceptionSet, compile_exception
+
+    exc = compile_exception({"apiVersion": "tollgate.dev/v1alpha1", "kind": "PolicyException",
+                             "metadata": {"name": "debug", "namespace": "team-a"},
+                             "spec": {"policies": [{"name": "p"}], "reason": "OPS-1",
+                                      "expiresAt": "2026-11-28T06:00:00Z"}}).exception
+    assert exc is not None
+    p = audited(policy("p", validations=[NO_PRIV]))
+    bad = pod(namespace="team-a", privileged=True)
+    expires = 1795845600  # 2026-11-28T06:00:00Z
+    [row] = evaluate(p, bad, now=expires - 1, exceptions=ExceptionSet.of([exc]))
+    assert (row.result, row.exception) == ("skip", "PolicyException team-a/debug")
+    assert row.as_dict()["properties"] == {"exception": "PolicyException team-a/debug"}
+    [row] = evaluate(p, bad, now=expires, exceptions=ExceptionSet.of([exc]))
+    assert row.result == "fail" and "properties" not in row.as_dict()
+    [row] = evaluate(p, pod(namespace="team-b", privileged=True), now=expires - 1, exceptions=ExceptionSet.of([exc]))
+    assert row.result == "fail"
+
+
+def test_an_audit_mode_exception_keeps_the_row_failing() -> None:
+    from webhook.policy.exceptions import ExceptionSet, compile_exception
+
+    exc = compile_exception({"apiVersion": "tollgate.dev/v1alpha1", "kind": "ClusterPolicyException",
+                             "metadata": {"name": "legacy"},
+                             "spec": {"policies": [{"name": "p"}], "reason": "OPS-2", "mode": "Audit"}}).exception
+    assert exc is not None
+    [row] = evaluate(audited(policy("p", validations=[NO_PRIV])), pod(privileged=True),
+                     exceptions=ExceptionSet.of([exc]))
+    assert (row.result, row.exception) == ("fail", "ClusterPolicyException legacy")

@@ -22,7 +22,23 @@ import yaml
 from tests.fixtures import fixture_dir
 from tests.unit.policy.helpers import policy
 from webhook.cli.main import main
-from webhook.formats.kubernetes.export import BINDING_FIELDS, POLICY_FIELDS, blockers, export_policy
+from webhook.files.chain import AdmissionChain
+from webhook.files.inputs import load_kind, load_policies, load_resources
+from webhook.files.requests import build_request
+from webhook.formats.kubernetes.export import (
+    BINDING_FIELDS,
+    POD_VARIABLES,
+    POLICY_FIELDS,
+    blockers,
+    export_policy,
+    pod_expression,
+    replace_identifiers,
+    template_path_expression,
+    typed_mutation,
+)
+from webhook.policy.cel.env import environment
+from webhook.policy.engine.context import synthesize_pod
+from webhook.policy.vocabulary import PatchType
 
 ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = fixture_dir("kubernetes-openapi-admissionregistration")
@@ -181,14 +197,15 @@ BLOCKED = [
     (policy("r", references=[{"apiVersion": "v1", "resource": "services"}],
             validations=[{"expression": "resource.List('v1', 'services', 'default').size() < 10"}]),
      "spec.references"),
-    (policy("a", autogen={"podControllers": True}), "spec.autogen.podControllers"),
+    (policy("a", autogen={"podControllers": True}, groups=("*",), resources=("*",)), "spec.autogen.podControllers"),
+    (policy("am", autogen={"podControllers": True}, mutations=[
+        {"patchType": "JSONPatch", "jsonPatch": {"expression": "[JSONPatch{op: 'remove', path: '/spec/x'}]"}}]),
+     "spec.autogen.podControllers"),
     (policy("s", paramRef={"selector": {"matchLabels": {"a": "b"}}, "namespace": "x"},
             validations=[{"expression": "size(params) > 0"}]), "spec.paramRef.selector"),
-    (policy("u", onUnsynced="Allow", validations=[{"expression": "namespaceObject.metadata.name != 'x'"}]),
-     "spec.onUnsynced"),
-    (policy("m", mutations=_mutation("{'metadata': {'labels': {'a': 'b'}}}")),
+    (policy("m", mutations=_mutation("{'metadata': {'x-y': {'a': 'b'}}}")),
      "spec.mutations[0].applyConfiguration.expression"),
-    (policy("j", mutations=_mutation("[{'op': 'remove', 'path': '/metadata/labels'}]", "JSONPatch")),
+    (policy("j", mutations=_mutation("[{'op': 'remove', 'pat': '/metadata/labels'}]", "JSONPatch")),
      "spec.mutations[0].jsonPatch.expression"),
     (policy("v", validations=[{"expression": "Object{a: 1} != {}"}]), "spec.validations[0].expression"),
     (policy("broken", validations=[{"expression": "objekt == 1"}]), "status"),
@@ -216,6 +233,84 @@ def test_typed_mutations_through_a_ternary_and_a_bind_are_exportable() -> None:
     assert blockers(obj) == []
 
 
+def test_on_unsynced_is_dropped_with_a_note() -> None:
+    result = export_policy(policy("u", onUnsynced="Allow",
+                                  validations=[{"expression": "namespaceObject.metadata.name != 'x'"}]))
+    assert result.blockers == [] and len(result.objects) == 2
+    assert [n.split(":")[0] for n in result.notes] == ["spec.onUnsynced"]
+
+
+AUTOGEN = policy("ag", autogen={"podControllers": True}, excludeResourceRules=[
+    {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["UPDATE"]}],
+    matchConditions=[{"name": "labelled", "expression": "has(object.metadata.labels)"}],
+    variables=[{"name": "names", "expression": "object.spec.containers.map(c, c.name)"}],
+    validations=[{"expression": "oldObject == null || 'object' != object.kind",
+                  "messageExpression": "'in ' + object.metadata.namespace"}])
+
+
+def test_autogen_adds_the_controllers_and_reads_the_template_pod_through_variables() -> None:
+    result = export_policy(AUTOGEN)
+    assert result.blockers == []
+    vap, binding = result.objects
+    for obj in (vap, binding):
+        assert_accepted(obj)
+    constraints = vap["spec"]["matchConstraints"]
+    rules = {(g, r) for rule in constraints["resourceRules"] for g in rule["apiGroups"] for r in rule["resources"]}
+    assert rules == {("", "pods"), ("", "replicationcontrollers"), ("apps", "deployments"), ("apps", "statefulsets"),
+                     ("apps", "daemonsets"), ("apps", "replicasets"), ("batch", "jobs"), ("batch", "cronjobs")}
+    excluded = {r for rule in constraints["excludeResourceRules"] for r in rule["resources"]}
+    assert "deployments" in excluded and "cronjobs" in excluded  # Tollgate excludes them as Pods too
+    spec = vap["spec"]
+    assert [v["name"] for v in spec["variables"]] == ["tollgatePod", "tollgateOldPod", "tollgateTemplatePath", "names"]
+    assert spec["variables"][3]["expression"] == "variables.tollgatePod.spec.containers.map(c, c.name)"
+    assert spec["validations"][0] == {
+        "expression": "variables.tollgateOldPod == null || 'object' != variables.tollgatePod.kind",
+        "messageExpression": "variables.tollgateTemplatePath + ('in ' + variables.tollgatePod.metadata.namespace)"}
+    # matchConditions run before variables: the Pod's expression is inlined there.
+    assert spec["matchConditions"][0]["expression"].startswith("has((object == null ? null :\n")
+    assert "spec.jobTemplate.spec.template" in spec["variables"][0]["expression"]
+
+
+def test_replace_identifiers_leaves_strings_fields_and_keys_alone() -> None:
+    text = "object.a + 'object' + x.object + {'object': oldObject}['object']"
+    assert replace_identifiers(text, {k: f"variables.{v}" for k, v in POD_VARIABLES.items()}) == (
+        "variables.tollgatePod.a + 'object' + x.object + {'object': variables.tollgateOldPod}['object']")
+    assert replace_identifiers("[1].all(object, object > 0)", POD_VARIABLES) is None
+    assert replace_identifiers("object.(", POD_VARIABLES) is None
+
+
+def test_map_literal_mutations_export_as_typed_literals() -> None:
+    assert typed_mutation("has(object.metadata.labels) ? [{'op': 'add', \"path\": '/a', 'value': {'k': 1}}] : []",
+                          PatchType.JSON_PATCH) == (
+        "has(object.metadata.labels) ? [JSONPatch{op: 'add', path: '/a', value: {'k': 1}}] : []")
+    assert typed_mutation("{'metadata': {'labels': {'a': 'b'}, 'ownerReferences': [{'name': 'x'}]}, "
+                          "'spec': {?'replicas': optional.of(1)}}", PatchType.APPLY_CONFIGURATION) == (
+        "Object{metadata: Object.metadata{labels: {'a': 'b'}, ownerReferences: [Object.metadata.ownerReferences"
+        "{name: 'x'}]}, spec: Object.spec{?replicas: optional.of(1)}}")
+    assert typed_mutation("{'a-b': 1}", PatchType.APPLY_CONFIGURATION) is None
+
+
+def test_the_map_literal_example_exports_as_typed_literals() -> None:
+    obj = yaml.safe_load((ROOT / "policies" / "examples" / "add-default-labels" / "policy.yaml").read_text())
+    result = export_policy(obj)
+    assert result.blockers == []
+    map_ = result.objects[0]
+    assert_accepted(map_)
+    patch = map_["spec"]["mutations"][0]["jsonPatch"]["expression"]
+    apply = map_["spec"]["mutations"][1]["applyConfiguration"]["expression"]
+    assert "[JSONPatch{op: 'add', path: '/metadata/labels', value: {'tollgate.dev/managed': 'true'}}]" in patch
+    assert apply.startswith("Object{metadata: Object.metadata{labels: {'team': ")
+
+
+def test_policies_export_all_but_the_three_kubernetes_cannot_express(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["export", str(ROOT / "policies")]) == 1
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1] == "tollgate export: 25 of 28 policies exported, 3 blocked"
+    blocked = sorted({line.split(": cannot be exported: ")[0].rsplit(" ", 1)[1] for line in err.splitlines()
+                      if ": cannot be exported: " in line})
+    assert blocked == ["service-selector-matches-deployment", "team-a/require-limits", "unique-ingress-host"]
+
+
 # --- the command ----------------------------------------------------------------------------------------------
 
 def test_export_prints_yaml_kubectl_reads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -236,8 +331,8 @@ def test_export_json_is_a_list(tmp_path: Path, capsys: pytest.CaptureFixture[str
 
 
 def test_some_blocked_exits_1_with_one_line_per_blocker(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    blocked = policy("blocked", autogen={"podControllers": True}, onUnsynced="Warn",
-                     validations=[{"expression": "namespaceObject != null"}])
+    blocked = policy("blocked", autogen={"podControllers": True}, groups=("*",), resources=("*",),
+                     references=[{"apiVersion": "v1", "resource": "services"}])
     (tmp_path / "p.yaml").write_text(yaml.safe_dump_all([EVERYTHING, blocked]))
     assert main(["export", str(tmp_path)]) == 1
     out, err = capsys.readouterr()
@@ -246,7 +341,7 @@ def test_some_blocked_exits_1_with_one_line_per_blocker(tmp_path: Path, capsys: 
     lines = err.splitlines()
     assert lines[0].startswith(f"{tmp_path / 'p.yaml'}:")
     assert [line.split(": cannot be exported: ")[1].split(":")[0] for line in lines[:-1]] == [
-        "spec.autogen.podControllers", "spec.onUnsynced"]
+        "spec.references", "spec.autogen.podControllers"]
     assert lines[-1] == "tollgate export: 1 of 2 policies exported, 1 blocked"
 
 
@@ -280,3 +375,72 @@ def test_kyverno_library_calls_are_named() -> None:
     found = blockers(policy("k", validations=[{"expression": "sha256(regex.replace(object.metadata.name, 'a', 'b')) "
                                                              "!= '' && math.round(1.5) == 2.0"}]))
     assert [b.reason for b in found] == ["regex.replace, sha256 is Kyverno's CEL library; Kubernetes' CEL has none"]
+
+
+def _template_pod(root: str, request: dict[str, Any], obj: Any) -> Any:
+    env = environment()
+    program = env.compile(pod_expression(root))
+    return program.eval(env.Activation({"request": request, root: obj})).plain_value()
+
+
+WORKLOAD_TEMPLATE = {"metadata": {"labels": {"app": "web"}, "annotations": {"a": "b"}},
+                     "spec": {"containers": [{"name": "c", "image": "nginx"}]}}
+
+
+@pytest.mark.parametrize(("group", "resource", "path"), [
+    ("apps", "deployments", ("spec", "template")),
+    ("", "replicationcontrollers", ("spec", "template")),
+    ("batch", "jobs", ("spec", "template")),
+    ("batch", "cronjobs", ("spec", "jobTemplate", "spec", "template")),
+])
+def test_the_exported_pod_is_the_pod_tollgate_evaluates(group: str, resource: str, path: tuple[str, ...]) -> None:
+    workload: dict[str, Any] = {"metadata": {"name": "w", "namespace": "team-a"}}
+    node = workload
+    for part in path[:-1]:
+        node = node.setdefault(part, {})
+    node[path[-1]] = copy.deepcopy(WORKLOAD_TEMPLATE)
+    request = {"resource": {"group": group, "version": "v1", "resource": resource}}
+    for root in POD_VARIABLES:
+        assert _template_pod(root, request, workload) == synthesize_pod(workload, path)
+        assert _template_pod(root, request, None) is None
+
+
+def test_messages_carry_tollgates_template_prefix() -> None:
+    obj = policy("m", autogen={"podControllers": True}, validations=[
+        {"expression": "object.spec.x == 1", "message": 'no "x"'}, {"expression": "object.spec.y == 1"}])
+    vap = export_policy(obj).objects[0]
+    first, second = vap["spec"]["validations"]
+    assert first["message"] == 'no "x"'  # the fallback when the messageExpression fails
+    assert first["messageExpression"] == 'variables.tollgateTemplatePath + "no \\"x\\""'
+    assert second["messageExpression"] == (
+        'variables.tollgateTemplatePath + "failed expression: object.spec.y == 1"')
+    env = environment()
+    prefix = env.compile(template_path_expression())
+    for resource, want in (("cronjobs", "spec.jobTemplate.spec.template: "), ("jobs", "spec.template: "),
+                           ("pods", "")):
+        group = {"cronjobs": "batch", "jobs": "batch", "pods": ""}[resource]
+        request = {"resource": {"group": group, "version": "v1", "resource": resource}}
+        assert prefix.eval(env.Activation({"request": request})).plain_value() == want
+
+
+def test_the_exported_pod_of_a_pod_request_is_the_pod_itself() -> None:
+    pod = {"metadata": {"name": "p", "namespace": "x"}, "spec": {"containers": []}}
+    request = {"resource": {"group": "", "version": "v1", "resource": "pods"}}
+    assert _template_pod("object", request, pod) == pod
+
+
+def test_the_typed_mutations_patch_as_the_map_literals_did(tmp_path: Path) -> None:
+    example = ROOT / "policies" / "examples" / "add-default-labels"
+    exported = tmp_path / "exported.yaml"
+    exported.write_text(yaml.safe_dump_all(export_policy(
+        yaml.safe_load((example / "policy.yaml").read_text())).objects))
+    namespaces = [d.obj for d in load_kind([example / "namespaces.yaml"], "Namespace")]
+    resources = load_resources([example / "resources.yaml"])
+    patched = []
+    for source in (example / "policy.yaml", exported):
+        chain = AdmissionChain(load_policies([source]), namespaces=namespaces)
+        patched.append([chain.evaluate(build_request(doc.obj, operation="CREATE", user_info={"username": "alice"}))
+                        .patched for doc in resources])
+    original, back = patched
+    assert original == back
+    assert all(p is not None and p["metadata"]["labels"]["tollgate.dev/managed"] == "true" for p in back)

@@ -82,7 +82,7 @@ def test_a_row_naming_a_resource_the_test_lacks_fails(tmp_path: Path, capsys: py
 
 @pytest.mark.parametrize(("field", "line"), [
     ("jsonPayloads: [payload.json]", "jsonPayloads: JSON payloads are evaluated by Kyverno's JSON mode"),
-    ("exceptions: [exception.yaml]", "exceptions: Kyverno PolicyExceptions are not read by Tollgate"),
+    ("clusterResources: [crd.yaml]", "clusterResources: cluster resources (CRDs) are not read by Tollgate"),
     ("surprise: 1", "surprise: unknown field"),
 ])
 def test_what_tollgate_cannot_run_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],

@@ -95,3 +95,26 @@ def test_kinds_without_a_schema() -> None:
 def test_a_wrong_type_is_reported_alone_at_its_path() -> None:
     doc = with_spec(validations=[{"expression": "true", "reason": 3}])
     assert messages(doc) == [("spec.validations[0].reason", "must be a string, got an integer")]
+
+
+EXCEPTION_CRDS = sorted((ROOT / "manifests" / "crds").glob("*policyexceptions.yaml"))
+
+
+@pytest.mark.parametrize("crd", EXCEPTION_CRDS, ids=[c.name for c in EXCEPTION_CRDS])
+def test_package_exception_schema_is_the_crd_schema(crd: Path) -> None:
+    doc = yaml.safe_load(crd.read_text())
+    assert doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"] == schema.exception_openapi_schema(), (
+        f"webhook/schemas/exception-v1alpha1.yaml differs from {crd}: run "
+        f"python -m webhook.files.schema --sync {crd.relative_to(ROOT)}")
+
+
+def test_a_policy_exception_is_checked_strictly() -> None:
+    doc = {"apiVersion": "tollgate.dev/v1alpha1", "kind": "PolicyException",
+           "metadata": {"name": "x", "namespace": "team-a"},
+           "spec": {"policies": [{"name": "p"}], "reason": "T-1", "expiresAt": "2026-11-28T06:00:00Z",
+                    "mode": "Audit", "matchConditions": [{"name": "c", "expression": "true"}]}}
+    assert schema.validate(doc) == []
+    doc["spec"]["policy"] = doc["spec"].pop("policies")
+    assert [(p.path, p.message) for p in schema.validate(doc)] == [
+        (("spec", "policies"), "required field is missing"),
+        (("spec", "policy"), "unknown field (did you mean policies?)")]

@@ -69,7 +69,7 @@ def test_bounds_and_names_reach_the_settings(monkeypatch: pytest.MonkeyPatch) ->
 
 @pytest.mark.parametrize("argv", [["--max-connections", "0"], ["--header-timeout", "0"],
                                   ["--webhook-service", "Not_A_Label"], ["--inline-work-budget", "-1"],
-                                  ["--ready-max-staleness", "-1"], ["--import", "gatekeeper"]])
+                                  ["--ready-max-staleness", "-1"], ["--import", "opa"]])
 def test_unusable_values_are_one_line_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["serve", "--local", str(EXAMPLES), *argv]) == 2
     err = capsys.readouterr().err

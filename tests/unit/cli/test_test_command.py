@@ -337,3 +337,62 @@ def test_sub_resource_reaches_matching_and_the_reports(capsys: pytest.CaptureFix
     assert main(["test", str(suite), "-o", "junit"]) == 0
     names = {c.get("name") for c in ET.fromstring(capsys.readouterr().out).iter("testcase")}
     assert "Pod default/debugged-privileged UPDATE status" in names
+
+
+def _tenant_policy(namespace: str, message: str) -> dict[str, object]:
+    return {"apiVersion": "tollgate.dev/v1alpha1", "kind": "AdmissionPolicy",
+            "metadata": {"name": "restrict-loadbalancer", "namespace": namespace},
+            "spec": {"match": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["services"],
+                                                   "operations": ["CREATE"]}]},
+                     "validations": [{"expression": "object.spec.type != 'LoadBalancer'", "message": message}]}}
+
+
+def _service(namespace: str) -> dict[str, object]:
+    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "lb", "namespace": namespace},
+            "spec": {"type": "LoadBalancer"}}
+
+
+def test_two_tenants_policies_of_one_name_are_two_rows_each_deciding_its_namespace(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump_all([_tenant_policy("team-b", "b says no"),
+                                                         _tenant_policy("team-c", "c says no")]))
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(_service("team-c")))
+    assert main(["test", "-p", str(tmp_path / "p.yaml"), "-r", str(tmp_path / "r.yaml"), "-o", "json"]) == 1
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["policy"], r["result"]) for r in rows] == [("team-b/restrict-loadbalancer", "skip"),
+                                                          ("team-c/restrict-loadbalancer", "fail")]
+    assert "c says no" in rows[1]["message"]
+
+
+def test_a_testsuite_names_a_tenant_policy_by_namespace_and_name(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump_all([_tenant_policy("team-b", "b says no"),
+                                                         _tenant_policy("team-c", "c says no")]))
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump_all([_service("team-b"), _service("team-c")]))
+    suite = {"apiVersion": "tollgate.dev/v1alpha1", "kind": "TestSuite", "metadata": {"name": "lb"},
+             "policies": ["p.yaml"], "resources": ["r.yaml"],
+             "results": [{"policy": "team-c/restrict-loadbalancer", "resource": {"kind": "Service", "namespace":
+                                                                                "team-c", "name": "lb"},
+                          "result": "fail"},
+                         {"policy": "team-c/restrict-loadbalancer", "resource": {"kind": "Service", "namespace":
+                                                                                "team-b", "name": "lb"},
+                          "result": "skip"}]}
+    (tmp_path / "suite.yaml").write_text(yaml.safe_dump(suite))
+    assert main(["test", str(tmp_path / "suite.yaml")]) == 0
+    capsys.readouterr()
+    suite["results"] = [{**suite["results"][0], "policy": "restrict-loadbalancer"}]  # two policies have that name
+    (tmp_path / "suite.yaml").write_text(yaml.safe_dump(suite))
+    assert main(["test", str(tmp_path / "suite.yaml")]) == 2
+    assert "restrict-loadbalancer names 2 policies (team-b/restrict-loadbalancer, team-c/restrict-loadbalancer)" \
+        in capsys.readouterr().err
+
+
+def test_a_kind_no_policy_reader_knows_in_a_policies_file_is_named(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    legacy = {"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "legacy"}, "spec": {}}
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump_all([_tenant_policy("team-c", "c says no"), legacy]))
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(_service("team-c")))
+    assert main(["test", "-p", str(tmp_path / "p.yaml"), "-r", str(tmp_path / "r.yaml")]) == 1
+    err = capsys.readouterr().err
+    assert f"tollgate test: warning: {tmp_path}/p.yaml:" in err
+    assert "ClusterPolicy legacy is not a kind tollgate reads as a policy: ignored" in err

@@ -25,6 +25,10 @@ INSTALL_CLUSTER: dict[tuple[str, str], frozenset[str]] = {
     ("tollgate.dev", "admissionpolicies"): READ,
     ("tollgate.dev", "clusteradmissionpolicies/status"): frozenset({"patch"}),
     ("tollgate.dev", "admissionpolicies/status"): frozenset({"patch"}),
+    ("tollgate.dev", "policyexceptions"): READ,
+    ("tollgate.dev", "clusterpolicyexceptions"): READ,
+    ("tollgate.dev", "policyexceptions/status"): frozenset({"patch"}),
+    ("tollgate.dev", "clusterpolicyexceptions/status"): frozenset({"patch"}),
     ("admissionregistration.k8s.io", "validatingwebhookconfigurations"): frozenset({"get", "update", "patch"}),
     ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): frozenset({"get", "update", "patch"}),
     # Imported policies (webhook/server/imports.py), read only.
@@ -32,8 +36,14 @@ INSTALL_CLUSTER: dict[tuple[str, str], frozenset[str]] = {
         "validatingadmissionpolicies", "validatingadmissionpolicybindings",
         "mutatingadmissionpolicies", "mutatingadmissionpolicybindings")},
     **{("policies.kyverno.io", r): READ for r in ("validatingpolicies", "mutatingpolicies",
-                                                 "namespacedvalidatingpolicies", "namespacedmutatingpolicies")},
+                                                 "namespacedvalidatingpolicies", "namespacedmutatingpolicies",
+                                                 "policyexceptions")},
+    ("templates.gatekeeper.sh", "constrainttemplates"): READ,
+    ("constraints.gatekeeper.sh", "*"): READ,
 }
+#: The one wildcard allowed, read only: Gatekeeper's controller creates one constraint CRD per
+#: ConstraintTemplate, so their resources cannot be named in advance (serve --import gatekeeper).
+DYNAMIC_RESOURCES = frozenset({("constraints.gatekeeper.sh", "*")})
 INSTALL_NAMESPACED: dict[tuple[str, str], frozenset[str]] = {
     ("coordination.k8s.io", "leases"): frozenset({"get", "create", "update"}),
 }
@@ -91,7 +101,7 @@ def rbac_problems(docs: list[dict[str, Any]], parts: tuple[str, ...]) -> list[st
             if kind == "Role" and role["metadata"].get("namespace") != NAMESPACE:
                 problems.append(f"Role {name} outside {NAMESPACE}")
             for group, resource, verb, names in grants(role):
-                if "*" in (group, resource, verb):
+                if "*" in (group, resource, verb) and not ((group, resource) in DYNAMIC_RESOURCES and verb in READ):
                     problems.append(f"{kind} {name}: wildcard in {group}/{resource} {verb}")
                 elif verb not in allowed.get((group, resource), set()):
                     problems.append(f"{kind} {name} grants {verb} on {group or 'core'}/{resource}")

@@ -199,7 +199,8 @@ def test_background_audit_component() -> None:
 
 def test_policy_reports_component_adds_exactly_the_report_crds() -> None:
     crds = {d["metadata"]["name"] for d in build(MANIFESTS / "crds")}
-    assert crds == {"clusteradmissionpolicies.tollgate.dev", "admissionpolicies.tollgate.dev"}
+    assert crds == {"clusteradmissionpolicies.tollgate.dev", "admissionpolicies.tollgate.dev",
+                    "clusterpolicyexceptions.tollgate.dev", "policyexceptions.tollgate.dev"}
     docs = _with("policy-reports")
     added = [d for d in docs if d not in build(MANIFESTS / "install")]
     assert {(d["kind"], d["metadata"]["name"]) for d in added} == {

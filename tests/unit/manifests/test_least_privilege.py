@@ -58,6 +58,10 @@ ALLOWED_CLUSTER: dict[tuple[str, str], frozenset[str]] = {
     ("tollgate.dev", "admissionpolicies"): CACHED,
     ("tollgate.dev", "clusteradmissionpolicies/status"): STATUS,
     ("tollgate.dev", "admissionpolicies/status"): STATUS,
+    ("tollgate.dev", "policyexceptions"): CACHED,
+    ("tollgate.dev", "clusterpolicyexceptions"): CACHED,
+    ("tollgate.dev", "policyexceptions/status"): STATUS,
+    ("tollgate.dev", "clusterpolicyexceptions/status"): STATUS,
     ("admissionregistration.k8s.io", "validatingwebhookconfigurations"): WEBHOOK_CONFIGS,
     ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): WEBHOOK_CONFIGS,
     # Imported policies (webhook/server/imports.py): read only.
@@ -65,8 +69,13 @@ ALLOWED_CLUSTER: dict[tuple[str, str], frozenset[str]] = {
         "validatingadmissionpolicies", "validatingadmissionpolicybindings", "mutatingadmissionpolicies",
         "mutatingadmissionpolicybindings")},
     **{("policies.kyverno.io", r): CACHED for r in ("validatingpolicies", "mutatingpolicies",
-                                                   "namespacedvalidatingpolicies", "namespacedmutatingpolicies")},
+                                                   "namespacedvalidatingpolicies", "namespacedmutatingpolicies",
+                                                   "policyexceptions")},
+    ("templates.gatekeeper.sh", "constrainttemplates"): CACHED,
+    ("constraints.gatekeeper.sh", "*"): CACHED,
 }
+#: The one wildcard allowed, read only: one constraint CRD per ConstraintTemplate, unknown in advance.
+DYNAMIC_RESOURCES = frozenset({("constraints.gatekeeper.sh", "*")})
 #: Grants that must name their objects: nothing else in the cluster may be touched.
 PINNED_CLUSTER = {
     ("admissionregistration.k8s.io", "validatingwebhookconfigurations"): (WEBHOOK_CONFIG_NAME,),
@@ -84,10 +93,15 @@ REQUIRED_CLUSTER: dict[tuple[str, str], frozenset[str]] = {
     ("tollgate.dev", "admissionpolicies"): CACHED,
     ("tollgate.dev", "clusteradmissionpolicies/status"): frozenset({"patch"}),
     ("tollgate.dev", "admissionpolicies/status"): frozenset({"patch"}),
+    ("tollgate.dev", "policyexceptions"): frozenset({"list", "watch"}),
+    ("tollgate.dev", "clusterpolicyexceptions"): frozenset({"list", "watch"}),
+    ("tollgate.dev", "policyexceptions/status"): frozenset({"patch"}),
+    ("tollgate.dev", "clusterpolicyexceptions/status"): frozenset({"patch"}),
     ("admissionregistration.k8s.io", "validatingwebhookconfigurations"): frozenset({"get", "update"}),
     ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): frozenset({"get", "update"}),
     # The imported kinds' informers list and watch every kind they import (webhook.formats.kinds).
     **{(k.group, k.plural): frozenset({"list", "watch"}) for k in IMPORT_KINDS},
+    ("constraints.gatekeeper.sh", "*"): frozenset({"list", "watch"}),  # webhook/server/constraints.py
 }
 
 
@@ -141,6 +155,8 @@ def _secret_volume_name() -> str:
 def test_rbac_has_no_wildcards(kind: str) -> None:
     for role in _of_kind(kind):
         for group, resource, verb, _ in grants(role):
+            if (group, resource) in DYNAMIC_RESOURCES and verb in CACHED:
+                continue
             assert "*" not in (group, resource, verb), (
                 f"{kind} {role['metadata']['name']}: wildcard in {group}/{resource} {verb}"
             )

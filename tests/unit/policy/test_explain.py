@@ -307,3 +307,59 @@ def test_a_variable_that_errors_is_shown_with_its_error_and_operands_and_decides
     assert [o.text for o in first.evaluated.operands] == ["object.spec.containers[5]"]
     assert count.evaluated.value is not None and count.evaluated.value.value == 1
     assert trace.result == "pass"  # the engine never reads the broken variable
+
+
+SECRET_PARAMS = {"metadata": {"name": "shop", "namespace": "default", "labels": {"owner": "ops"}},
+                 "data": {"max": "2", "allowed": "a,b", "token": "s3cr3t"}}
+READS_SOME_PARAMS = policy(
+    "x-reads-some-params", paramRef={"name": "shop", "namespace": "default"},
+    variables=[{"name": "allowed", "expression": "params.data.allowed.split(',')"}],
+    validations=[{"expression": "size(object.spec.containers) <= int(params.data.max)",
+                  "messageExpression": "'at most ' + params.data.max"},
+                 {"expression": "object.spec.containers.all(c, c.image in variables.allowed)"}])
+
+
+def test_only_the_params_fields_a_policy_reads_are_shown() -> None:
+    lookups = InMemoryLookups(namespaces=NAMESPACES, configmaps=[SECRET_PARAMS])
+    req, candidates = request(pod(images=("a", "b", "c"))), [_compiled(READS_SOME_PARAMS)]
+    trace = explain_validating(req, candidates, lookups).policies[0]
+    assert trace.params is not None and trace.params.value == {"data": {"max": "2", "allowed": "a,b"}}
+    assert "s3cr3t" not in str(trace.as_dict()) and "ops" not in str(trace.as_dict())
+    engine, explained = _verdicts(req, candidates, lookups)  # the verdict on the fields read is the engine's
+    assert engine == explained and trace.result == "fail" and trace.message.startswith("at most 2; ")
+    assert trace.variables[0].evaluated.value is not None and trace.variables[0].evaluated.value.value == ["a", "b"]
+
+
+def test_an_operand_shows_params_only_as_read() -> None:
+    # ``params.data`` compared with a literal keeps its presence and type only: its operand shows no field of it.
+    p = _compiled(policy("x-params-presence", paramRef={"name": "shop", "namespace": "default"},
+                         validations=[{"expression": "params.data == null || params.data.max == '9'"}]))
+    trace = explain_validating(request(pod()), [p], InMemoryLookups(configmaps=[SECRET_PARAMS])).policies[0]
+    assert trace.result == "fail" and "s3cr3t" not in str(trace.as_dict()), trace.as_dict()
+    assert trace.params is not None and trace.params.value == {"data": {"max": "2"}}
+
+
+def test_a_policy_that_uses_params_whole_shows_them_whole() -> None:
+    p = _compiled(policy("x-params-whole", paramRef={"name": "shop", "namespace": "default"},
+                         validations=[{"expression": "string(params).size() < 10"}]))
+    trace = explain_validating(request(pod()), [p], InMemoryLookups(configmaps=[SECRET_PARAMS])).policies[0]
+    assert trace.params is not None and trace.params.value["data"]["token"] == "s3cr3t"
+
+
+def test_splitting_and_compiling_operands_is_paid_from_the_work_budget() -> None:
+    from webhook.policy.explain import explainer
+
+    long = " && ".join(f"object.metadata.name != 'n{i}'" for i in range(40)) + " && object.metadata.name == 'never'"
+    p = _compiled(policy("long", validations=[{"expression": f"({long}) || {j} < 0"} for j in range(8)]))
+    req = request(pod())
+    plan_work = explain_work(build_plan(RequestCoordinates.of(req), [p], validating=False),
+                             RequestContext(req, LOOKUPS), Endpoint.VALIDATE)
+    one = explainer.operand_work(f"({long}) || 0 < 0", split=True) + sum(
+        explainer.operand_work(text, split=False) for text in (f"({long})", "0 < 0"))
+    trace = explain_validating(req, [p], LOOKUPS, work_budget=plan_work + 3 * one).policies[0]
+    explained = [v for v in trace.validations if v.evaluated.operands[0].value is not None]
+    spent = [v for v in trace.validations if v.evaluated.operands[0].note == explainer._SPENT]
+    assert (len(explained), len(spent)) == (3, 5), trace.as_dict()
+    assert trace.result == "fail" and all(v.result == "fail" for v in trace.validations)  # the verdict is whole
+    unlimited = explain_validating(req, [p], LOOKUPS).policies[0]
+    assert all(v.evaluated.operands[0].value is not None for v in unlimited.validations)

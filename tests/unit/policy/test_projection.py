@@ -505,3 +505,25 @@ def test_fused_programs_read_within_their_plan_projection() -> None:
                 "object": projection.object, "oldObject": projection.old_object}
             obj, old = _views(req)[1 if group.view is View.POD_TEMPLATE else 0]
             _same(group.program, trees, obj, old)
+
+
+def test_params_reads_follows_params_as_object_reads_follow_object() -> None:
+    from webhook.policy.compiler import compile_policy
+    from webhook.policy.projection import params_reads
+
+    compiled = compile_policy({
+        "apiVersion": "tollgate.dev/v1alpha1", "kind": "ClusterAdmissionPolicy", "metadata": {"name": "p"},
+        "spec": {"paramRef": {"name": "cm", "namespace": "default"},
+                 "match": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
+                                              "operations": ["CREATE"]}]},
+                 "variables": [{"name": "allowed", "expression": "params.data.allowed.split(',')"}],
+                 "validations": [{"expression": "object.metadata.name in variables.allowed && "
+                                                "has(params.data.strict) && params.spec.items.all(i, i.x > 0)"}]}})
+    p = compiled.matchable
+    assert p is not None and p.error is None, compiled.condition
+    variables = tuple((name, v.program.serialize()) for name, v in p.variables.items())
+    programs = (p.validations[0].expression.program.program.serialize(),)
+    assert params_reads(programs, variables) == {"data": {"allowed": ALL, "strict": {}},
+                                                 "spec": {"items": {"#": {"x": ALL}}}}
+    assert params_reads((), ()) == {}
+    assert reads_of(programs, variables)["object"] == {"metadata": {"name": ALL}}  # params are not object

@@ -16,6 +16,7 @@ budget; ``Ignore`` everywhere admits with a warning, otherwise the answer is
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import logging
 import time
@@ -52,6 +53,27 @@ class Evaluator(Protocol):
 def candidates_for(handler: AdmissionHandler, request: AdmissionRequest) -> list[CompiledPolicy]:
     """The policies whose rules select ``request`` (the handler's plan for its coordinates), in evaluation order."""
     return [policy for policy, _view in handler.index.plan(RequestCoordinates.of(request)).entries]
+
+
+def exception_sources(handler: AdmissionHandler, candidates: list[CompiledPolicy],
+                      ) -> tuple[list[dict[str, Any]], datetime.datetime | None]:
+    """The source objects of the exceptions naming a candidate, and the decision's time; ``([], None)`` for none.
+
+    A worker compiles these itself (compiled CEL does not cross processes) and compares their ``expiresAt``
+    with the server's time, so a review decided in a worker is exempted exactly as one decided inline.
+    """
+    exceptions = handler.exceptions() if handler.exceptions is not None else None
+    if not exceptions:
+        return [], None
+    found: dict[int, dict[str, Any]] = {}
+    for policy in candidates:
+        for e in exceptions.by_policy.get(policy.key, ()):
+            if e.source is not None:
+                found[id(e)] = dict(e.source)
+    if not found:
+        return [], None
+    now = handler.clock() if handler.clock is not None else datetime.datetime.now(datetime.UTC)
+    return list(found.values()), now
 
 
 def failed_decision(handler: AdmissionHandler, request: AdmissionRequest,
@@ -166,7 +188,9 @@ class IsolatedEvaluator:
         if len(self._tokens) > 4 * len(self.handler.index) + 64:
             self._tokens.clear()
         try:
-            return await self.pool.evaluate(endpoint, dict(request), entries, self.handler.lookups, timeout)
+            sources, now = exception_sources(self.handler, candidates)
+            return await self.pool.evaluate(endpoint, dict(request), entries, self.handler.lookups, timeout,
+                                            exceptions=sources, now=now)
         except EvaluationAborted as e:
             log.warning("evaluation aborted", extra={"uid": request["uid"], "endpoint": endpoint, "reason": e.reason,
                                                      "detail": str(e)})

@@ -16,6 +16,7 @@ names, and neither side lists them by hand.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
@@ -35,8 +36,8 @@ LOOKUP_METHODS: frozenset[str] = frozenset(
 PolicyEntry: TypeAlias = tuple[str, dict[str, Any] | None]
 
 #: One :class:`~webhook.policy.PolicyResult` as builtins (pickling the dataclass costs an order of
-#: magnitude more): ``(policy, result, message, actions, code, reason)``.
-ResultRow: TypeAlias = tuple[str, str, str, tuple[str, ...], int, str]
+#: magnitude more): ``(policy, result, message, actions, code, reason, exception)``.
+ResultRow: TypeAlias = tuple[str, str, str, tuple[str, ...], int, str, str]
 
 
 class UnknownLookup(ValueError):
@@ -82,6 +83,9 @@ class Evaluate:
         policies: the candidates, see :data:`PolicyEntry`.
         prefetched: answers to lookups nearly every review makes, sent ahead.
         deadline: ``time.monotonic()`` (system-wide) past which the engine stops evaluating policies.
+        exceptions: the source objects of the Ready exceptions naming a candidate (the worker compiles them,
+            each version once), so a review decided in a worker is exempted as one decided inline.
+        now: the server's time of the decision (aware UTC), which exceptions' ``expiresAt`` is compared with.
     """
 
     endpoint: str
@@ -89,6 +93,8 @@ class Evaluate:
     policies: list[PolicyEntry]
     prefetched: dict[LookupCall, Any] = field(default_factory=dict)
     deadline: float | None = None
+    exceptions: list[dict[str, Any]] = field(default_factory=list)
+    now: datetime.datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,15 +173,16 @@ class Done:
     def of(cls, decision: AdmissionDecision, *, retire: bool = False) -> Done:
         """The message carrying ``decision`` (every field of each result, code and reason included)."""
         return cls(decision.response, str(decision.decision),
-                   [(r.policy, str(r.result), r.message, tuple(r.actions), r.code, r.reason)
+                   [(r.policy, str(r.result), r.message, tuple(r.actions), r.code, r.reason, r.exception)
                     for r in decision.results], retire, list(decision.durations))
 
     def admission_decision(self) -> AdmissionDecision:
         """The :class:`AdmissionDecision` this message carries (inverse of :meth:`of`)."""
-        return AdmissionDecision(self.response, Decision(self.decision),
-                                 tuple(PolicyResult(policy, Result(result), message, frozenset(actions), code, reason)
-                                       for policy, result, message, actions, code, reason in self.results),
-                                 tuple((policy, seconds) for policy, seconds in self.durations))
+        results = tuple(PolicyResult(policy, Result(result), message, frozenset(actions), code, reason, exception)
+                        for policy, result, message, actions, code, reason, exception in self.results)
+        return AdmissionDecision(self.response, Decision(self.decision), results,
+                                 tuple((policy, seconds) for policy, seconds in self.durations),
+                                 tuple(r for r in results if r.exception))
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import logging
 import os
 import socket
@@ -229,7 +230,8 @@ class EvaluationPool:
             self._all.discard(p)
 
     async def evaluate(self, endpoint: str, request: dict[str, Any], policies: list[tuple[str, dict[str, Any]]],
-                       lookups: Lookups, timeout: float) -> AdmissionDecision:
+                       lookups: Lookups, timeout: float, *, exceptions: list[dict[str, Any]] | None = None,
+                       now: datetime.datetime | None = None) -> AdmissionDecision:
         """Evaluate one review in a worker within ``timeout`` seconds.
 
         Args:
@@ -240,6 +242,8 @@ class EvaluationPool:
                 worker compiles each version once.
             lookups: the caches workers read through (answered on this loop).
             timeout: seconds, including the wait for a free worker.
+            exceptions: source objects of the exceptions naming a candidate (see :class:`Evaluate`).
+            now: the decision's time for exceptions' ``expiresAt`` (aware UTC).
 
         Returns:
             The handler's AdmissionDecision, already bounded by ``limits``.
@@ -265,7 +269,8 @@ class EvaluationPool:
             raise EvaluationAborted("busy", f"no evaluation worker free within {timeout:.1f}s") from None
         try:
             async with asyncio.timeout_at(deadline):
-                decision = await self._converse(proc, endpoint, request, policies, lookups, engine_deadline)
+                decision = await self._converse(proc, endpoint, request, policies, lookups, engine_deadline,
+                                                exceptions or [], now)
         except _Reported as e:
             self._release(proc)  # the worker caught the exception itself
             raise EvaluationAborted("worker_error", str(e)) from None
@@ -294,13 +299,15 @@ class EvaluationPool:
 
     async def _converse(self, proc: _Proc, endpoint: str, request: dict[str, Any],
                         policies: list[tuple[str, dict[str, Any]]], lookups: Lookups,
-                        deadline: float | None = None) -> AdmissionDecision:
+                        deadline: float | None = None, exceptions: list[dict[str, Any]] | None = None,
+                        now: datetime.datetime | None = None) -> AdmissionDecision:
         entries: list[PolicyEntry] = [(token, None if token in proc.known else obj) for token, obj in policies]
         prefetched = prefetch(request, lookups)
         request_json = orjson.dumps(request)  # far cheaper to send than the pickled dict
         for _attempt in range(2):
             # CLOCK_MONOTONIC is system-wide: the worker's engine stops evaluating more policies past it.
-            proc.writer.write(encode(Evaluate(endpoint, request_json, entries, prefetched, deadline)))
+            proc.writer.write(encode(Evaluate(endpoint, request_json, entries, prefetched, deadline,
+                                              exceptions or [], now)))
             proc.known.update(token for token, _ in policies)
             reply = await read_frame(proc.reader, MAX_REPLY_BYTES)
             while isinstance(reply, LookupCall):

@@ -58,8 +58,10 @@ from webhook.admission.isolation.messages import (
 )
 from webhook.admission.limits import OutputLimits, bound_decision
 from webhook.admission.review import AdmissionRequest
+from webhook.formats.kyverno.exceptions import compile_any_exception
 from webhook.policy import PolicyIndex, RequestCoordinates, compile_policy
 from webhook.policy.compiler import CompiledPolicy
+from webhook.policy.exceptions import ExceptionCompileResult, ExceptionSet
 from webhook.policy.plan import Plan, build_plan
 
 #: Compiled policies kept per worker (least recently used dropped first).
@@ -130,6 +132,8 @@ class Worker:
         self.recycle_rss_bytes = recycle_rss_bytes
         self.compiled: OrderedDict[str, CompiledPolicy | None] = OrderedDict()
         self.plans: OrderedDict[tuple[Any, ...], Plan] = OrderedDict()
+        #: compiled exceptions by their source object's canonical JSON
+        self.exceptions: dict[bytes, ExceptionCompileResult] = {}
 
     def learn(self, entries: list[PolicyEntry] | list[tuple[str, dict[str, Any]]]) -> None:
         """Compile every policy object sent whose token is new (a broken one is kept with its error)."""
@@ -155,6 +159,20 @@ class Worker:
                 policies.append(policy)
         return policies
 
+    def exception_set(self, sources: list[dict[str, Any]]) -> ExceptionSet:
+        """The exceptions of a review, each source version compiled once (the last 256 versions kept)."""
+        compiled = []
+        for source in sources:
+            key = orjson.dumps(source, option=orjson.OPT_SORT_KEYS)
+            result = self.exceptions.get(key)
+            if result is None:
+                result = self.exceptions[key] = compile_any_exception(source)  # Kyverno's too
+                while len(self.exceptions) > 256:
+                    del self.exceptions[next(iter(self.exceptions))]
+            if result.exception is not None:
+                compiled.append(result.exception)
+        return ExceptionSet.of(compiled)
+
     def evaluate(self, message: Evaluate) -> AdmissionDecision | Missing:
         """One review: its decision, or the tokens to send again with their objects."""
         self.learn(message.policies)
@@ -163,9 +181,13 @@ class Worker:
             return Missing(missing)
         policies = self.compiled_policies(message.policies)
         request = cast(AdmissionRequest, orjson.loads(message.request_json))
+        exceptions = self.exception_set(message.exceptions)
+        now = message.now
         handler = AdmissionHandler(cast(PolicyIndex, _FixedCandidates(policies, self.plans)),
                                    RemoteLookups(self.sock, message.prefetched),
-                                   max_patch_bytes=self.limits.max_patch_bytes)
+                                   max_patch_bytes=self.limits.max_patch_bytes,
+                                   exceptions=(lambda: exceptions) if exceptions else None,
+                                   clock=(lambda: now) if now is not None else None)
         decision = handler.decide(message.endpoint, request, message.deadline)
         uid = request["uid"]
         return bound_decision(decision, self.limits, lambda e: AdmissionHandler.engine_failed(uid, policies, e))

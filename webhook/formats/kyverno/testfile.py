@@ -34,7 +34,7 @@ CLI_API_VERSION = "cli.kyverno.io/v1alpha1"
 RESULTS = ("pass", "fail", "warn", "skip", "error")
 #: Test fields Tollgate reads.
 _READ = ("apiVersion", "kind", "metadata", "name", "policies", "resources", "variables", "values", "userinfo",
-         "context", "results")
+         "context", "results", "exceptions")
 #: Test fields Tollgate refuses, and why (one line each).
 _REFUSED = {
     "jsonPayload": "JSON payloads are evaluated by Kyverno's JSON mode, which Tollgate does not have",
@@ -43,7 +43,6 @@ _REFUSED = {
     "envoyPayloads": "Envoy authorization payloads are Kyverno's authz policies, which Tollgate does not have",
     "targetResources": "target resources are what mutateExisting mutates, which Tollgate never does",
     "paramResources": "Kyverno policies have no params in Tollgate (use a TestSuite's configMaps)",
-    "exceptions": "Kyverno PolicyExceptions are not read by Tollgate",
     "clusterResources": "cluster resources (CRDs) are not read by Tollgate",
     "apiCallResponses": "API call responses stand in for Kyverno's http library, which Tollgate refuses",
     "globalContextEntries": "global context entries stand in for Kyverno's globalContext, which Tollgate refuses",
@@ -131,6 +130,8 @@ class KyvernoTest:
         userinfo: the UserInfo file, or None.
         context: the Context file, or None.
         results: the expectations, in file order.
+        exceptions: Kyverno CEL PolicyException files (``policies.kyverno.io``, read by
+            :mod:`webhook.formats.kyverno.exceptions`); ``()`` for none.
     """
 
     name: str
@@ -141,6 +142,7 @@ class KyvernoTest:
     userinfo: str | None
     context: str | None
     results: tuple[Expectation, ...]
+    exceptions: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +212,7 @@ def parse_test(obj: dict[str, Any]) -> KyvernoTest:
     """A ``Test`` document as :class:`KyvernoTest`.
 
     Raises:
-        TestFormatError: a field Tollgate refuses (payloads, target resources, exceptions, ...), an unknown
+        TestFormatError: a field Tollgate refuses (payloads, target resources, ...), an unknown
             field, or a malformed one.
     """
     for key in obj:
@@ -235,6 +237,7 @@ def parse_test(obj: dict[str, Any]) -> KyvernoTest:
         userinfo=_string(obj, "userinfo", ()),
         context=_string(obj, "context", ()),
         results=tuple(_expectation(i, r) for i, r in enumerate(raw_results)),
+        exceptions=_strings(obj, "exceptions", ()),
     )
 
 

@@ -187,8 +187,10 @@ class PolicyEnv:
         variables = dict.fromkeys(VARIABLES, T.DYN)
         declared = [*library.declarations(), *scope.declarations(), *rewrites.declarations()]
         python_library = [d.decl for d in declared]
-        #: Names of the functions implemented in Python: each call costs a crossing into Python.
-        # ``string`` also names cel-cpp's native conversions, which are far cheaper; only library values cross.
+        #: Each function's cost and result-size rule: cel-cpp's native ones and each Python declaration's
+        #: (:func:`webhook.policy.cel.cost.rule_table`).
+        self.rules = celcost.rule_table({d.name: d.rule for d in declared})
+        #: Names of the functions implemented in Python (``string`` also names cel-cpp's native conversions).
         self.python_functions = frozenset(d.name for d in declared) - {"string"}
         self.env = cel.NewEnv(config=cel.NewEnvConfigFromYaml(CONFIG_YAML), variables=variables,
                               extensions=[cel.CelExtension("tollgate_kubernetes", python_library)])
@@ -288,7 +290,7 @@ class PolicyEnv:
                 if in_base:
                     raise RuntimeError(_error_at(text, literals.source_offset(offset), message))
                 raise RuntimeError(_error_at(source, offset, message))
-            estimated = celcost.estimate(ast, self.python_functions)
+            estimated = celcost.estimate(ast, self.rules)
             if estimated.error:
                 raise RuntimeError(_error_at(source, 0, estimated.error))
             calls = resource_calls(checked_ast, text, literals) if in_base else resource_calls(checked_ast, source)
@@ -308,7 +310,7 @@ class PolicyEnv:
         """``compiled``'s estimate with the bounds of the ``variables`` it reads (None when unchecked)."""
         if not compiled.checked:
             return compiled.estimated
-        return celcost.estimate(celast.decode(compiled.checked), self.python_functions, variables)
+        return celcost.estimate(celast.decode(compiled.checked), self.rules, variables)
 
     def _literal_ok(self, call: str, literal: str) -> str | None:
         """Evaluate ``call(literal)`` (duration/timestamp); the error text or None."""

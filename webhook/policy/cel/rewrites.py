@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from webhook.policy.cel import typed_literals
+from webhook.policy.cel.cost import PYTHON_SCALAR
 from webhook.policy.cel.library._decl import LibraryError, T, function
 
 __all__ = [
@@ -42,7 +43,8 @@ def _range_bound(n: int) -> int:
 
 def declarations() -> list[Any]:
     """The runtime half of the rewrites: ``__tg_range_bound``."""
-    return [function("__tg_range_bound", "tg_range_bound", T.INT, [T.INT], _range_bound)]
+    return [function("__tg_range_bound", "tg_range_bound", T.INT, [T.INT], _range_bound,
+                     rule=PYTHON_SCALAR)]
 
 
 _STRING = re.compile(

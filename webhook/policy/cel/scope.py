@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from cel_expr_python import cel
 
+from webhook.policy.cel.cost import PYTHON_OBJECT
 from webhook.policy.cel.library._decl import LibraryError, T, function, overloads
 
 __all__ = [
@@ -132,12 +133,14 @@ RESOURCE_FUNCTIONS = frozenset({"resource.Get", "resource.List", "resource.ByInd
 def declarations() -> list[Any]:
     """The hidden ``__tg_var``/``__tg_params`` functions and the resource library, for the environment."""
     return [
-        function("__tg_var", "tg_var", T.DYN, [T.STRING], _tg_var),
-        function("__tg_params", "tg_params", T.DYN, [], _tg_params),
-        function("resource.Get", "tg_resource_get", T.DYN, [T.STRING] * 4, _resource_get),
-        function("resource.ByIndex", "tg_resource_by_index", T.DYN, [T.STRING] * 4, _resource_by_index),
+        function("__tg_var", "tg_var", T.DYN, [T.STRING], _tg_var, rule=PYTHON_OBJECT),
+        function("__tg_params", "tg_params", T.DYN, [], _tg_params, rule=PYTHON_OBJECT),
+        function("resource.Get", "tg_resource_get", T.DYN, [T.STRING] * 4, _resource_get, rule=PYTHON_OBJECT),
+        function("resource.ByIndex", "tg_resource_by_index", T.DYN, [T.STRING] * 4, _resource_by_index,
+                 rule=PYTHON_OBJECT),
         overloads("resource.List",
                   cel.Overload("tg_resource_list", T.DYN, [T.STRING] * 3, is_member=False, impl=_resource_list),
                   cel.Overload("tg_resource_list_labels", T.DYN, [T.STRING, T.STRING, T.STRING, T.DYN],
-                               is_member=False, impl=_resource_list)),
+                               is_member=False, impl=_resource_list),
+                  rule=PYTHON_OBJECT),
     ]

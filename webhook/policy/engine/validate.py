@@ -10,9 +10,10 @@ per ``failurePolicy`` (:mod:`webhook.policy.engine.outcome`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import datetime
+from collections.abc import Callable, Sequence
 from time import perf_counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from webhook.policy.budget import OverBudget, estimated_work
 from webhook.policy.cel.scope import reset_scope, set_current_scope
@@ -34,6 +35,9 @@ from webhook.policy.lookups import Lookups
 from webhook.policy.memo import DecisionMemo
 from webhook.policy.plan import Plan, build_plan
 from webhook.policy.vocabulary import Endpoint, PolicyResult, Result
+
+if TYPE_CHECKING:
+    from webhook.policy.exceptions import ExceptionSet
 
 __all__ = ["MAX_MESSAGE_BYTES", "check_budget", "evaluate_validating", "plan_of"]
 
@@ -113,7 +117,9 @@ def _validate(run: Run, warnings: list[str], annotations: dict[str, str]) -> Pol
 
 def evaluate_validating(request: dict[str, Any], policies: Sequence[CompiledPolicy] | Plan, lookups: Lookups, *,
                         deadline: float | None = None, memo: DecisionMemo | None = None,
-                        work_budget: int | None = None, body_bytes: int = 0) -> ValidationOutcome:
+                        work_budget: int | None = None, body_bytes: int = 0,
+                        exceptions: ExceptionSet | None = None,
+                        now: Callable[[], datetime.datetime] | None = None) -> ValidationOutcome:
     """Decide an AdmissionRequest on the validating endpoint.
 
     Args:
@@ -129,6 +135,11 @@ def evaluate_validating(request: dict[str, Any], policies: Sequence[CompiledPoli
         work_budget: when set, the most estimated work (:mod:`webhook.policy.budget`) the request may have;
             above it nothing is evaluated and :class:`~webhook.policy.budget.OverBudget` is raised.
         body_bytes: the request body's length (lets a clearly cheap plan skip measuring; see ``work_budget``).
+        exceptions: the Ready PolicyExceptions (:mod:`webhook.policy.exceptions`); a policy's ``fail``,
+            ``warn`` or ``error`` result an exception exempts becomes ``skip`` naming it (or, mode Audit,
+            is enforced as Audit only). None or empty: nothing more is asked.
+        now: the clock exceptions' ``expiresAt`` is compared with (aware UTC), read at most once, when an
+            exception names a policy that did not pass; default: the system clock.
 
     Returns:
         The decision; a denial's message joins every denying policy's message
@@ -147,6 +158,7 @@ def evaluate_validating(request: dict[str, Any], policies: Sequence[CompiledPoli
     durations = out.durations
     passes = fused_passes(plan, ctx, memo, durations)
     results = out.results
+    decided_at: datetime.datetime | None = None
     for position, (policy, view) in enumerate(plan.entries):
         result: PolicyResult | None = passes.get(position)
         if result is not None:  # a prebuilt pass: nothing to record, never denies
@@ -161,6 +173,11 @@ def evaluate_validating(request: dict[str, Any], policies: Sequence[CompiledPoli
         result = prepared if isinstance(prepared, PolicyResult) else _validate(prepared, out.warnings,
                                                                                out.audit_annotations)
         durations[result.policy] = durations.get(result.policy, 0.0) + perf_counter() - started
+        if (exceptions and result.result is not Result.PASS and result.result is not Result.SKIP
+                and result.policy in exceptions.by_policy):
+            if decided_at is None:
+                decided_at = now() if now is not None else datetime.datetime.now(datetime.UTC)
+            result = exceptions.apply(result, ctx.request, ctx.coords, ctx.namespace_object, decided_at)
         results.append(result)
         record(result, out.warnings, audit_failures)
         if result.denies:

@@ -45,6 +45,29 @@ CASES = [
     ("sets.contains([1, 2, 3], [2, 3])", "value", True),
     ("sets.equivalent([1, 2], [2, 1, 1])", "value", True),
     ("sets.intersects([1], [2])", "value", False),
+    # lists.go includes (ListsVersion 1, Kubernetes 1.37): the doc comment's examples, then CEL equality.
+    ("[1, 2, 3].includes(2)", "value", True),
+    ("[1, 2, 3].includes(4)", "value", False),
+    ("'model-a'.includes('model-a')", "value", True),
+    ("'model-a'.includes('model-b')", "value", False),
+    ("[1, 2].includes(2.0)", "value", True),
+    ("[1u].includes(1)", "value", True),
+    ("[[1], [2, 3]].includes([2, dyn(3.0)])", "value", True),
+    ("[[true]].includes([1])", "value", False),
+    ("['1'].includes(1)", "value", False),
+    ("[].includes(1)", "value", False),
+    # sets over mixed int/uint/double (cost_test.go TestSetsCost): cel-go's heterogeneous numeric
+    # equality. Kubernetes' policy environment refuses mixed list literals (HomogeneousAggregateLiterals),
+    # so the mixed elements come through dyn() here, as they do from an object's fields.
+    ("sets.contains([1], [dyn(1.0), 1])", "value", True),
+    ("sets.contains([1, dyn(2.0), dyn(3u)], [dyn(1.0), dyn(2u), 3])", "value", True),
+    ("sets.contains([[1], [2, 3]], [[2, dyn(3.0)]])", "value", True),
+    ("sets.contains([1], [dyn(1.1), dyn(1u)])", "value", False),
+    ("sets.equivalent([1, 2, 3], [dyn(3u), dyn(2.0), 1])", "value", True),
+    ("sets.equivalent([1, 2], [dyn(1u), 2, dyn(2.3)])", "value", False),
+    ("sets.intersects([1, 2], [dyn(2u), 2, dyn(2.0)])", "value", True),
+    ("sets.intersects([1], [dyn(1.1), dyn(2u)])", "value", False),
+    ("sets.contains([1], [1.0, 1])", "compile", "expected type 'double' but found 'int'"),
 ]
 
 # Typed results: the checker's element type selects a typed variant (lists.go: sum of durations, the

@@ -16,6 +16,7 @@ from typing import Any
 
 from cel_expr_python import cel
 
+from webhook.policy.cel.cost import PYTHON_PART, PYTHON_SCALAR, PYTHON_TEXT
 from webhook.policy.cel.library import ip as iplib
 from webhook.policy.cel.library._decl import VALUE, LibraryError, T, function, member, overloads
 
@@ -118,14 +119,14 @@ def declarations() -> list[Any]:
     """The CIDR library's functions, plus ``ip(s)``/``<CIDR>.ip()`` and ``string(IP|CIDR)``."""
     smap = T.Map(T.STRING, T.STRING)
     return [
-        function("isCIDR", "tg_is_cidr", T.BOOL, [T.STRING], is_cidr),
-        function("cidr", "tg_cidr", VALUE, [T.STRING], cidr),
+        function("isCIDR", "tg_is_cidr", T.BOOL, [T.STRING], is_cidr, rule=PYTHON_SCALAR),
+        function("cidr", "tg_cidr", VALUE, [T.STRING], cidr, rule=PYTHON_PART),
         overloads("ip",
                   cel.Overload("tg_ip", VALUE, [T.STRING], impl=iplib.ip),
-                  cel.Overload("tg_cidr_ip", VALUE, [VALUE], is_member=True, impl=cidr_ip)),
-        member("containsIP", "tg_cidr_contains_ip", T.BOOL, [VALUE, T.DYN], contains_ip),
-        member("containsCIDR", "tg_cidr_contains_cidr", T.BOOL, [VALUE, T.DYN], contains_cidr),
-        member("masked", "tg_cidr_masked", VALUE, [VALUE], masked),
-        member("prefixLength", "tg_cidr_prefix_length", T.INT, [VALUE], prefix_length),
-        function("string", "tg_string_library_value", T.STRING, [smap], to_string),
+                  cel.Overload("tg_cidr_ip", VALUE, [VALUE], is_member=True, impl=cidr_ip), rule=PYTHON_PART),
+        member("containsIP", "tg_cidr_contains_ip", T.BOOL, [VALUE, T.DYN], contains_ip, rule=PYTHON_SCALAR),
+        member("containsCIDR", "tg_cidr_contains_cidr", T.BOOL, [VALUE, T.DYN], contains_cidr, rule=PYTHON_SCALAR),
+        member("masked", "tg_cidr_masked", VALUE, [VALUE], masked, rule=PYTHON_PART),
+        member("prefixLength", "tg_cidr_prefix_length", T.INT, [VALUE], prefix_length, rule=PYTHON_SCALAR),
+        function("string", "tg_string_library_value", T.STRING, [smap], to_string, rule=PYTHON_TEXT),
     ]

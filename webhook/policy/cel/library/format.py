@@ -20,6 +20,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from webhook.policy.cel.cost import PYTHON_CONSTANT, PYTHON_MESSAGES, PYTHON_PART
 from webhook.policy.cel.library import urls
 from webhook.policy.cel.library._decl import VALUE, LibraryError, T, function, member
 
@@ -200,8 +201,9 @@ def validate(fmt: Any, s: str) -> list[list[str]]:
 def declarations() -> list[Any]:
     """The format library's functions."""
     decls = [function(f"format.{name}", f"tg_format_{name}", VALUE, [],
-                      lambda name=name: {KEY: name}) for name in FORMATS]
-    decls.append(function("__tg_format_named", "tg_format_named", T.List(VALUE), [T.STRING], named))
+                      lambda name=name: {KEY: name}, rule=PYTHON_CONSTANT) for name in FORMATS]
+    decls.append(function("__tg_format_named", "tg_format_named", T.List(VALUE), [T.STRING], named,
+                          rule=PYTHON_PART))
     decls.append(member("__tg_validate", "tg_format_validate", T.List(T.List(T.STRING)), [VALUE, T.STRING],
-                        validate))
+                        validate, rule=PYTHON_MESSAGES))
     return decls

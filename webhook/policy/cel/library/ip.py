@@ -12,6 +12,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
+from webhook.policy.cel.cost import PYTHON_SCALAR
 from webhook.policy.cel.library._decl import VALUE, LibraryError, T, function, member
 
 KEY = "@ip"
@@ -110,12 +111,12 @@ def to_string(x: Any) -> str:
 def declarations() -> list[Any]:
     """The IP library's functions (``string(IP)`` is declared in :mod:`.cidr` with ``string(CIDR)``)."""
     return [
-        function("isIP", "tg_is_ip", T.BOOL, [T.STRING], is_ip),
-        function("ip.isCanonical", "tg_ip_is_canonical", T.BOOL, [T.STRING], is_canonical),
-        member("family", "tg_ip_family", T.INT, [VALUE], family),
-        member("isUnspecified", "tg_ip_is_unspecified", T.BOOL, [VALUE], is_unspecified),
-        member("isLoopback", "tg_ip_is_loopback", T.BOOL, [VALUE], is_loopback),
-        member("isLinkLocalMulticast", "tg_ip_is_llm", T.BOOL, [VALUE], is_link_local_multicast),
-        member("isLinkLocalUnicast", "tg_ip_is_llu", T.BOOL, [VALUE], is_link_local_unicast),
-        member("isGlobalUnicast", "tg_ip_is_gu", T.BOOL, [VALUE], is_global_unicast),
+        function("isIP", "tg_is_ip", T.BOOL, [T.STRING], is_ip, rule=PYTHON_SCALAR),
+        function("ip.isCanonical", "tg_ip_is_canonical", T.BOOL, [T.STRING], is_canonical, rule=PYTHON_SCALAR),
+        member("family", "tg_ip_family", T.INT, [VALUE], family, rule=PYTHON_SCALAR),
+        member("isUnspecified", "tg_ip_is_unspecified", T.BOOL, [VALUE], is_unspecified, rule=PYTHON_SCALAR),
+        member("isLoopback", "tg_ip_is_loopback", T.BOOL, [VALUE], is_loopback, rule=PYTHON_SCALAR),
+        member("isLinkLocalMulticast", "tg_ip_is_llm", T.BOOL, [VALUE], is_link_local_multicast, rule=PYTHON_SCALAR),
+        member("isLinkLocalUnicast", "tg_ip_is_llu", T.BOOL, [VALUE], is_link_local_unicast, rule=PYTHON_SCALAR),
+        member("isGlobalUnicast", "tg_ip_is_gu", T.BOOL, [VALUE], is_global_unicast, rule=PYTHON_SCALAR),
     ]

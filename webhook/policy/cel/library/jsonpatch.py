@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from webhook.policy.cel.cost import PYTHON_DOUBLE
 from webhook.policy.cel.library._decl import T, function
 
 
@@ -18,4 +19,5 @@ def escape_key(key: str) -> str:
 
 def declarations() -> list[Any]:
     """The JSONPatch library's functions."""
-    return [function("jsonpatch.escapeKey", "tg_jsonpatch_escape_key", T.STRING, [T.STRING], escape_key)]
+    return [function("jsonpatch.escapeKey", "tg_jsonpatch_escape_key", T.STRING, [T.STRING], escape_key,
+                     rule=PYTHON_DOUBLE)]

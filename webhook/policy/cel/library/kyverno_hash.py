@@ -13,6 +13,7 @@ import hashlib
 from collections.abc import Callable
 from typing import Any
 
+from webhook.policy.cel.cost import PYTHON_DIGEST
 from webhook.policy.cel.library._decl import T, function
 
 
@@ -31,6 +32,7 @@ def declarations() -> list[Any]:
     """The hash library's functions."""
     out = []
     for name, impl in (("sha1", sha1), ("sha256", sha256), ("md5", md5)):
-        out.append(function(name, f"tg_kyverno_{name}", T.STRING, [T.STRING], impl))
-        out.append(function(f"hash.{name}", f"tg_kyverno_hash_{name}", T.STRING, [T.STRING], impl))
+        out.append(function(name, f"tg_kyverno_{name}", T.STRING, [T.STRING], impl, rule=PYTHON_DIGEST))
+        out.append(function(f"hash.{name}", f"tg_kyverno_hash_{name}", T.STRING, [T.STRING], impl,
+                            rule=PYTHON_DIGEST))
     return out

@@ -31,6 +31,7 @@ from typing import Any, NamedTuple
 
 from cel_expr_python import cel
 
+from webhook.policy.cel.cost import PYTHON_PART, PYTHON_SCALAR
 from webhook.policy.cel.library._decl import VALUE, LibraryError, T, member, overloads
 
 KEY = "@image"
@@ -170,15 +171,19 @@ def _get(v: Any) -> Reference:
 def declarations() -> list[Any]:
     """The image library's functions."""
     return [
-        overloads("image", cel.Overload("tg_kyverno_image", VALUE, [T.STRING], impl=image)),
+        overloads("image", cel.Overload("tg_kyverno_image", VALUE, [T.STRING], impl=image), rule=PYTHON_PART),
         overloads("parseImageReference", cel.Overload("tg_kyverno_parse_image_reference", VALUE, [T.STRING],
-                                                      impl=image)),
-        overloads("isImage", cel.Overload("tg_kyverno_is_image", T.BOOL, [T.STRING], impl=is_image)),
-        member("containsDigest", "tg_kyverno_image_contains_digest", T.BOOL, [VALUE], lambda v: bool(_get(v).digest)),
-        member("registry", "tg_kyverno_image_registry", T.STRING, [VALUE], lambda v: _get(v).registry),
-        member("repository", "tg_kyverno_image_repository", T.STRING, [VALUE], lambda v: _get(v).repository_str()),
+                                                      impl=image), rule=PYTHON_PART),
+        overloads("isImage", cel.Overload("tg_kyverno_is_image", T.BOOL, [T.STRING], impl=is_image),
+                  rule=PYTHON_SCALAR),
+        member("containsDigest", "tg_kyverno_image_contains_digest", T.BOOL, [VALUE], lambda v: bool(_get(v).digest),
+               rule=PYTHON_SCALAR),
+        member("registry", "tg_kyverno_image_registry", T.STRING, [VALUE], lambda v: _get(v).registry,
+               rule=PYTHON_PART),
+        member("repository", "tg_kyverno_image_repository", T.STRING, [VALUE], lambda v: _get(v).repository_str(),
+               rule=PYTHON_PART),
         member("identifier", "tg_kyverno_image_identifier", T.STRING, [VALUE],
-               lambda v: _get(v).tag or _get(v).digest),
-        member("tag", "tg_kyverno_image_tag", T.STRING, [VALUE], lambda v: _get(v).tag),
-        member("digest", "tg_kyverno_image_digest", T.STRING, [VALUE], lambda v: _get(v).digest),
+               lambda v: _get(v).tag or _get(v).digest, rule=PYTHON_PART),
+        member("tag", "tg_kyverno_image_tag", T.STRING, [VALUE], lambda v: _get(v).tag, rule=PYTHON_PART),
+        member("digest", "tg_kyverno_image_digest", T.STRING, [VALUE], lambda v: _get(v).digest, rule=PYTHON_PART),
     ]

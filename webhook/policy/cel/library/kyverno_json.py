@@ -17,6 +17,7 @@ import json
 import math
 from typing import Any
 
+from webhook.policy.cel.cost import PYTHON_PART
 from webhook.policy.cel.library._decl import LibraryError, T, function
 
 #: Deepest nesting of arrays and objects accepted.
@@ -71,4 +72,5 @@ def unmarshal(text: str) -> Any:
 
 def declarations() -> list[Any]:
     """The json library's function."""
-    return [function("json.unmarshal", "tg_kyverno_json_unmarshal", T.DYN, [T.STRING], unmarshal)]
+    return [function("json.unmarshal", "tg_kyverno_json_unmarshal", T.DYN, [T.STRING], unmarshal,
+                     rule=PYTHON_PART)]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from webhook.policy.cel.cost import PYTHON_SCALAR
 from webhook.policy.cel.library._decl import T, function
 
 
@@ -37,4 +38,5 @@ def round_to(value: float, precision: int) -> float:
 
 def declarations() -> list[Any]:
     """The math library's function (the one-argument ``math.round`` is cel-cpp's)."""
-    return [function("math.round", "tg_kyverno_math_round_precision", T.DOUBLE, [T.DOUBLE, T.INT], round_to)]
+    return [function("math.round", "tg_kyverno_math_round_precision", T.DOUBLE, [T.DOUBLE, T.INT], round_to,
+                     rule=PYTHON_SCALAR)]

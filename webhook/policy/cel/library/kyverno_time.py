@@ -19,6 +19,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+from webhook.policy.cel.cost import PYTHON_CONSTANT, PYTHON_SCALAR
 from webhook.policy.cel.library._decl import T, function
 
 _UTC = datetime.UTC
@@ -50,6 +51,8 @@ def to_cron(ts: datetime.datetime) -> str:
 
 def declarations() -> list[Any]:
     """The time library's functions."""
-    return [function("time.now", "tg_kyverno_time_now", T.TIMESTAMP, [], now),
-            function("time.truncate", "tg_kyverno_time_truncate", T.TIMESTAMP, [T.TIMESTAMP, T.DURATION], truncate),
-            function("time.toCron", "tg_kyverno_time_to_cron", T.STRING, [T.TIMESTAMP], to_cron)]
+    return [function("time.now", "tg_kyverno_time_now", T.TIMESTAMP, [], now, rule=PYTHON_SCALAR),
+            function("time.truncate", "tg_kyverno_time_truncate", T.TIMESTAMP, [T.TIMESTAMP, T.DURATION], truncate,
+                     rule=PYTHON_SCALAR),
+            function("time.toCron", "tg_kyverno_time_to_cron", T.STRING, [T.TIMESTAMP], to_cron,
+                     rule=PYTHON_CONSTANT)]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from webhook.policy.cel.cost import PYTHON_PART
 from webhook.policy.cel.library._decl import T, function
 
 #: Kubernetes' prefix of a ServiceAccount's username (``k8s.io/apiserver/pkg/authentication/serviceaccount``).
@@ -36,6 +37,7 @@ def parse_service_account(username: str) -> dict[str, str]:
 
 def declarations() -> list[Any]:
     """The user library's functions."""
-    return [function("parseServiceAccount", "tg_kyverno_parse_sa", T.DYN, [T.STRING], parse_service_account),
+    return [function("parseServiceAccount", "tg_kyverno_parse_sa", T.DYN, [T.STRING], parse_service_account,
+                     rule=PYTHON_PART),
             function("user.parseServiceAccount", "tg_kyverno_user_parse_sa", T.DYN, [T.STRING],
-                     parse_service_account)]
+                     parse_service_account, rule=PYTHON_PART)]

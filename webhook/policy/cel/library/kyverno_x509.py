@@ -38,6 +38,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from cryptography.x509.oid import AuthorityInformationAccessOID, ExtendedKeyUsageOID, NameOID
 
+from webhook.policy.cel.cost import PYTHON_DECODED
 from webhook.policy.cel.library._decl import LibraryError, T, function
 
 _PEM = re.compile(r"-----BEGIN ([^\n-]*)-----\r?\n(.*?)-----END \1-----", re.DOTALL)
@@ -273,4 +274,5 @@ def decode(text: str) -> dict[str, Any]:
 
 def declarations() -> list[Any]:
     """The x509 library's function."""
-    return [function("x509.decode", "tg_kyverno_x509_decode", T.DYN, [T.STRING], decode)]
+    return [function("x509.decode", "tg_kyverno_x509_decode", T.DYN, [T.STRING], decode,
+                     rule=PYTHON_DECODED)]

@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from webhook.policy.cel.cost import PYTHON_PARSED_YAML
 from webhook.policy.cel.library._decl import LibraryError, T, function
 
 MAX_CHARS = 1 << 20
@@ -122,4 +123,5 @@ def parse(text: str) -> Any:
 
 def declarations() -> list[Any]:
     """The yaml library's function."""
-    return [function("yaml.parse", "tg_kyverno_yaml_parse", T.DYN, [T.STRING], parse)]
+    return [function("yaml.parse", "tg_kyverno_yaml_parse", T.DYN, [T.STRING], parse,
+                     rule=PYTHON_PARSED_YAML)]

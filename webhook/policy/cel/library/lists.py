@@ -1,6 +1,7 @@
-"""Kubernetes list library: ``isSorted``, ``sum``, ``min``, ``max``, ``indexOf``, ``lastIndexOf`` (pure).
+"""Kubernetes list library: ``isSorted``, ``sum``, ``min``, ``max``, ``indexOf``, ``lastIndexOf``, ``includes`` (pure).
 
-Follows ``k8s.io/apiserver/pkg/cel/library/lists.go`` (Kubernetes 1.24+). Element types must be
+Follows ``k8s.io/apiserver/pkg/cel/library/lists.go`` (Kubernetes 1.24+; ``includes`` is its version 1,
+Kubernetes 1.37). Element types must be
 comparable (int, uint, double, bool, string, bytes, duration, timestamp); ``sum`` accepts int,
 uint, double and duration. The checker-level element-type check (``[[1],[2]].min()`` is a compile
 error) lives in :mod:`webhook.policy.cel.validators`, because cel-expr-python cannot register one
@@ -12,6 +13,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+from webhook.policy.cel.cost import PYTHON_PART, PYTHON_SCALAR
 from webhook.policy.cel.library._decl import LibraryError, T, member
 
 #: Element types the comparison functions accept, as the checker names them.
@@ -95,9 +97,25 @@ def last_index_of(items: list[Any], x: Any) -> int:
     return -1
 
 
+def includes(target: Any, x: Any) -> bool:
+    """``<dyn>.includes(<dyn>) -> bool``: whether the list ``target`` holds ``x``, or a non-list ``target`` equals it.
+
+    As ``lists.go`` ``includes`` (ListsVersion 1): CEL equality, so ``[1, 2].includes(2.0)`` is true
+    (cel-go's heterogeneous numeric equality) and ``'model-a'.includes('model-a')`` is true.
+    """
+    if isinstance(target, list):
+        return any(_equal(v, x) for v in target)
+    return _equal(target, x)
+
+
 def _equal(a: Any, b: Any) -> bool:
+    """CEL equality (cel-go's, heterogeneous for numbers), element by element in lists and maps."""
     if isinstance(a, bool) != isinstance(b, bool):
         return False
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_equal(v, b[k]) for k, v in a.items())
     return bool(type(a) is type(b) and a == b) or (
         isinstance(a, int | float) and isinstance(b, int | float) and not isinstance(a, bool) and a == b)
 
@@ -124,13 +142,13 @@ def _sum_duration(items: list[Any]) -> datetime.timedelta:
 def _typed_declarations() -> list[Any]:
     dl = T.List(T.DYN)
     return [
-        member("__tg_sum_double", "tg_list_sum_double", T.DOUBLE, [dl], _sum_double),
-        member("__tg_sum_uint", "tg_list_sum_uint", T.UINT, [dl], list_sum),
-        member("__tg_sum_duration", "tg_list_sum_duration", T.DURATION, [dl], _sum_duration),
-        member("__tg_min_duration", "tg_list_min_duration", T.DURATION, [dl], list_min),
-        member("__tg_max_duration", "tg_list_max_duration", T.DURATION, [dl], list_max),
-        member("__tg_min_timestamp", "tg_list_min_timestamp", T.TIMESTAMP, [dl], list_min),
-        member("__tg_max_timestamp", "tg_list_max_timestamp", T.TIMESTAMP, [dl], list_max),
+        member("__tg_sum_double", "tg_list_sum_double", T.DOUBLE, [dl], _sum_double, rule=PYTHON_SCALAR),
+        member("__tg_sum_uint", "tg_list_sum_uint", T.UINT, [dl], list_sum, rule=PYTHON_SCALAR),
+        member("__tg_sum_duration", "tg_list_sum_duration", T.DURATION, [dl], _sum_duration, rule=PYTHON_SCALAR),
+        member("__tg_min_duration", "tg_list_min_duration", T.DURATION, [dl], list_min, rule=PYTHON_SCALAR),
+        member("__tg_max_duration", "tg_list_max_duration", T.DURATION, [dl], list_max, rule=PYTHON_SCALAR),
+        member("__tg_min_timestamp", "tg_list_min_timestamp", T.TIMESTAMP, [dl], list_min, rule=PYTHON_SCALAR),
+        member("__tg_max_timestamp", "tg_list_max_timestamp", T.TIMESTAMP, [dl], list_max, rule=PYTHON_SCALAR),
     ]
 
 
@@ -139,10 +157,11 @@ def declarations() -> list[Any]:
     dl = T.List(T.DYN)
     return [
         *_typed_declarations(),
-        member("isSorted", "tg_list_is_sorted", T.BOOL, [dl], is_sorted),
-        member("sum", "tg_list_sum", T.DYN, [dl], list_sum),
-        member("min", "tg_list_min", T.DYN, [dl], list_min),
-        member("max", "tg_list_max", T.DYN, [dl], list_max),
-        member("indexOf", "tg_list_index_of", T.INT, [dl, T.DYN], index_of),
-        member("lastIndexOf", "tg_list_last_index_of", T.INT, [dl, T.DYN], last_index_of),
+        member("isSorted", "tg_list_is_sorted", T.BOOL, [dl], is_sorted, rule=PYTHON_SCALAR),
+        member("sum", "tg_list_sum", T.DYN, [dl], list_sum, rule=PYTHON_SCALAR),
+        member("min", "tg_list_min", T.DYN, [dl], list_min, rule=PYTHON_PART),
+        member("max", "tg_list_max", T.DYN, [dl], list_max, rule=PYTHON_PART),
+        member("indexOf", "tg_list_index_of", T.INT, [dl, T.DYN], index_of, rule=PYTHON_SCALAR),
+        member("lastIndexOf", "tg_list_last_index_of", T.INT, [dl, T.DYN], last_index_of, rule=PYTHON_SCALAR),
+        member("includes", "tg_list_includes", T.BOOL, [T.DYN, T.DYN], includes, rule=PYTHON_SCALAR),
     ]

@@ -18,6 +18,7 @@ import re
 from decimal import Decimal
 from typing import Any
 
+from webhook.policy.cel.cost import PYTHON_PART, PYTHON_SCALAR
 from webhook.policy.cel.library import semver
 from webhook.policy.cel.library._decl import VALUE, LibraryError, T, function, member
 
@@ -189,18 +190,18 @@ def is_greater_than(q: Any, other: Any) -> bool:
 def declarations() -> list[Any]:
     """The quantity library's functions."""
     return [
-        function("quantity", "tg_quantity", VALUE, [T.STRING], quantity),
-        function("isQuantity", "tg_is_quantity", T.BOOL, [T.STRING], is_quantity),
-        member("isInteger", "tg_q_is_integer", T.BOOL, [VALUE], is_integer),
-        member("asInteger", "tg_q_as_integer", T.INT, [VALUE], as_integer),
-        member("asApproximateFloat", "tg_q_as_float", T.DOUBLE, [VALUE], as_approximate_float),
-        member("sign", "tg_q_sign", T.INT, [VALUE], sign),
-        member("add", "tg_q_add", VALUE, [VALUE, T.DYN], add),
-        member("sub", "tg_q_sub", VALUE, [VALUE, T.DYN], sub),
-        member("mul", "tg_q_mul", VALUE, [VALUE, T.INT], mul),
-        member("div", "tg_q_div", VALUE, [VALUE, T.INT], div),
-        member("divInt", "tg_q_div_int", VALUE, [VALUE, T.INT], div_int),
-        member("compareTo", "tg_q_compare_to", T.INT, [VALUE, VALUE], compare_to),
-        member("isLessThan", "tg_q_is_less_than", T.BOOL, [VALUE, VALUE], is_less_than),
-        member("isGreaterThan", "tg_q_is_greater_than", T.BOOL, [VALUE, VALUE], is_greater_than),
+        function("quantity", "tg_quantity", VALUE, [T.STRING], quantity, rule=PYTHON_PART),
+        function("isQuantity", "tg_is_quantity", T.BOOL, [T.STRING], is_quantity, rule=PYTHON_SCALAR),
+        member("isInteger", "tg_q_is_integer", T.BOOL, [VALUE], is_integer, rule=PYTHON_SCALAR),
+        member("asInteger", "tg_q_as_integer", T.INT, [VALUE], as_integer, rule=PYTHON_SCALAR),
+        member("asApproximateFloat", "tg_q_as_float", T.DOUBLE, [VALUE], as_approximate_float, rule=PYTHON_SCALAR),
+        member("sign", "tg_q_sign", T.INT, [VALUE], sign, rule=PYTHON_SCALAR),
+        member("add", "tg_q_add", VALUE, [VALUE, T.DYN], add, rule=PYTHON_PART),
+        member("sub", "tg_q_sub", VALUE, [VALUE, T.DYN], sub, rule=PYTHON_PART),
+        member("mul", "tg_q_mul", VALUE, [VALUE, T.INT], mul, rule=PYTHON_PART),
+        member("div", "tg_q_div", VALUE, [VALUE, T.INT], div, rule=PYTHON_PART),
+        member("divInt", "tg_q_div_int", VALUE, [VALUE, T.INT], div_int, rule=PYTHON_PART),
+        member("compareTo", "tg_q_compare_to", T.INT, [VALUE, VALUE], compare_to, rule=PYTHON_SCALAR),
+        member("isLessThan", "tg_q_is_less_than", T.BOOL, [VALUE, VALUE], is_less_than, rule=PYTHON_SCALAR),
+        member("isGreaterThan", "tg_q_is_greater_than", T.BOOL, [VALUE, VALUE], is_greater_than, rule=PYTHON_SCALAR),
     ]

@@ -15,6 +15,7 @@ from typing import Any
 import re2
 from cel_expr_python import cel
 
+from webhook.policy.cel.cost import PYTHON_MATCH, PYTHON_MATCHES
 from webhook.policy.cel.library._decl import LibraryError, T, member, overloads
 
 _OPTIONS = re2.Options()
@@ -63,12 +64,13 @@ def find_all(s: str, pattern: str, limit: int = -1) -> list[str]:
 def declarations() -> list[Any]:
     """The regex library's functions."""
     return [
-        member("find", "tg_string_find", T.STRING, [T.STRING, T.STRING], find),
+        member("find", "tg_string_find", T.STRING, [T.STRING, T.STRING], find, rule=PYTHON_MATCH),
         overloads(
             "findAll",
             cel.Overload("tg_string_find_all", T.List(T.STRING), [T.STRING, T.STRING], is_member=True,
                          impl=find_all),
             cel.Overload("tg_string_find_all_n", T.List(T.STRING), [T.STRING, T.STRING, T.INT], is_member=True,
                          impl=find_all),
+            rule=PYTHON_MATCHES,
         ),
     ]

@@ -18,6 +18,7 @@ from typing import Any
 
 from cel_expr_python import cel
 
+from webhook.policy.cel.cost import PYTHON_PART, PYTHON_SCALAR
 from webhook.policy.cel.library._decl import VALUE, LibraryError, T, member, overloads
 
 KEY = "@semver"
@@ -133,11 +134,12 @@ def declarations() -> list[Any]:
     return [
         overloads("semver",
                   cel.Overload("tg_semver", VALUE, [T.STRING], impl=semver),
-                  cel.Overload("tg_semver_normalize", VALUE, [T.STRING, T.BOOL], impl=semver)),
+                  cel.Overload("tg_semver_normalize", VALUE, [T.STRING, T.BOOL], impl=semver), rule=PYTHON_PART),
         overloads("isSemver",
                   cel.Overload("tg_is_semver", T.BOOL, [T.STRING], impl=is_semver),
-                  cel.Overload("tg_is_semver_normalize", T.BOOL, [T.STRING, T.BOOL], impl=is_semver)),
-        member("major", "tg_semver_major", T.INT, [VALUE], lambda v: _get(v)[0]),
-        member("minor", "tg_semver_minor", T.INT, [VALUE], lambda v: _get(v)[1]),
-        member("patch", "tg_semver_patch", T.INT, [VALUE], lambda v: _get(v)[2]),
+                  cel.Overload("tg_is_semver_normalize", T.BOOL, [T.STRING, T.BOOL], impl=is_semver),
+                  rule=PYTHON_SCALAR),
+        member("major", "tg_semver_major", T.INT, [VALUE], lambda v: _get(v)[0], rule=PYTHON_SCALAR),
+        member("minor", "tg_semver_minor", T.INT, [VALUE], lambda v: _get(v)[1], rule=PYTHON_SCALAR),
+        member("patch", "tg_semver_patch", T.INT, [VALUE], lambda v: _get(v)[2], rule=PYTHON_SCALAR),
     ]

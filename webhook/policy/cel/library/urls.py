@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote_plus
 
+from webhook.policy.cel.cost import PYTHON_PART, PYTHON_QUERY, PYTHON_SCALAR
 from webhook.policy.cel.library._decl import VALUE, LibraryError, T, function, member
 
 KEY = "@url"
@@ -253,12 +254,13 @@ def _query_unescape(s: str) -> str:
 def declarations() -> list[Any]:
     """The URL library's functions."""
     return [
-        function("url", "tg_url", VALUE, [T.STRING], url),
-        function("isURL", "tg_is_url", T.BOOL, [T.STRING], is_url),
-        member("getScheme", "tg_url_get_scheme", T.STRING, [VALUE], get_scheme),
-        member("getHost", "tg_url_get_host", T.STRING, [VALUE], get_host),
-        member("getHostname", "tg_url_get_hostname", T.STRING, [VALUE], get_hostname),
-        member("getPort", "tg_url_get_port", T.STRING, [VALUE], get_port),
-        member("getEscapedPath", "tg_url_get_escaped_path", T.STRING, [VALUE], get_escaped_path),
-        member("getQuery", "tg_url_get_query", T.Map(T.STRING, T.List(T.STRING)), [VALUE], get_query),
+        function("url", "tg_url", VALUE, [T.STRING], url, rule=PYTHON_PART),
+        function("isURL", "tg_is_url", T.BOOL, [T.STRING], is_url, rule=PYTHON_SCALAR),
+        member("getScheme", "tg_url_get_scheme", T.STRING, [VALUE], get_scheme, rule=PYTHON_PART),
+        member("getHost", "tg_url_get_host", T.STRING, [VALUE], get_host, rule=PYTHON_PART),
+        member("getHostname", "tg_url_get_hostname", T.STRING, [VALUE], get_hostname, rule=PYTHON_PART),
+        member("getPort", "tg_url_get_port", T.STRING, [VALUE], get_port, rule=PYTHON_PART),
+        member("getEscapedPath", "tg_url_get_escaped_path", T.STRING, [VALUE], get_escaped_path, rule=PYTHON_PART),
+        member("getQuery", "tg_url_get_query", T.Map(T.STRING, T.List(T.STRING)), [VALUE], get_query,
+               rule=PYTHON_QUERY),
     ]
