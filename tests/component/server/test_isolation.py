@@ -38,8 +38,16 @@ def costly_policy(*expressions: str) -> dict[str, Any]:
 # program, identical conjuncts shared), and the review would finish before the deadline.
 SLOW = costly_policy(*["!has(object.metadata.annotations) || !has(object.metadata.annotations.big) || "
                        f"lists.range(9000).all(i, !object.metadata.annotations.big.matches('a*{c}'))" for c in "bcde"])
+#: 200 copies of the annotation: within the 256-fold growth a policy may have (webhook.policy.cel.cost), so it
+#: compiles; on the 1.5 MB annotation of :func:`hungry_review` that is 300 MB, over the worker's 200 MiB.
 HUNGRY = costly_policy("!has(object.metadata.annotations) || !has(object.metadata.annotations.big) || "
-                       "size(lists.range(9000).map(i, object.metadata.annotations.big + string(i))) > 0")
+                       "size(lists.range(200).map(i, object.metadata.annotations.big + string(i))) > 0")
+
+
+def hungry_review() -> dict[str, Any]:
+    review = big_pod_review(1, uid="big")
+    review["request"]["object"]["metadata"]["annotations"] = {"big": "a" * 1_500_000}
+    return review
 
 
 def annotated_review(uid: str = "big") -> dict[str, Any]:
@@ -109,7 +117,7 @@ async def test_the_deadline_stops_the_evaluation_and_answers_per_failure_policy(
 async def test_a_worker_over_its_memory_limit_fails_the_review_not_the_server(tmp_path: Path) -> None:
     async with isolated_server(tmp_path, documents=[HUNGRY], workers=1, memory_limit_bytes=200 * 1024 * 1024) as s, \
             aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=s.client_ssl)) as session:
-        _e, status, body = await timed(session, "POST", s.url + "/validate?timeout=20s", json=annotated_review())
+        _e, status, body = await timed(session, "POST", s.url + "/validate?timeout=20s", json=hungry_review())
         assert status == 200
         assert body["response"]["allowed"] is False
         # Over RLIMIT_AS the worker either raises MemoryError (an allocation in Python) or dies (one in cel-cpp,
