@@ -39,8 +39,10 @@ async def test_local_kyverno_exception_exempts_its_namespace_only(tmp_path: Path
         (policies / "exception.yaml").write_text(yaml.safe_dump(EXCEPTION))
 
         async def admitted() -> dict[str, Any] | None:
+            # Allowed because the exception applies, not because the policy has not been filed yet.
             response = await client.validate(deployment_review("team-a", {"vendor": "x"}, image=evil))
-            return response if response["allowed"] else None
+            applied = response["allowed"] and "exceptions" in (response.get("auditAnnotations") or {})
+            return response if applied else None
 
         response = await until(admitted)
         assert json.loads(response["auditAnnotations"]["exceptions"]) == [
@@ -70,8 +72,10 @@ async def test_serve_import_kyverno_watches_its_policy_exceptions(tmp_path: Path
         fake.apply("policyexceptions", EXCEPTION)
 
         async def admitted() -> dict[str, Any] | None:
+            # Allowed because the exception applies, not because the policy has not been filed yet.
             response = await client.validate(deployment_review("team-a", {"vendor": "x"}, image=evil))
-            return response if response["allowed"] else None
+            applied = response["allowed"] and "exceptions" in (response.get("auditAnnotations") or {})
+            return response if applied else None
 
         response = await until(admitted)
         assert "PolicyException.policies.kyverno.io team-a/vendor-images" in response["auditAnnotations"]["exceptions"]
