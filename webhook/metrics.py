@@ -89,6 +89,10 @@ class Metrics:
             ["reason"], registry=r)
         self.malformed_requests = Counter("tollgate_http_malformed_requests_total",
                                           "Request heads that did not parse (answered 400)", registry=r)
+        self.loop_lag = Histogram(
+            "tollgate_event_loop_lag_seconds",
+            "How late a task sleeping a fixed interval wakes up: time the event loop was held by other work",
+            registry=r, buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0))
         self.status = StatusMetrics(r)
         self.webhook_configs = WebhookConfigMetrics(r)
         self.managed_certs = ManagedCertMetrics(r)

@@ -63,7 +63,7 @@ from webhook.server.leadership import bootstrap_certificates, leadership, needs_
 from webhook.server.policy_events import CompileOffLoop
 from webhook.server.settings import Settings
 from webhook.server.sources import gvr_lister_watcher_factory, lister_watcher_factory
-from webhook.server.tasks import compile_plans, freeze_heap_when_synced, mark_expired_exceptions
+from webhook.server.tasks import compile_plans, freeze_heap_when_synced, mark_expired_exceptions, measure_loop_lag
 from webhook.tls.reload import CertReloader
 
 __all__ = ["CERTS", "COMPONENTS", "Components", "bootstrap_certificates", "build_components", "create_app"]
@@ -377,7 +377,8 @@ def _tasks_ctx(c: Components) -> Callable[[web.Application], AsyncIterator[None]
     async def ctx(app: web.Application) -> AsyncIterator[None]:
         loop = asyncio.get_running_loop()
         tasks = [loop.create_task(compile_plans(c)), loop.create_task(freeze_heap_when_synced(c)),
-                 loop.create_task(mark_expired_exceptions(c))]
+                 loop.create_task(mark_expired_exceptions(c)),
+                 loop.create_task(measure_loop_lag(c.metrics.loop_lag))]
         try:
             yield
         finally:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
+from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from webhook.aio import yield_to_loop
 from webhook.server.components import Components
@@ -75,3 +77,35 @@ async def mark_expired_exceptions(c: Components, *, max_wait: float = 3600.0) ->
             changed.clear()
         except TimeoutError:
             pass
+
+
+class LagObserver(Protocol):
+    """What :func:`measure_loop_lag` feeds (a prometheus-client ``Histogram``)."""
+
+    def observe(self, amount: float) -> None:
+        """Record one lag in seconds."""
+        ...
+
+
+async def measure_loop_lag(histogram: LagObserver, *, interval: float = 0.25,
+                           clock: Callable[[], float] | None = None,
+                           sleep: Callable[[float], Awaitable[object]] = asyncio.sleep) -> None:
+    """Sleep ``interval`` seconds over and over and observe how late each wake-up comes.
+
+    The lag is the time the event loop ran other work (a review, a GC pass, a directory
+    rescan) past the moment this task was due: what a request arriving then waits before
+    it is read. Observed in seconds into ``tollgate_event_loop_lag_seconds``, never negative.
+    Runs for the app's lifetime (the technique of Node's ``monitorEventLoopDelay``, here
+    with a coarse timer: one observation per interval).
+
+    Args:
+        histogram: where each lag goes (``Metrics.loop_lag``).
+        interval: seconds between wake-ups (above 0).
+        clock: monotonic seconds; the running loop's ``time`` when None.
+        sleep: the sleep to time (``asyncio.sleep``; tests pass a fake).
+    """
+    now = clock if clock is not None else asyncio.get_running_loop().time
+    while True:
+        due = now() + interval
+        await sleep(interval)
+        histogram.observe(max(0.0, now() - due))

@@ -236,6 +236,7 @@ async def test_readyz_metrics_and_healthz(served: Served) -> None:
     assert 'tollgate_admission_requests_total{decision="denied",endpoint="validate"} 1.0' in text
     assert 'tollgate_policy_evaluations_total{policy="no-privileged",result="fail"} 1.0' in text
     assert 'tollgate_informer_synced{resource="namespaces"} 1.0' in text
+    assert 'tollgate_event_loop_lag_seconds_count' in text
     # The fixture's certificate is valid for one day.
     expiry = float(next(line.split()[1] for line in text.splitlines()
                         if line.startswith("tollgate_certificate_expiry_seconds ")))
