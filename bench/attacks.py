@@ -64,6 +64,22 @@ sys.path.insert(0, str(ROOT))
 from tests.component.server.isolated import big_pod_review, shipped_documents  # noqa: E402
 
 
+def _wait_ready(url: str, ctx: ssl.SSLContext, timeout: float) -> None:
+    """Poll ``url``/readyz every 0.2 s until it answers 200; RuntimeError after ``timeout`` seconds."""
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url + "/readyz", context=ctx, timeout=1) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the server did not become ready") from None
+            time.sleep(0.2)
+
+
 def local_certs(name: str) -> tuple[Path, ssl.SSLContext]:
     """A temp dir holding a CA and a serving certificate for localhost/127.0.0.1, and a client context trusting it."""
     from webhook.tls import generate as certs
@@ -670,17 +686,7 @@ def flood(args: argparse.Namespace) -> None:
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
         try:
             url = f"https://localhost:{port}"
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    import urllib.request
-                    with urllib.request.urlopen(url + "/readyz", context=ctx, timeout=1) as r:
-                        if r.status == 200:
-                            break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise RuntimeError("the server did not become ready") from None
-                    time.sleep(0.2)
+            _wait_ready(url, ctx, 30)
             time.sleep(args.settle)  # past the start's one-off work (the heap frozen 1 s after sync: a full collection)
             trace.write_text("")  # the probe's records from now on: the flood, not the start
             row = asyncio.run(_flood_one(url, ctx, args.attackers, args.seconds))
@@ -757,17 +763,7 @@ def explain(args: argparse.Namespace) -> None:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
     try:
         url = f"https://localhost:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                import urllib.request
-                with urllib.request.urlopen(url + "/readyz", context=ctx, timeout=1) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the server did not become ready") from None
-                time.sleep(0.2)
+        _wait_ready(url, ctx, 60)
         row = asyncio.run(_explain_one(url, ctx, args.explanations))
     finally:
         proc.kill()
