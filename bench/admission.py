@@ -1,6 +1,7 @@
 """Admission benchmark: Tollgate against the bare-aiohttp ceiling and kopf, in one run.
 
-    python bench/admission.py [--quick] [--json out.json]
+    python bench/admission.py [--quick] [--json out.json] [--compare bench/baseline.json]
+                              [--update-baseline bench/baseline.json --reason TEXT]
 
 Servers (each pinned to CPU 0 with taskset; the load generator on CPU 1), all with ECDSA P-256
 certificates, all on 127.0.0.1:
@@ -152,6 +153,10 @@ def main() -> int:
     ap.add_argument("--json", type=Path, help="write every point and the goal checks here")
     ap.add_argument("--duration", type=int, default=10, help="seconds per point (default 10)")
     ap.add_argument("--reps", type=int, default=3)
+    sys.path.insert(0, str(BENCH))
+    import compare  # bench/compare.py: the regression gate
+
+    compare.add_arguments(ap)
     args = ap.parse_args()
     duration, reps = (2, 1) if args.quick else (args.duration, args.reps)
     for tool in ("wrk", "ab", "taskset"):
@@ -177,7 +182,6 @@ def main() -> int:
     tollgate = str(Path(PY).parent / "tollgate")
 
     # The distinct stream (128 different compliant Pods), the 100 KB Pod, and the policy-count sweep.
-    sys.path.insert(0, str(BENCH))
     import engine  # bench/engine.py: the same streams, measured in process
 
     def review_line(req: dict[str, Any]) -> str:
@@ -331,11 +335,26 @@ def main() -> int:
     print("\ngoals:")
     for name, g in goal_rows.items():
         print(f"  {name:<28} {g['value']!s:<8} target {g['target']:<5} {'met' if g['met'] else 'MISSED'}")
+    p99_c1 = {s: (table.get((s, "keep-alive", 1)) or {}).get("p99_ms") for s in ("tollgate", "bare")}
+    gated = {
+        "distinct_c8_x_bare": compare.figure(goals["keepalive_c8_distinct_ge_0.5x_bare"], compare.HIGHER),
+        "keepalive_c8_x_bare": compare.figure(goals["keepalive_c8_ge_0.5x_bare"], compare.HIGHER),
+        "keepalive_c8_x_kopf": compare.figure(goals["keepalive_c8_ge_3x_kopf"], compare.HIGHER),
+        "mutate_c8_x_bare_patch": compare.figure(goals["mutating_ge_0.5x_bare"], compare.HIGHER),
+        "newconn_c8_x_bare": compare.figure(goals["newconn_ge_0.9x_bare"], compare.HIGHER),
+        "policies_200_x_22": compare.figure(goals["policies_200_ge_0.5x_policies_22"], compare.HIGHER),
+        "engine_cpu_x_bare_cpu": compare.figure(goals["engine_le_bare_cpu"], compare.LOWER),
+        # p99 at c=1 as a ratio to the bare server's p99 in the same run: an absolute p99 is the machine's.
+        "p99_c1_x_bare_p99": compare.figure(p99_c1["tollgate"] / p99_c1["bare"]
+                                            if p99_c1["tollgate"] and p99_c1["bare"] else None, compare.LOWER),
+    }
     if args.json:
         args.json.write_text(json.dumps({"machine": machine, "points": list(table.values()), "runs": results,
-                                         "engine_in_process": engine_figures, "goals": goal_rows}, indent=2))
+                                         "engine_in_process": engine_figures, "goals": goal_rows,
+                                         "gate": gated}, indent=2))
     shutil.rmtree(work, ignore_errors=True)
-    return 0
+    mode = "--quick" if args.quick else f"{duration}s x {reps}"
+    return compare.gate(args, "admission", gated, mode, machine)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """What a user feels: Pod creates through a real kube-apiserver, without webhooks, with a no-op webhook, with Tollgate.
 
-    python bench/apiserver.py [--quick] [--json out.json]
+    python bench/apiserver.py [--quick] [--json out.json] [--compare bench/baseline.json]
 
 Needs tests/realapi/install.sh (kube-apiserver 1.20 and etcd) and wrk (``apt-get install wrk``).
 
@@ -294,6 +294,10 @@ def main() -> int:
     parser.add_argument("--seconds", type=int, default=10, help="measured seconds per point (default 10)")
     parser.add_argument("--repeat", type=int, default=3, help="repetitions per point (default 3)")
     parser.add_argument("--json", type=Path, help="write the results here")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import compare  # bench/compare.py: the regression gate
+
+    compare.add_arguments(parser)
     args = parser.parse_args()
     if args.quick:
         args.seconds, args.repeat = 5, 1
@@ -353,13 +357,24 @@ def main() -> int:
         print(table(rows))
         for name, r in ratios.items():
             print(f"{name}: p50 {r['p50']}x, p99 {r['p99']}x, throughput {r['throughput']}x")
+        # The gate: Tollgate over its floor (the no-op answering the same patch) at c=16, where a user feels it.
+        floor = ratios["tollgate/noop-patch c=16"]
+        validate = ratios["tollgate-validate/noop-validate c=16"]
+        gated = {"c16_p50_x_noop_patch": compare.figure(floor["p50"], compare.LOWER),
+                 "c16_p99_x_noop_patch": compare.figure(floor["p99"], compare.LOWER),
+                 "c16_throughput_x_noop_patch": compare.figure(floor["throughput"], compare.HIGHER),
+                 "c16_validate_p50_x_noop": compare.figure(validate["p50"], compare.LOWER),
+                 "c16_validate_throughput_x_noop": compare.figure(validate["throughput"], compare.HIGHER)}
+        machine = {"cpus": os.cpu_count(), "platform": platform.platform(),
+                   "python": platform.python_version(), "cpu": cpu_model()}
         if args.json:
             args.json.write_text(json.dumps({
-                "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                            "python": platform.python_version(), "cpu": cpu_model()},
+                "machine": machine,
                 "seconds": args.seconds, "repeat": args.repeat, "warmup_s": WARMUP_S, "webhooks": calls,
-                "rows": rows, "ratios": ratios, "points": [p for ps in points.values() for p in ps]}, indent=1))
-        return 0
+                "rows": rows, "ratios": ratios, "gate": gated,
+                "points": [p for ps in points.values() for p in ps]}, indent=1))
+        return compare.gate(args, "apiserver", gated, "--quick" if args.quick else f"{args.seconds}s x {args.repeat}",
+                            machine)
     finally:
         for server in (noop, noop_patch):
             if server is not None:
