@@ -6,9 +6,10 @@ Every read is a dict lookup on the informers' caches (``get_by_key`` or the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from webhook.caches.decoded import DecodedMemo
 from webhook.informer import NAMESPACE_INDEX, SharedInformer
 from webhook.policy import lookups as caches
 from webhook.policy.lookups import has_labels
@@ -39,6 +40,9 @@ class InformerLookups:
         self._configmaps = configmaps
         self._policies_synced = policies_synced
         self._references = references
+        #: Reference objects are handed to CEL's Python functions: one dict per stored version
+        #: (:mod:`webhook.caches.decoded`: the binding keeps a reference to each).
+        self.decoded = DecodedMemo()
 
     def get_namespace(self, name: str) -> dict[str, Any] | None:
         """The cached Namespace ``name``."""
@@ -59,7 +63,8 @@ class InformerLookups:
         inf = self._references(reference)
         if inf is None:
             return None
-        return inf.indexer.get_by_key(f"{namespace}/{name}" if namespace else name)
+        stored = inf.indexer.get_stored(f"{namespace}/{name}" if namespace else name)
+        return None if stored is None else self.decoded.decode(stored)
 
     def list_objects(self, reference: Reference, namespace: str, labels: Mapping[str, str]) -> list[dict[str, Any]]:
         """Cached objects of a reference with ``labels`` (via the namespace index when ``namespace`` is set)."""
@@ -67,8 +72,8 @@ class InformerLookups:
         if inf is None:
             return []
         idx = inf.indexer
-        objs = idx.by_index(NAMESPACE_INDEX, namespace) if namespace else idx.list()
-        return _by_name([o for o in objs if has_labels(o, labels)])
+        keys = idx.index_keys(NAMESPACE_INDEX, namespace) if namespace else idx.list_keys()
+        return _by_name([o for o in self._decoded(idx, keys) if has_labels(o, labels)])
 
     def by_index(self, reference: Reference, index: ReferenceIndex, value: str) -> list[dict[str, Any]]:
         """The Indexer's ``ByIndex`` on the index ``webhook.caches.references`` installed for ``index``.
@@ -79,7 +84,11 @@ class InformerLookups:
         inf = self._references(reference)
         if inf is None or not inf.indexer.has_index(index.indexer_name):
             raise LookupError(f"index {index.name} of {reference.cache} is not ready")
-        return _by_name(inf.indexer.by_index(index.indexer_name, value))
+        return _by_name(self._decoded(inf.indexer, inf.indexer.index_keys(index.indexer_name, value)))
+
+    def _decoded(self, indexer: Any, keys: Iterable[str]) -> list[dict[str, Any]]:
+        found = (indexer.get_stored(k) for k in keys)
+        return [self.decoded.decode(s) for s in found if s is not None]
 
     def is_synced(self, cache: str) -> bool:
         """``namespaces`` | ``configmaps`` | ``policies`` | a reference's ``apiVersion/resource``."""
