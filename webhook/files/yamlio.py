@@ -31,6 +31,7 @@ documents costs one document's node tree at a time.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from collections.abc import Iterable, Iterator, Sequence
@@ -654,8 +655,19 @@ def yaml_files(root: Path) -> list[Path]:
         return [root]
     if not root.is_dir():
         raise InputError(f"{root}: no such file or directory")
-    return sorted(p for p in root.rglob("*") if p.suffix in YAML_SUFFIXES and p.is_file()
-                  and not any(part.startswith(".") for part in p.relative_to(root).parts))
+    found: list[Path] = []
+    pending = [root]
+    while pending:  # os.scandir: ~3x faster than Path.rglob (--local lists the tree every poll, issue 34)
+        directory = pending.pop()
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if entry.name.startswith("."):
+                    continue
+                if entry.is_dir(follow_symlinks=False):  # as rglob: symlinked directories are not entered
+                    pending.append(directory / entry.name)
+                elif Path(entry.name).suffix in YAML_SUFFIXES and entry.is_file():
+                    found.append(directory / entry.name)
+    return sorted(found)
 
 
 def load_paths(paths: Iterable[Path]) -> Iterator[Document]:

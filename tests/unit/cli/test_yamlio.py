@@ -124,3 +124,18 @@ def test_a_pipe_is_read_like_a_file(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "fifo.yaml")  # ... but a FIFO inside a directory is never opened (it could block)
     (tmp_path / "a.yaml").write_text("a: 1\n")
     assert yaml_files(tmp_path) == [tmp_path / "a.yaml"]
+
+
+def test_yaml_files_walks_as_rglob_did(tmp_path: Path) -> None:
+    """Hidden files and directories skipped, symlinked directories not entered, symlinked files read, pathlib order."""
+    for rel in ("a-b.yaml", "a/b.yaml", "a/c/d.yml", ".hidden/x.yaml", "a/.h.yaml", "a/notes.txt", "z.YAML"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("{}\n")
+    outside = tmp_path.parent / (tmp_path.name + "-outside")
+    outside.mkdir()
+    (outside / "o.yaml").write_text("{}\n")
+    (tmp_path / "linked").symlink_to(outside, target_is_directory=True)
+    (tmp_path / "file-link.yaml").symlink_to(outside / "o.yaml")
+    listed = [p.relative_to(tmp_path).as_posix() for p in yaml_files(tmp_path)]
+    assert listed == ["a/b.yaml", "a/c/d.yml", "a-b.yaml", "file-link.yaml"]
+    assert listed == sorted(listed, key=lambda p: Path(p).parts)
