@@ -1,0 +1,88 @@
+"""apply_json_patch: jsonpatch's results, the input never changed, untouched subtrees shared."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import jsonpatch
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from webhook.policy.engine.mutate import apply_json_patch
+
+
+def pod() -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "labels": {"app": "a"}, "annotations": {"x/y": "1"}},
+            "spec": {"containers": [{"name": "c", "image": "i", "ports": [{"containerPort": 80}]},
+                                    {"name": "d", "image": "j"}],
+                     "volumes": [{"name": "v", "emptyDir": {}}]}}
+
+
+PATHS = ["", "/metadata", "/metadata/labels", "/metadata/labels/app", "/metadata/labels/new",
+         "/metadata/annotations/x~1y", "/spec/containers", "/spec/containers/0", "/spec/containers/1/image",
+         "/spec/containers/-", "/spec/containers/0/ports/0/containerPort", "/spec/containers/5",
+         "/spec/volumes/0/emptyDir/medium", "/nope/deeper", "/spec/containers/x"]
+VALUES = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.text(max_size=3),
+                   st.dictionaries(st.text(max_size=2), st.integers(0, 2), max_size=2),
+                   st.lists(st.integers(0, 2), max_size=2))
+OPERATION = st.one_of(
+    st.builds(lambda op, p, v: {"op": op, "path": p, "value": v}, st.sampled_from(["add", "replace", "test"]),
+              st.sampled_from(PATHS), VALUES),
+    st.builds(lambda p: {"op": "remove", "path": p}, st.sampled_from(PATHS)),
+    st.builds(lambda op, f, p: {"op": op, "from": f, "path": p}, st.sampled_from(["move", "copy"]),
+              st.sampled_from(PATHS), st.sampled_from(PATHS)))
+
+
+def reference(doc: dict[str, Any], ops: list[dict[str, Any]]) -> tuple[str, Any]:
+    try:
+        return "ok", jsonpatch.apply_patch(copy.deepcopy(doc), copy.deepcopy(ops), in_place=True)
+    except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, TypeError, KeyError, IndexError,
+            ValueError) as e:
+        return "error", type(e).__name__
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(OPERATION, max_size=4))
+def test_same_result_as_jsonpatch_and_the_input_is_never_changed(ops: list[dict[str, Any]]) -> None:
+    doc = pod()
+    before = orjson.dumps(doc)
+    expected = reference(doc, ops)
+    try:
+        got: tuple[str, Any] = "ok", apply_json_patch(doc, copy.deepcopy(ops))
+    except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, TypeError, KeyError, IndexError,
+            ValueError) as e:
+        got = "error", type(e).__name__
+    assert orjson.dumps(doc) == before, "the request's object was changed"
+    assert got[0] == expected[0]
+    if got[0] == "ok":
+        assert got[1] == expected[1]
+
+
+def test_untouched_subtrees_are_shared_and_touched_ones_are_not() -> None:
+    doc = pod()
+    out = apply_json_patch(doc, [{"op": "add", "path": "/metadata/labels/team", "value": "t"},
+                                 {"op": "replace", "path": "/spec/containers/1/image", "value": "k"}])
+    assert out["metadata"]["labels"] == {"app": "a", "team": "t"} and doc["metadata"]["labels"] == {"app": "a"}
+    assert out["metadata"]["annotations"] is doc["metadata"]["annotations"]
+    assert out["spec"]["volumes"] is doc["spec"]["volumes"]
+    assert out["spec"]["containers"][0] is doc["spec"]["containers"][0]
+    assert out["spec"]["containers"][1] is not doc["spec"]["containers"][1]
+
+
+def test_a_moved_shared_subtree_is_copied_before_a_later_operation_changes_it() -> None:
+    doc = pod()
+    out = apply_json_patch(doc, [{"op": "move", "from": "/metadata/labels", "path": "/metadata/copied"},
+                                 {"op": "add", "path": "/metadata/copied/x", "value": "1"}])
+    assert out["metadata"]["copied"] == {"app": "a", "x": "1"}
+    assert doc["metadata"]["labels"] == {"app": "a"}
+
+
+def test_not_a_list_of_objects() -> None:
+    with pytest.raises(TypeError, match="list of operations"):
+        apply_json_patch(pod(), {"op": "add"})
+    with pytest.raises(TypeError, match="must be an object"):
+        apply_json_patch(pod(), ["add"])
