@@ -195,3 +195,27 @@ def test_concatenating_each_elements_strings_sums_to_the_input_not_more() -> Non
     # never B per container (B·C) or B².
     work = _work("object.spec.containers.all(c, (c.name + '-' + object.metadata.name).size() < 100)")
     assert all(b <= 1 and not (b and k) for b, k, _s in work), work
+
+
+def _params_policy() -> dict[str, Any]:
+    return policy("split-params", paramRef={"name": "big", "namespace": "default"},
+                  validations=[{"expression": "params.data.x.split('').all(a, params.data.x.split('').size() > 0)"}])
+
+
+@pytest.mark.parametrize("length", [20, 3000])
+def test_the_quick_bound_counts_params_a_small_request_does_not_hide_a_large_configmap(length: int) -> None:
+    """With ``body_bytes`` the request is not measured, but its params are: a small Pod reading a large ConfigMap
+    quadratically is still refused, the same Pod with a small one stays inline."""
+    index = PolicyIndex()
+    assert index.upsert(_params_policy()).ready
+    configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big", "namespace": "default"},
+                 "data": {"x": "y" * length}}
+    req = request(pod())
+    lookups = InMemoryLookups(configmaps=[configmap])
+    body = len(json.dumps(req))
+    if length > 1000:
+        with pytest.raises(OverBudget):
+            evaluate_validating(req, _plan(index, req), lookups, work_budget=INLINE_WORK_BUDGET, body_bytes=body)
+    else:
+        assert evaluate_validating(req, _plan(index, req), lookups, work_budget=INLINE_WORK_BUDGET,
+                                   body_bytes=body).results
