@@ -232,10 +232,21 @@ _UNDECLARED = re.compile(r"undeclared reference to '([^']+)'")
 
 
 def _repeats_a_library_problem(line: str, lacking: list[tuple[str, str]]) -> bool:
-    """A compile error naming one of the calls a library problem of the same expression already names."""
+    """A compile error naming one of the calls a library problem of the same expression already names.
+
+    Either CEL's ``undeclared reference`` to one of its names, or the compiler's own refusal of a library it
+    declares for ``tollgate test`` only (``image.GetMetadata is Kyverno's ImageData library ...``).
+    """
     m = _UNDECLARED.search(line)
-    return m is not None and any(f": {path}: ERROR: " in line and re.search(rf"\b{re.escape(m.group(1))}\b", message)
-                                 for path, message in lacking)
+    for path, message in lacking:
+        if f": {path}: ERROR: " not in line:
+            continue
+        if m is not None and re.search(rf"\b{re.escape(m.group(1))}\b", message):
+            return True
+        library = message.split(", which ", 1)[0]
+        if " is Kyverno's " in library and library in line:
+            return True
+    return False
 
 
 def import_problems(docs: Iterable[Document], warnings: list[str] | None = None) -> tuple[list[str], int]:

@@ -14,6 +14,8 @@ names (relative to it, as ``kyverno test`` does) and runs every request through 
   resources; any other namespace has a Namespace with its name only (as Kyverno's CLI);
 - what ``resource.Get``/``List`` read: the Context's ``spec.resources`` and the resources under test
   (Kyverno's CLI holds both in its fake cluster);
+- what ``image.GetMetadata`` answers: the Context's ``spec.images`` (:func:`~webhook.formats.kyverno.testfile.
+  context_images`), as Kyverno's CLI answers it offline; only here does that library compile;
 - a row: each resource a ``results`` entry names, of its ``kind``, by ``name`` (every namespace) or
   ``namespace/name``; it holds when the policy's result is the one expected and, with
   ``patchedResources``, the mutated object equals that file's object of the same kind and name, both
@@ -42,12 +44,14 @@ from webhook.formats.kyverno.testfile import (
     KyvernoTest,
     TestFormatError,
     Values,
+    context_images,
     context_objects,
     parse_test,
     parse_user_info,
     parse_values,
     tidy,
 )
+from webhook.policy.cel.scope import offline_image_data
 
 __all__ = ["run_kyverno_test"]
 
@@ -191,6 +195,18 @@ def run_kyverno_test(test: Document, *, params_selector: str = "", explain: bool
     """
     del params_selector
     parsed: KyvernoTest = _parsed(test, parse_test)
+    images: dict[str, dict[str, Any]] = {}
+    if parsed.context is not None:
+        images = _parsed(_one_document(test, "context", parsed.context), context_images)
+    if not images:
+        return _run(test, parsed, explain)
+    # The Context's image data answers image.GetMetadata, as Kyverno's CLI answers it offline; the policies
+    # are compiled and evaluated with it installed (anywhere else that library is refused at compile time).
+    with offline_image_data(images):
+        return _run(test, parsed, explain)
+
+
+def _run(test: Document, parsed: KyvernoTest, explain: bool) -> SuiteRun:
     out = SuiteRun(test)
     loaded = load_policies([_path(test, ("policies", i), p) for i, p in enumerate(parsed.policies)])
     resources = _unique(load_resources([_path(test, ("resources", i), p) for i, p in enumerate(parsed.resources)]),

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from webhook.policy.cel import ast as celast
 from webhook.policy.cel.env import compile_expression, environment
+from webhook.policy.cel.scope import IMAGE_DATA_FUNCTIONS, RESOURCE_FUNCTIONS, image_data_offline
 
 __all__ = ["Reads", "resource_reads", "unsupported_calls"]
 
@@ -74,6 +75,8 @@ def _bound_names(root: celast.Node) -> frozenset[str]:
 def _findings(root: celast.Node, kyverno: bool) -> Iterator[str]:
     bound = _bound_names(root)
     declared = environment().python_functions
+    if not image_data_offline():  # declared, but it compiles only where tollgate test installs image data
+        declared = declared - IMAGE_DATA_FUNCTIONS
     variables = {**_KUBERNETES_VARIABLES, **(_KYVERNO_VARIABLES if kyverno else {})}
     for node in root.walk():
         if node.kind == "ident" and node.name in variables and node.name not in bound:
@@ -106,10 +109,12 @@ def unsupported_calls(text: str, *, kyverno: bool) -> list[str]:
         repeats (``"http.Get is Kyverno's http library (...)"``).
     """
     try:
-        compile_expression(text)
-        return []
+        compiled = compile_expression(text)
     except RuntimeError:
         pass
+    else:
+        if image_data_offline() or not any(c.function in IMAGE_DATA_FUNCTIONS for c in compiled.resource_calls):
+            return []
     root = _parsed(text)
     if root is None:
         return []
@@ -139,6 +144,8 @@ def resource_reads(text: str) -> Reads:
     found: list[tuple[str, str]] = []
     problems: list[str] = []
     for call in compiled.resource_calls:
+        if call.function not in RESOURCE_FUNCTIONS:
+            continue  # image.GetMetadata: no cache to declare (the compiler decides whether it may compile)
         if call.api_version is None or call.resource is None:
             problems.append(f"{call.where}: the apiVersion and resource of {call.function} must be string "
                             "literals: Tollgate serves reads from a cache it must start when the policy loads")

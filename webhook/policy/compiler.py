@@ -25,6 +25,7 @@ from webhook.policy import projection
 from webhook.policy.cel import cost, typed_literals
 from webhook.policy.cel.env import MAX_EXPRESSION_LENGTH, ResourceCall, T, environment
 from webhook.policy.cel.rewrites import inline_variables, referenced_variables, rewrite_for_runtime
+from webhook.policy.cel.scope import IMAGE_DATA_FUNCTIONS, image_data_offline
 from webhook.policy.model import (
     PolicySpec,
     PolicySpecError,
@@ -218,8 +219,18 @@ def compile_expression(source: str, path: str, *, expect: tuple[Any, ...], known
 
 
 def _check_resource_calls(calls: tuple[ResourceCall, ...], path: str, references: tuple[Reference, ...]) -> None:
-    """Every resource-library call must name a declared reference with literals (its cache must be known)."""
+    """Every resource-library call must name a declared reference with literals (its cache must be known).
+
+    An ImageData call (``image.GetMetadata``) compiles only where offline image data is installed
+    (``tollgate test`` on a Kyverno test whose Context gives ``spec.images``): Tollgate calls no registry.
+    """
     for call in calls:
+        if call.function in IMAGE_DATA_FUNCTIONS:
+            if not image_data_offline():
+                raise CompileError(path, f"ERROR: {call.where}: {call.function} is Kyverno's ImageData library "
+                                         "(image registry lookups), which Tollgate does not call: only `tollgate "
+                                         "test` answers it, from a Kyverno test Context's spec.images")
+            continue
         if call.api_version is None or call.resource is None:
             raise CompileError(path, f"ERROR: {call.where}: the apiVersion and resource of {call.function} must be "
                                      "string literals naming an entry of spec.references")

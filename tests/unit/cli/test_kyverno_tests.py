@@ -25,7 +25,7 @@ def test_the_vendored_library_tests_all_hold(capsys: pytest.CaptureFixture[str])
     status, out, err = run(capsys, str(LIBRARY), "-o", "json")
     rows = json.loads(out)
     assert status == 0, err
-    assert len({r["suite"] for r in rows}) == 8 and all(r["ok"] for r in rows)
+    assert len({r["suite"] for r in rows}) == 9 and all(r["ok"] for r in rows)
     assert {r["expected"] for r in rows} == {"pass", "fail", "skip"}
 
 
@@ -140,3 +140,27 @@ def test_lint_checks_a_kyverno_test_for_what_tollgate_test_refuses(tmp_path: Pat
     lines = len(test_file.read_text().splitlines())
     assert f"{test_file}:{lines}: document 1: targetResources: target resources are what mutateExisting mutates" in \
         capsys.readouterr().out
+
+
+def test_image_metadata_comes_from_the_context_images(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """block-stale-images compares ``image.GetMetadata(image).config.created`` with a date: the Context's image
+    data answers it; an image the Context lacks is an error row, as in Kyverno's CLI."""
+    status, out, err = run(capsys, str(LIBRARY / "other-vpol/block-stale-images" / TEST_FILE), "-o", "json")
+    rows = {r["name"]: r for r in json.loads(out)}
+    assert status == 0, err
+    assert (rows["redis-bad"]["result"], rows["redis-good"]["result"]) == ("fail", "pass")
+    assert "docker.io/redis:6.0.0-buster" in rows["redis-bad"]["message"]
+    dest = copy_test(tmp_path, "other-vpol/block-stale-images")
+    context = dest / ".kyverno-test/context.yaml"
+    context.write_text(context.read_text().replace("docker.io/redis:latest", "docker.io/redis:other"))
+    status, out, _ = run(capsys, str(dest / TEST_FILE), "-o", "json")
+    good = {r["name"]: r for r in json.loads(out)}["redis-good"]
+    assert status == 1 and good["result"] == "error"
+    assert "image data for docker.io/redis:latest not found in the context" in good["message"]
+
+
+def test_image_metadata_is_refused_outside_tollgate_test(capsys: pytest.CaptureFixture[str]) -> None:
+    policy = LIBRARY / "other-vpol/block-stale-images/block-stale-images.yaml"
+    status = main(["lint", str(policy)])
+    out, err = capsys.readouterr()
+    assert status == 1 and "image.GetMetadata is Kyverno's ImageData library" in out + err

@@ -8,6 +8,7 @@ import pytest
 
 from webhook.formats.kyverno.testfile import (
     TestFormatError,
+    context_images,
     context_objects,
     is_kyverno_test,
     parse_test,
@@ -75,12 +76,27 @@ def test_user_info_is_the_request_user_and_roles_are_refused() -> None:
         parse_user_info({"kind": "UserInfo", "clusterRoles": ["admin"]})
 
 
-def test_context_resources_are_read_and_image_data_refused() -> None:
+def test_context_resources_are_read() -> None:
     cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}
-    assert context_objects({"kind": "Context", "spec": {"resources": [cm]}}) == [(("spec", "resources", 0), cm)]
-    with pytest.raises(TestFormatError) as e:
-        context_objects({"kind": "Context", "spec": {"images": [{"image": "busybox"}]}})
-    assert e.value.path == ("spec", "images") and "image.GetMetadata" in e.value.message
+    context = {"kind": "Context", "spec": {"resources": [cm], "images": [{"image": "busybox"}]}}
+    assert context_objects(context) == [(("spec", "resources", 0), cm)]
+
+
+def test_context_images_have_the_shape_kyverno_serves() -> None:
+    """Kyverno's CLI marshals each ImageData to JSON: four strings always, tag/digest when set, documents when given."""
+    images = context_images({"kind": "Context", "spec": {"images": [
+        {"image": "busybox:1.35", "config": {"created": "2020-05-01T03:15:12Z"}, "tag": "1.35"},
+        {"image": "a/b@sha256:x", "manifest": {}, "registry": "docker.io", "digest": "", "imageIndex": None},
+    ]}})
+    assert images["busybox:1.35"] == {"image": "busybox:1.35", "resolvedImage": "", "registry": "", "repository": "",
+                                      "tag": "1.35", "config": {"created": "2020-05-01T03:15:12Z"}}
+    assert images["a/b@sha256:x"] == {"image": "a/b@sha256:x", "resolvedImage": "", "registry": "docker.io",
+                                      "repository": "", "manifest": {}}
+    for bad, path in [({"images": "x"}, ("spec", "images")), ({"images": [{"config": {}}]}, ("spec", "images", 0)),
+                      ({"images": [{"image": "a", "registry": 1}]}, ("spec", "images", 0, "registry"))]:
+        with pytest.raises(TestFormatError) as e:
+            context_images({"kind": "Context", "spec": bad})
+        assert e.value.path == path
 
 
 def test_tidy_drops_empty_fields_as_kyverno_compares() -> None:

@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CLI_API_VERSION", "RESULTS", "Expectation", "KyvernoTest", "TestFormatError", "Values", "context_objects",
-           "is_kyverno_test", "parse_test", "parse_user_info", "parse_values", "tidy"]
+__all__ = ["CLI_API_VERSION", "RESULTS", "Expectation", "KyvernoTest", "TestFormatError", "Values", "context_images",
+           "context_objects", "is_kyverno_test", "parse_test", "parse_user_info", "parse_values", "tidy"]
 
 #: The API version of Kyverno's CLI files.
 CLI_API_VERSION = "cli.kyverno.io/v1alpha1"
@@ -348,22 +348,64 @@ def context_objects(obj: dict[str, Any]) -> list[tuple[Path, dict[str, Any]]]:
     """A ``Context`` file's objects (``spec.resources``: what ``resource.Get``/``List`` read), with their paths.
 
     Raises:
-        TestFormatError: not a Context, or ``spec.images`` given (image data Kyverno's ``image.GetMetadata``
-            would fetch from a registry: Tollgate refuses that library).
+        TestFormatError: not a Context, or a malformed ``spec``.
     """
-    if obj.get("kind") != "Context":
-        raise TestFormatError(("kind",), f"expected {CLI_API_VERSION} Context, got {obj.get('kind')}")
-    spec = obj.get("spec") or {}
-    if not isinstance(spec, dict):
-        raise TestFormatError(("spec",), "must be an object")
-    if spec.get("images"):
-        raise TestFormatError(("spec", "images"), "image data stands in for Kyverno's image.GetMetadata, which "
-                                                  "needs a registry: Tollgate refuses that library")
+    spec = _context_spec(obj)
     out: list[tuple[Path, dict[str, Any]]] = []
     for i, item in enumerate(spec.get("resources") or []):
         if not isinstance(item, dict):
             raise TestFormatError(("spec", "resources", i), "must be an object")
         out.append((("spec", "resources", i), item))
+    return out
+
+
+def _context_spec(obj: dict[str, Any]) -> dict[str, Any]:
+    if obj.get("kind") != "Context":
+        raise TestFormatError(("kind",), f"expected {CLI_API_VERSION} Context, got {obj.get('kind')}")
+    spec = obj.get("spec") or {}
+    if not isinstance(spec, dict):
+        raise TestFormatError(("spec",), "must be an object")
+    return spec
+
+
+#: ``ImageData`` fields always present in Kyverno's JSON (no ``omitempty``), and the optional ones.
+_IMAGE_STRINGS = ("image", "resolvedImage", "registry", "repository")
+_IMAGE_OPTIONAL_STRINGS = ("tag", "digest")  # omitempty: left out when ""
+_IMAGE_DOCUMENTS = ("imageIndex", "manifest", "config")  # pointers, omitempty: left out when not given
+
+
+def context_images(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A ``Context`` file's ``spec.images``: image reference → what ``image.GetMetadata`` answers for it.
+
+    Kyverno's CLI (``cmd/cli/kubectl-kyverno/processor/utils.go``) marshals each ``ImageData``
+    (``apis/v1alpha1/context.go``) to JSON and serves it by its ``image``: ``image``, ``resolvedImage``,
+    ``registry`` and ``repository`` always (``""`` when not given), ``tag`` and ``digest`` when not empty,
+    ``imageIndex``, ``manifest`` and ``config`` when given. A later entry for the same image replaces an earlier one.
+
+    Raises:
+        TestFormatError: not a Context, or an entry that is not an object with a string ``image``.
+    """
+    spec = _context_spec(obj)
+    images = spec.get("images") or []
+    if not isinstance(images, list):
+        raise TestFormatError(("spec", "images"), "must be a list")
+    out: dict[str, dict[str, Any]] = {}
+    for i, item in enumerate(images):
+        if not isinstance(item, dict) or not isinstance(item.get("image"), str) or not item["image"]:
+            raise TestFormatError(("spec", "images", i), "must be an object with a non-empty string image")
+        data: dict[str, Any] = {}
+        for key in _IMAGE_STRINGS:
+            value = item.get(key, "")
+            if not isinstance(value, str):
+                raise TestFormatError(("spec", "images", i, key), "must be a string")
+            data[key] = value
+        for key in _IMAGE_OPTIONAL_STRINGS:
+            if item.get(key):
+                data[key] = str(item[key])
+        for key in _IMAGE_DOCUMENTS:
+            if item.get(key) is not None:
+                data[key] = item[key]
+        out[item["image"]] = data
     return out
 
 

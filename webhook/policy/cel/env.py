@@ -39,7 +39,10 @@ from webhook.policy.cel import optimize as celopt
 from webhook.policy.cel.library import comprehensions
 from webhook.policy.cel.library._decl import LibraryError, T
 from webhook.policy.cel.rewrites import rewrite_or_value, rewrite_source
-from webhook.policy.cel.scope import RESOURCE_FUNCTIONS
+from webhook.policy.cel.scope import IMAGE_DATA_FUNCTIONS, RESOURCE_FUNCTIONS
+
+#: Calls the compiler checks (:class:`ResourceCall`): what a policy may read must be declared or available.
+CHECKED_CALLS = RESOURCE_FUNCTIONS | IMAGE_DATA_FUNCTIONS
 
 __all__ = [
     "MAX_EXPRESSION_LENGTH",
@@ -128,10 +131,11 @@ class CompiledExpression:
 
 @dataclass(frozen=True, slots=True)
 class ResourceCall:
-    """A ``resource.Get``/``resource.List`` call found in an expression's parse tree.
+    """A ``resource.Get``/``resource.List`` (or ``image.GetMetadata``) call found in an expression's parse tree.
 
     Attributes:
-        function: ``resource.Get``, ``resource.List`` or ``resource.ByIndex``.
+        function: ``resource.Get``, ``resource.List``, ``resource.ByIndex``, ``image.GetMetadata`` or
+            ``image.getMetadata``.
         api_version: the first argument when it is a string literal, else None.
         resource: the second argument when it is a string literal, else None.
         where: ``<input>:line:column`` of the call in the author's text.
@@ -157,9 +161,10 @@ def resource_calls(ast: celast.CheckedAst, text: str,
     """
     found = []
     for node in ast.root.walk():
-        if node.kind != "call" or node.target is not None or node.name not in RESOURCE_FUNCTIONS:
+        if node.kind != "call" or node.target is not None or node.name not in CHECKED_CALLS:
             continue
         literal = [a.value if a.kind == "const" and isinstance(a.value, str) else None for a in node.args[:3]]
+        literal += [None] * (3 - len(literal))
         offset = max(0, ast.offsets.get(node.id, 0) - len(node.name))  # the offset is the '(' after the name
         if literals is not None:
             offset = literals.source_offset(offset)

@@ -9,11 +9,18 @@ and the engine installs the current policy's :class:`VariableScope` with
 concurrent evaluations in other tasks or threads never see it).
 ``resource.Get``/``List``/``ByIndex`` (Kyverno's read-only resource library,
 over informer caches) read the scope's :class:`ReferenceReader`.
+
+``image.GetMetadata``/``image.getMetadata`` (Kyverno's ImageData library) read image metadata a registry would
+give; Tollgate calls no registry, so they answer only from the image data ``tollgate test`` installs with
+:func:`offline_image_data` (a Kyverno test Context's ``spec.images``, as Kyverno's CLI answers them from its
+fake context provider) and are refused at compile time anywhere else (:data:`IMAGE_DATA_FUNCTIONS`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
+from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
 from cel_expr_python import cel
@@ -22,10 +29,13 @@ from webhook.policy.cel.cost import PYTHON_OBJECT
 from webhook.policy.cel.library._decl import LibraryError, T, function, overloads
 
 __all__ = [
+    "IMAGE_DATA_FUNCTIONS",
     "RESOURCE_FUNCTIONS",
     "ReferenceReader",
     "VariableScope",
     "declarations",
+    "image_data_offline",
+    "offline_image_data",
     "reset_scope",
     "set_current_scope",
 ]
@@ -125,6 +135,44 @@ def _resource_by_index(api_version: str, resource: str, index: str, value: str) 
     return _reader("resource.ByIndex").by_index(api_version, resource, index, value)
 
 
+#: Kyverno's ImageData library (``github.com/kyverno/sdk`` ``extensions/cel/libs/imagedata``: ``GetMetadata``,
+#: and ``getMetadata`` from Kyverno 1.18): image metadata from a registry.
+IMAGE_DATA_FUNCTIONS = frozenset({"image.GetMetadata", "image.getMetadata"})
+
+_image_data: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.ContextVar("tollgate_image_data",
+                                                                                       default=None)
+
+
+@contextlib.contextmanager
+def offline_image_data(images: Mapping[str, Any]) -> Iterator[None]:
+    """Within the block, ``image.GetMetadata(ref)`` compiles and answers ``images[ref]`` (``tollgate test`` only).
+
+    Args:
+        images: image reference as written in the policy's input → its metadata, in the shape Kyverno's CLI gives
+            (``cmd/cli/kubectl-kyverno/apis/v1alpha1/context.go`` ``ImageData`` as JSON).
+    """
+    token = _image_data.set(images)
+    try:
+        yield
+    finally:
+        _image_data.reset(token)
+
+
+def image_data_offline() -> bool:
+    """Whether offline image data is installed (:func:`offline_image_data`): ImageData calls may compile."""
+    return _image_data.get() is not None
+
+
+def _image_metadata(image: str) -> Any:
+    """As Kyverno's fake context provider (``pkg/cel/libs/fake_context.go`` ``GetImageData``): the data or an error."""
+    images = _image_data.get()
+    if images is None:
+        raise LibraryError("image.GetMetadata reads an image registry, which Tollgate does not call")
+    if image not in images:
+        raise LibraryError(f"failed to get image data: image data for {image} not found in the context")
+    return images[image]
+
+
 #: The read-only half of Kyverno's CEL resource library, over the caches ``spec.references`` declares,
 #: plus ``resource.ByIndex`` (client-go's ``Indexer.ByIndex`` over a declared index).
 RESOURCE_FUNCTIONS = frozenset({"resource.Get", "resource.List", "resource.ByIndex"})
@@ -136,6 +184,10 @@ def declarations() -> list[Any]:
         function("__tg_var", "tg_var", T.DYN, [T.STRING], _tg_var, rule=PYTHON_OBJECT),
         function("__tg_params", "tg_params", T.DYN, [], _tg_params, rule=PYTHON_OBJECT),
         function("resource.Get", "tg_resource_get", T.DYN, [T.STRING] * 4, _resource_get, rule=PYTHON_OBJECT),
+        function("image.GetMetadata", "tg_image_get_metadata", T.DYN, [T.STRING], _image_metadata,
+                 rule=PYTHON_OBJECT),
+        function("image.getMetadata", "tg_image_get_metadata_camel", T.DYN, [T.STRING], _image_metadata,
+                 rule=PYTHON_OBJECT),
         function("resource.ByIndex", "tg_resource_by_index", T.DYN, [T.STRING] * 4, _resource_by_index,
                  rule=PYTHON_OBJECT),
         overloads("resource.List",
