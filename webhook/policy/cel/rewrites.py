@@ -140,6 +140,11 @@ def _has(_head: str, arg: str) -> str | None:
         # Kubernetes declares `variables` as an object with one field per declared variable, so
         # has(variables.x) is true for every declared x (undeclared ones fail to compile).
         return "true"
+    if operand == "request":
+        # Always a map (the AdmissionRequest): cel-cpp's has() already answers as cel-go's, and a
+        # `request` used only through selections keeps the program memoizable (webhook.policy.memo:
+        # Gatekeeper's `has(request.operation)` in every converted template's anyObject).
+        return None
     return (f"cel.bind(__tg_has, {operand}, type(__tg_has) == map || type(__tg_has) == list "
             f"? has(__tg_has.{fieldname}) : false)")
 
@@ -150,7 +155,8 @@ def rewrite_source(text: str) -> str:
     * ``has(x.f)`` is false when ``x`` is null, a string, a number or a bool (cel-go's
       ``refQualify``: a presence test on a value that is not a map, list or message is false, not
       an error; cel-cpp errors); on a list it still errors, as in cel-go;
-      ``has(variables.v)`` is true (Kubernetes' ``variables`` object has every declared variable).
+      ``has(variables.v)`` is true (Kubernetes' ``variables`` object has every declared variable);
+      ``has(request.f)`` is left as written (``request`` is always a map).
     * ``format.named(s)`` → ``__tg_format_named(s).first()`` and ``F.validate(s)`` →
       ``F.__tg_validate(s).first()``: Python cannot return optionals (see
       :mod:`webhook.policy.cel.library.format`).
