@@ -346,7 +346,8 @@ def main() -> int:
         "engine_cpu_x_bare_cpu": compare.figure(goals["engine_le_bare_cpu"], compare.LOWER),
         # p99 at c=1 as a ratio to the bare server's p99 in the same run: an absolute p99 is the machine's.
         "p99_c1_x_bare_p99": compare.figure(p99_c1["tollgate"] / p99_c1["bare"]
-                                            if p99_c1["tollgate"] and p99_c1["bare"] else None, compare.LOWER),
+                                            if p99_c1["tollgate"] and p99_c1["bare"] else None, compare.LOWER,
+                                            compare.TAIL_MARGIN),
     }
     if args.json:
         args.json.write_text(json.dumps({"machine": machine, "points": list(table.values()), "runs": results,

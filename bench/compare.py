@@ -29,6 +29,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+#: A tail latency's margin (p99 at c=1 from a short point: a few stalls more or less move it 2-4x between runs).
+TAIL_MARGIN = 3.0
 #: A figure fails the gate only when it is this many times worse than its baseline. Ratios of short runs
 #: on a shared machine move by tens of per cent between runs; the regressions the gate exists for (issue 34:
 #: p99 at c=1 13-27x, /mutate 2x worse relative to the bare server) are far past it.
@@ -37,15 +39,25 @@ MARGIN = 1.5
 HIGHER, LOWER = "higher", "lower"
 
 
-def figure(value: float | None, better: str) -> dict[str, Any]:
+def figure(value: float | None, better: str, margin: float | None = None) -> dict[str, Any]:
     """One gated figure as the benches write it: ``{"value": float | None, "better": "higher" | "lower"}``.
 
+    Args:
+        value: the figure (None: not measured in this run).
+        better: ``"higher"`` or ``"lower"``.
+        margin: this figure's own margin (a tail latency, noisier than a throughput); default :data:`MARGIN`.
+
     Raises:
-        ValueError: ``better`` is neither ``"higher"`` nor ``"lower"``.
+        ValueError: ``better`` is neither ``"higher"`` nor ``"lower"``, or ``margin`` is not above 1.
     """
     if better not in (HIGHER, LOWER):
         raise ValueError(f"better must be {HIGHER!r} or {LOWER!r}, not {better!r}")
-    return {"value": None if value is None else round(float(value), 4), "better": better}
+    out: dict[str, Any] = {"value": None if value is None else round(float(value), 4), "better": better}
+    if margin is not None:
+        if not margin > 1:
+            raise ValueError(f"margin must be above 1, not {margin}")
+        out["margin"] = margin
+    return out
 
 
 def worse_by(base: float, now: float, better: str) -> float:
@@ -75,7 +87,8 @@ def compare(baseline: Mapping[str, Mapping[str, Any]], run: Mapping[str, Mapping
     Args:
         baseline: figure name → :func:`figure` (the ``figures`` of a baseline section).
         run: the same, from this run.
-        margin: how many times worse than its baseline a figure may be before the gate fails (above 1).
+        margin: how many times worse than its baseline a figure may be before the gate fails (above 1), unless
+            the figure carries its own ``margin``.
 
     Returns:
         ``(lines, status)``: one line per figure of either side (``ok``, ``REGRESSED``, or ``missing`` when
@@ -102,9 +115,10 @@ def compare(baseline: Mapping[str, Mapping[str, Any]], run: Mapping[str, Mapping
             lines.append(f"{name:<32} {_show(now):>9}  baseline {_show(base):>9}  MISSING (the run has no figure)")
             continue
         factor = worse_by(base, max(float(now), 0.0), better)
-        if factor > margin:
+        allowed = float(now_fig.get("margin") or (baseline.get(name) or {}).get("margin") or margin)
+        if factor > allowed:
             status = 1
-            verdict = f"REGRESSED: {factor:.2f}x worse ({better} is better; the gate allows {margin}x)"
+            verdict = f"REGRESSED: {factor:.2f}x worse ({better} is better; the gate allows {allowed}x)"
         else:
             verdict = f"ok ({factor:.2f}x the baseline's cost)" if better == LOWER else \
                 f"ok ({1 / factor if factor else math.inf:.2f}x the baseline)"

@@ -81,3 +81,11 @@ def test_gate_records_then_compares_like_with_like(tmp_path: Path) -> None:
     # Updating one section keeps the other.
     compare.gate(_args(tmp_path, update_baseline=path), "apiserver", BASE, "--quick", {})
     assert set(json.loads(path.read_text())) == {"admission", "apiserver"}
+
+
+def test_a_figure_may_carry_its_own_margin() -> None:
+    base = {"p99": compare.figure(2.0, "lower", margin=3.0)}
+    assert compare.compare(base, {"p99": compare.figure(5.9, "lower")})[1] == 0  # the baseline's margin holds
+    assert compare.compare(base, {"p99": compare.figure(6.1, "lower")})[1] == 1
+    with pytest.raises(ValueError, match="margin must be above 1"):
+        compare.figure(1.0, "lower", margin=0.5)
