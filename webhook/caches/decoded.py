@@ -13,11 +13,13 @@ the collector's full passes over them holding the event loop 45-60 ms every ~10 
 more reference to an object that is cached anyway, not a new object per request. A new version of the object
 is a new stored ``bytes`` object, hence a new entry; the memo holds at most ``size`` entries (least recently
 read first out) and keeps each entry's stored form, so an identity key is never reused while its entry lives.
-The dicts it returns are shared: callers must not change them (the policy engine only reads).
+The dicts it returns are shared: callers must not change them (the policy engine only reads). It is read from
+the event loop and from ``/explain``'s worker thread: its table is changed under a lock (the parse is not).
 """
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 
 from webhook.informer.store import Stored, decode
@@ -45,6 +47,7 @@ class DecodedMemo:
             raise ValueError(f"size must be above 0, not {size}")
         self.size = size
         self._entries: OrderedDict[int, tuple[Stored, KubeObject]] = OrderedDict()
+        self._lock = threading.Lock()
         self.hits = self.misses = 0
 
     def __len__(self) -> int:
@@ -55,14 +58,16 @@ class DecodedMemo:
         if type(stored) is not bytes:
             return decode(stored)
         entries = self._entries
-        entry = entries.get(id(stored))
-        if entry is not None and entry[0] is stored:
-            entries.move_to_end(id(stored))
-            self.hits += 1
-            return entry[1]
-        self.misses += 1
+        with self._lock:
+            entry = entries.get(id(stored))
+            if entry is not None and entry[0] is stored:
+                entries.move_to_end(id(stored))
+                self.hits += 1
+                return entry[1]
+            self.misses += 1
         obj = decode(stored)
-        entries[id(stored)] = (stored, obj)
-        if len(entries) > self.size:
-            entries.popitem(last=False)
+        with self._lock:
+            entries[id(stored)] = (stored, obj)
+            while len(entries) > self.size:
+                entries.popitem(last=False)
         return obj

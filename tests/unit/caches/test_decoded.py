@@ -78,3 +78,27 @@ def test_a_python_function_returning_the_memoized_object_leaks_no_new_objects() 
     # Why: a new dict per read (the compact store's own decode) stays behind, one per evaluation. If this ever
     # fails, cel-expr-python no longer leaks and the memo is only a cache.
     assert grown(lambda: decode(stored)) >= 200
+
+
+def test_threads_reading_at_once_get_the_right_objects() -> None:
+    """/explain reads the caches from a worker thread while the loop serves requests."""
+    import threading
+
+    memo = DecodedMemo(size=2)  # tiny: entries are evicted while other threads read them
+    stored = [encode({"n": i}) for i in range(5)]
+    errors: list[BaseException] = []
+
+    def read(offset: int) -> None:
+        try:
+            for k in range(3000):
+                i = (k + offset) % len(stored)
+                assert memo.decode(stored[i]) == {"n": i}
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=read, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(memo) <= 2
