@@ -127,6 +127,21 @@ _HAS = re.compile(r"(?<![\w.])has\s*\(")
 _FORMAT_NAMED = re.compile(r"(?<![\w.])format\s*\.\s*named\s*\(")
 _VALIDATE = re.compile(r"\.\s*validate\s*\(")
 _RANGE = re.compile(r"(?<![\w.])lists\s*\.\s*range\s*\(")
+_TYPE = re.compile(r"(?<![\w.])type\s*\(")
+_NET_TYPE = re.compile(r"(?<![\w.])net\s*\.\s*(IP|CIDR)(?![\w(])")
+
+
+def _net_types(text: str) -> str:
+    """``net.IP``/``net.CIDR`` as ``{"@type": name}``, and ``type(x)`` so for IP and CIDR values."""
+    spans = _string_spans(text)
+    found = [m for m in _NET_TYPE.finditer(text) if not _inside(spans, m.start())]
+    if not found:
+        return text
+    for m in reversed(found):
+        text = f'{text[:m.start()]}dyn({{"@type": "net.{m.group(1)}"}}){text[m.end():]}'
+    return _rewrite_calls(text, _TYPE, lambda _h, a: (
+        f'cel.bind(__tg_type, {a}, __tg_net_type(__tg_type) != "" '
+        f'? dyn({{"@type": __tg_net_type(__tg_type)}}) : dyn(type(__tg_type)))'))
 
 
 def _has(_head: str, arg: str) -> str | None:
@@ -161,6 +176,11 @@ def rewrite_source(text: str) -> str:
       ``F.__tg_validate(s).first()``: Python cannot return optionals (see
       :mod:`webhook.policy.cel.library.format`).
     * ``lists.range(n)`` → ``lists.range(__tg_range_bound(n))`` (at most :data:`MAX_RANGE`).
+    * In an expression naming ``net.IP`` or ``net.CIDR``: those become the names ``"net.IP"``/``"net.CIDR"``
+      (as ``{"@type": name}``, a map with a reserved key as Tollgate's library values are) and ``type(x)``
+      becomes that for an IP or CIDR value (else ``type(x)``), so
+      ``type(ip(s)) == net.IP`` holds as with Kubernetes' opaque types (``library/ip.go``, ``cidr.go``),
+      which cel-expr-python cannot declare (:func:`webhook.policy.cel.library.cidr.net_type`).
 
     Args:
         text: CEL source.
@@ -176,6 +196,8 @@ def rewrite_source(text: str) -> str:
         text = _rewrite_calls(text, _VALIDATE, lambda _h, a: f".__tg_validate({a}).first()")
     if "range" in text:
         text = _rewrite_calls(text, _RANGE, lambda _h, a: f"lists.range(__tg_range_bound({a}))")
+    if "net" in text:
+        text = _net_types(text)
     return text
 
 

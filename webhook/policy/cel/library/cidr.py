@@ -115,6 +115,23 @@ def to_string(x: Any) -> str:
     raise LibraryError("no such overload: string() of a map")
 
 
+#: The CEL type names Kubernetes declares for IP and CIDR values (ip.go ``IPType = cel.ObjectType("net.IP")``,
+#: cidr.go ``CIDRType = cel.ObjectType("net.CIDR")``), by the reserved key of Tollgate's map representation.
+NET_TYPES = {iplib.KEY: "net.IP", KEY: "net.CIDR"}
+
+
+def net_type(x: Any) -> str:
+    """``__tg_net_type(<dyn>) -> string``: ``"net.IP"`` or ``"net.CIDR"`` for an IP or CIDR value, else ``""``.
+
+    The run-time half of the ``type()`` rewrite (:func:`webhook.policy.cel.rewrites.rewrite_source`): Kubernetes'
+    ip.go and cidr.go declare opaque types, which cel-expr-python cannot; Tollgate's values are maps with one
+    reserved key (:data:`NET_TYPES`).
+    """
+    if isinstance(x, dict) and len(x) == 1:
+        return NET_TYPES.get(next(iter(x)), "")
+    return ""
+
+
 def declarations() -> list[Any]:
     """The CIDR library's functions, plus ``ip(s)``/``<CIDR>.ip()`` and ``string(IP|CIDR)``."""
     smap = T.Map(T.STRING, T.STRING)
@@ -129,4 +146,5 @@ def declarations() -> list[Any]:
         member("masked", "tg_cidr_masked", VALUE, [VALUE], masked, rule=PYTHON_PART),
         member("prefixLength", "tg_cidr_prefix_length", T.INT, [VALUE], prefix_length, rule=PYTHON_SCALAR),
         function("string", "tg_string_library_value", T.STRING, [smap], to_string, rule=PYTHON_TEXT),
+        function("__tg_net_type", "tg_net_type", T.STRING, [T.DYN], net_type, rule=PYTHON_SCALAR),
     ]
