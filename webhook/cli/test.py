@@ -19,10 +19,12 @@ from pathlib import Path
 
 from webhook.cli import report
 from webhook.cli.command import ExitStatus, Subparsers, add_command
+from webhook.files.gator import run_gator_suite
 from webhook.files.kyverno_test import run_kyverno_test
 from webhook.files.requests import DEFAULT_USER, OPERATIONS
 from webhook.files.testsuite import Row, find_suites, run_adhoc, run_suite
 from webhook.files.yamlio import InputError
+from webhook.formats.gatekeeper.suite import is_gator_suite
 from webhook.formats.kyverno.testfile import is_kyverno_test
 from webhook.server.settings import DEFAULTS
 
@@ -141,7 +143,8 @@ def run(args: argparse.Namespace) -> int:
         search = find_suites(args.suites)
         errors += search.errors
         for suite in search.suites:
-            run_one = run_kyverno_test if is_kyverno_test(suite.obj) else run_suite
+            run_one = (run_kyverno_test if is_kyverno_test(suite.obj)
+                       else run_gator_suite if is_gator_suite(suite.obj) else run_suite)
             try:
                 outcome = run_one(suite, params_selector=args.params_selector, explain=args.explain)
             except (InputError, ValueError) as e:

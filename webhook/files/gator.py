@@ -18,7 +18,6 @@ AdmissionReview's ``request`` is reviewed with its ``operation``, ``object``, ``
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,25 +26,11 @@ from webhook.files.checks import compile_for_evaluation
 from webhook.files.imported import ImportedDocument
 from webhook.files.inputs import LoadedPolicy, load_policies, load_resources, reference_objects
 from webhook.files.requests import DEFAULT_USER, OPERATIONS, build_request
+from webhook.files.testsuite import Row, SuiteRun
 from webhook.files.yamlio import STDIN, Document, InputError, load_file
 from webhook.formats.gatekeeper.suite import Case, SuiteError, Test, check_assertion, parse_suite
 
-__all__ = ["GatorRow", "run_gator_suite"]
-
-
-@dataclass(slots=True)
-class GatorRow:
-    """One assertion's outcome (the fields of :class:`webhook.files.testsuite.Row`)."""
-
-    policy: str
-    kind: str
-    namespace: str
-    name: str
-    result: str
-    message: str
-    operation: str
-    expected: str
-    mismatch: str
+__all__ = ["run_gator_suite"]
 
 
 def _base(suite: Document) -> Path:
@@ -111,7 +96,7 @@ def _request(doc: Document) -> dict[str, Any]:
     return request
 
 
-def _rows_of_test(suite: Document, test: Test, caches: dict[Path, list[Document]]) -> list[GatorRow]:
+def _rows_of_test(suite: Document, test: Test, caches: dict[Path, list[Document]]) -> list[Row]:
     template = _path(suite, (*test.path, "template"), test.template)
     constraint = _path(suite, (*test.path, "constraint"), test.constraint)
     loaded = load_policies([template, constraint])
@@ -137,7 +122,7 @@ def _load(path: Path, caches: dict[Path, list[Document]], *, resources: bool) ->
 
 
 def _rows_of_case(suite: Document, test: Test, case: Case, policy: LoadedPolicy,
-                  split: list[tuple[LoadedPolicy, bool]], caches: dict[Path, list[Document]]) -> list[GatorRow]:
+                  split: list[tuple[LoadedPolicy, bool]], caches: dict[Path, list[Document]]) -> list[Row]:
     docs = _load(_path(suite, (*case.path, "object"), case.object), caches, resources=False)
     if len(docs) != 1:
         raise InputError(suite.problem((*case.path, "object"), f"{case.object} defines {len(docs)} objects, "
@@ -157,17 +142,22 @@ def _rows_of_case(suite: Document, test: Test, case: Case, policy: LoadedPolicy,
     rows = []
     for assertion in case.assertions:
         mismatch = check_assertion(assertion, messages)
-        rows.append(GatorRow(policy.name, kind, str(request.get("namespace") or ""), str(request.get("name") or ""),
-                             result, "; ".join(messages), str(request.get("operation")),
-                             f"{test.name}/{case.name}: {assertion.describe()}",
-                             f"{test.name}/{case.name}: {mismatch}" if mismatch else ""))
+        rows.append(Row(policy.name, kind, str(request.get("namespace") or ""), str(request.get("name") or ""),
+                        result, "; ".join(messages), suite=suite.source, operation=str(request.get("operation")),
+                        expected=f"{test.name}/{case.name}: {assertion.describe()}",
+                        mismatch=f"{test.name}/{case.name}: {mismatch}" if mismatch else ""))
         if mismatch:
             break  # gator stops a case at its first failing assertion
     return rows
 
 
-def run_gator_suite(suite: Document) -> list[GatorRow]:
-    """Every assertion of a gator Suite, as ``gator verify`` checks it (see the module docstring).
+def run_gator_suite(suite: Document, *, params_selector: str = "", explain: bool = False) -> SuiteRun:
+    """Every assertion of a gator Suite as ``gator verify`` checks it: one row each, ``expected`` the assertion.
+
+    Args:
+        suite: the ``test.gatekeeper.sh/v1alpha1`` Suite document.
+        params_selector: unused (a constraint carries its parameters); the signature is ``run_suite``'s.
+        explain: unused (gator has no traces); the signature is ``run_suite``'s.
 
     Raises:
         InputError: a malformed Suite, a missing file, a template or constraint Gatekeeper would refuse (a
@@ -177,8 +167,9 @@ def run_gator_suite(suite: Document) -> list[GatorRow]:
         tests = parse_suite(suite.obj)
     except SuiteError as e:
         raise InputError(suite.problem(e.path, e.message)) from None
+    del params_selector, explain
     caches: dict[Path, list[Document]] = {}
-    rows = []
+    out = SuiteRun(suite)
     for test in tests:
-        rows += _rows_of_test(suite, test, caches)
-    return rows
+        out.rows += _rows_of_test(suite, test, caches)
+    return out

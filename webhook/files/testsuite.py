@@ -23,7 +23,6 @@ import jsonpatch
 
 from webhook.files.chain import AdmissionChain, Evaluation
 from webhook.files.checks import schema_problems
-from webhook.files.gator import run_gator_suite
 from webhook.files.inputs import (
     LoadedPolicy,
     index_resources,
@@ -272,8 +271,6 @@ def run_suite(suite: Document, *, params_selector: str, explain: bool = False) -
     Raises:
         InputError: the suite violates its schema, or names a policy, resource or file that is not there.
     """
-    if is_gator_suite(suite.obj):
-        return _gator_run(suite)
     problems = schema_problems(suite)
     if problems:
         raise InputError(problems[0])
@@ -312,13 +309,6 @@ def run_suite(suite: Document, *, params_selector: str, explain: bool = False) -
         row.mismatch = _mismatch(suite, i, exp, row, evaluation)
         out.rows.append(row)
     return out
-
-
-def _gator_run(suite: Document) -> SuiteRun:
-    """A gator Suite (:mod:`webhook.files.gator`): one row per assertion, ``expected`` the assertion."""
-    return SuiteRun(suite, [Row(r.policy, r.kind, r.namespace, r.name, r.result, r.message, suite=suite.source,
-                                operation=r.operation, expected=r.expected, mismatch=r.mismatch)
-                            for r in run_gator_suite(suite)])
 
 
 def _mismatch(suite: Document, i: int, exp: dict[str, Any], row: Row, evaluation: Evaluation) -> str:
