@@ -22,7 +22,7 @@ from tests.cluster_objects import (
     privileged,
     shipped,
 )
-from tests.realapi.tollgate import Deployment
+from tests.realapi.tollgate import Deployment, Tollgate
 
 __all__ = [
     "DENIED",
@@ -85,3 +85,15 @@ def pod_review(pod: dict[str, Any], *, operation: str = "CREATE", user: str = "a
         "userInfo": {"username": user, "groups": ["system:masters", "system:authenticated"]},
         "object": json.loads(json.dumps(pod)), "oldObject": None, "dryRun": False,
         "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}}}
+
+
+def answer(tollgate: Tollgate, pod: dict[str, Any]) -> dict[str, Any]:
+    """Tollgate's AdmissionReview response for creating ``pod``, posted to its /validate."""
+    status, body = tollgate.review(pod_review(pod))
+    assert status == 200, body
+    return dict(body["response"])
+
+
+def denial(response: dict[str, Any]) -> str:
+    """``status.message`` of a response (every denying policy's message; empty when admitted)."""
+    return str((response.get("status") or {}).get("message", ""))

@@ -22,7 +22,7 @@ import pytest
 
 from tests.cluster_objects import eventually
 from tests.realapi.cluster import REPO
-from tests.realapi.helpers import compliant_pod, new_namespace, pod_review, unique
+from tests.realapi.helpers import answer, compliant_pod, denial, new_namespace, unique
 from tests.realapi.tollgate import SA_USER, Deployment, Tollgate
 
 CRDS = Path(__file__).with_name("gatekeeper-crds.yaml")
@@ -33,16 +33,6 @@ CONSTRAINT_CRD = "k8srequiredlabels.constraints.gatekeeper.sh"
 KEY = "K8sRequiredLabels/must-have-pizza"
 MESSAGE = f"{KEY}: missing required label, requires all of: pizza"
 QUIET = ("--no-manage-webhooks", "--no-status")
-
-
-def answer(tollgate: Tollgate, pod: dict[str, Any]) -> dict[str, Any]:
-    status, body = tollgate.review(pod_review(pod))
-    assert status == 200, body
-    return dict(body["response"])
-
-
-def denial(response: dict[str, Any]) -> str:
-    return str((response.get("status") or {}).get("message", ""))
 
 
 def constraint_requests(deployment: Deployment) -> list[dict[str, Any]]:

@@ -24,7 +24,7 @@ import pytest
 
 from tests.cluster_objects import eventually
 from tests.realapi.cluster import REPO
-from tests.realapi.helpers import compliant_pod, new_namespace, pod_review, unique
+from tests.realapi.helpers import answer, compliant_pod, denial, new_namespace, unique
 from tests.realapi.tollgate import SA_USER, Deployment, Tollgate
 
 CRD = Path(__file__).with_name("kyverno-validatingpolicy-crd.yaml")
@@ -50,18 +50,6 @@ def start_tollgate(deployment: Deployment, workdir: Path, identity: str, *args: 
                         args=[*QUIET, *args], identity=identity)
     tollgate.start()
     return tollgate
-
-
-def answer(tollgate: Tollgate, pod: dict[str, Any]) -> dict[str, Any]:
-    """Tollgate's AdmissionReview response for creating ``pod``, posted to its /validate."""
-    status, body = tollgate.review(pod_review(pod))
-    assert status == 200, body
-    return dict(body["response"])
-
-
-def denial(response: dict[str, Any]) -> str:
-    """``status.message`` of a response (every denying policy's message; empty when admitted)."""
-    return str((response.get("status") or {}).get("message", ""))
 
 
 def its_warnings(response: dict[str, Any]) -> list[str]:
