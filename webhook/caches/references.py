@@ -25,7 +25,7 @@ from webhook.informer import DeletedFinalStateUnknown, ResourceEventHandlerFuncs
 from webhook.informer.dynamic import BudgetExceededError, DynamicInformerFactory
 from webhook.informer.gvr import GVR
 from webhook.informer.store import IndexFunc
-from webhook.policy.model import PolicySpecError, Reference, ReferenceIndex, parse_references
+from webhook.policy.model import PolicySpecError, Reference, ReferenceIndex, authorizer_references, parse_references
 from webhook.policy.reference_indexes import index_values
 
 log = logging.getLogger("tollgate.references")
@@ -47,13 +47,14 @@ def references_of(obj: dict[str, Any]) -> frozenset[Reference]:
     """The references a raw policy object declares; none when its spec is unreadable.
 
     A policy whose references do not parse is not Ready and is answered per its
-    failurePolicy without reading any cache, so nothing needs to run for it.
+    failurePolicy without reading any cache, so nothing needs to run for it. A policy that names
+    ``authorizer`` also reads the four RBAC kinds (:func:`~webhook.policy.model.authorizer_references`).
     """
     spec = obj.get("spec")
     if not isinstance(spec, dict):
         return frozenset()
     try:
-        return frozenset(parse_references(spec))
+        return frozenset(parse_references(spec)) | frozenset(authorizer_references(spec))
     except PolicySpecError:
         return frozenset()
 

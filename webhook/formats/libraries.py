@@ -55,8 +55,6 @@ _KYVERNO_FUNCTIONS = {
 #: Variables of the source environment Tollgate does not bind → what they are.
 _KYVERNO_VARIABLES = {"exceptions": "exceptions holds Kyverno's PolicyException values (Tollgate does not import "
                                     "PolicyExceptions)"}
-_KUBERNETES_VARIABLES = {"authorizer": "authorizer is Kubernetes' authorizer library (its checks need the API "
-                                       "server's authorizer)"}
 
 
 def _parsed(text: str) -> celast.Node | None:
@@ -77,7 +75,7 @@ def _findings(root: celast.Node, kyverno: bool) -> Iterator[str]:
     declared = environment().python_functions
     if not image_data_offline():  # declared, but it compiles only where tollgate test installs image data
         declared = declared - IMAGE_DATA_FUNCTIONS
-    variables = {**_KUBERNETES_VARIABLES, **(_KYVERNO_VARIABLES if kyverno else {})}
+    variables = _KYVERNO_VARIABLES if kyverno else {}
     for node in root.walk():
         if node.kind == "ident" and node.name in variables and node.name not in bound:
             yield variables[node.name]

@@ -111,6 +111,9 @@ class CompiledPolicy:
     work: cost.Work = field(default_factory=dict)
     #: The same for /mutate.
     mutation_work: cost.Work = field(default_factory=dict)
+    #: Whether an expression reads ``authorizer`` (:attr:`PolicySpec.reads_authorizer`): its checks read the RBAC
+    #: caches (:data:`~webhook.policy.model.RBAC_REFERENCES`), which must have synced before it is evaluated.
+    reads_authorizer: bool = False
 
     @property
     def name(self) -> str:
@@ -331,7 +334,7 @@ def compile_spec(spec: PolicySpec) -> CompiledPolicy:
                           validating=bool(validations or audits), mutating=bool(mutations),
                           reads=_reads(programs, variables),
                           mutation_reads=_reads(mutation_programs, variables) if mutations else None,
-                          work=work, mutation_work=mutation_work)
+                          work=work, mutation_work=mutation_work, reads_authorizer=spec.reads_authorizer)
 
 
 def _work(programs: list[Program]) -> cost.Work:

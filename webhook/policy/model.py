@@ -199,6 +199,15 @@ class PolicySpec:
         """Store key: ``namespace/name`` or ``name`` (:func:`~webhook.policy.vocabulary.policy_key`)."""
         return policy_key(self.namespace, self.name)
 
+    @property
+    def reads_authorizer(self) -> bool:
+        """Whether an expression names the ``authorizer`` variable (its checks read the RBAC caches)."""
+        texts = [e.expression for e in (*self.match_conditions, *self.variables)]
+        texts += [t for v in self.validations for t in (v.expression, v.message_expression) if t]
+        texts += [a.value_expression for a in self.audit_annotations]
+        texts += [m.expression for m in self.mutations]
+        return any(mentions_authorizer(t) for t in texts)
+
 
 def _list(spec: dict[str, Any], field: str, path: str) -> list[Any]:
     value = spec.get(field)
@@ -477,6 +486,44 @@ def parse_policy(obj: dict[str, Any]) -> PolicySpec:
         head, match_conditions=conditions, param_ref=param_ref, variables=variables, validations=tuple(validations),
         audit_annotations=tuple(audits), mutations=tuple(mutations), background=background,
         references=parse_references(spec))
+
+
+#: The caches an ``authorizer`` check reads (:mod:`webhook.policy.rbac`), as kube-apiserver's RBAC authorizer reads
+#: its listers: held as reference caches of every policy that :attr:`PolicySpec.reads_authorizer`.
+RBAC_REFERENCES = tuple(Reference("rbac.authorization.k8s.io/v1", r)
+                        for r in ("clusterrolebindings", "rolebindings", "clusterroles", "roles"))
+
+_CEL_STRING = re.compile(
+    r"""[rR]?[bB]?(?:'''(?:\\.|[^\\])*?'''|\"\"\"(?:\\.|[^\\])*?\"\"\"|'(?:\\.|[^\\'\n])*'|"(?:\\.|[^\\"\n])*")"""
+)
+_AUTHORIZER = re.compile(r"(?<![\w.])authorizer\b")
+
+
+def mentions_authorizer(text: str) -> bool:
+    """Whether CEL ``text`` names the ``authorizer`` variable outside string literals.
+
+    A comprehension variable of that name counts too: the caches it starts are then unused, never missing.
+    """
+    return "authorizer" in text and _AUTHORIZER.search(_CEL_STRING.sub('""', text)) is not None
+
+
+def authorizer_references(spec: Any) -> tuple[Reference, ...]:
+    """:data:`RBAC_REFERENCES` when any string of a raw policy ``spec`` :func:`mentions_authorizer`, else ``()``.
+
+    For the informers started before a policy is parsed (:mod:`webhook.caches.references`): any string counts, so
+    a policy never waits for a cache nobody started.
+    """
+    stack = [spec]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            if mentions_authorizer(node):
+                return RBAC_REFERENCES
+        elif isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return ()
 
 
 _API_VERSION = re.compile(r"^(?:[a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?v[0-9]+(?:(?:alpha|beta)[0-9]+)?$")

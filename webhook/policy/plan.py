@@ -8,7 +8,8 @@ until a policy changes. It holds
   resource rules select (isolation, rules, excludes, autogen) — only label
   selectors, params and matchConditions remain per request;
 * **fused groups**: the candidates that are Ready, have
-  validations but no auditAnnotations, selectors, paramRef, references or matchConditions,
+  validations but no auditAnnotations, selectors, paramRef, references, matchConditions or
+  ``authorizer`` checks (which ask the policy's own authorizer),
   and whose expressions are self-contained, are evaluated together as one CEL program
   ``(v1) && (v2) && ...`` per object view, with identical conjuncts shared (Deny
   policies together, in chunks; a Warn- or Audit-only policy alone).
@@ -66,7 +67,7 @@ def fusable(policy: CompiledPolicy) -> bool:
     spec = policy.spec
     return (policy.error is None and bool(policy.validations) and not policy.audit_annotations
             and not policy.match_conditions and spec.param_ref is None and not has_selectors(spec)
-            and not spec.references
+            and not spec.references and not policy.reads_authorizer
             and all(v.expression.fusable_source is not None for v in policy.validations))
 
 

@@ -176,8 +176,6 @@ def test_a_policy_without_a_binding_selects_nothing_and_is_noted() -> None:
      [("ValidatingAdmissionPolicyBinding need-team-all", "apiVersion")]),
     ([vap(matchConstraints={"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}]}),
       vap_binding()], [("ValidatingAdmissionPolicy need-team", "spec.matchConstraints.resourceRules[0].operations")]),
-    ([vap(validations=[{"expression": "authorizer.group('').resource('pods').check('create').allowed()"}]),
-      vap_binding()], [("ValidatingAdmissionPolicy need-team", "spec.validations[0].expression")]),
 ])
 def test_what_cannot_be_honoured_is_a_problem_naming_the_field(objs: list[dict[str, Any]],
                                                                expected: list[tuple[str, str]]) -> None:

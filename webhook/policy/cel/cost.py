@@ -450,11 +450,13 @@ class Python:
     """
 
     per_match: int = 0
+    #: Units of work the function does beyond converting its operands (an RBAC walk: ``authorizer.check``).
+    fixed: int = 0
 
     def __call__(self, c: Call) -> _MPoly:
         """The call's own work."""
         scanned = [_copied(b) for b in c.bounds]  # converted into Python: S bytes or C entries of the input's own
-        return _m_add({(): PYTHON_CALL}, _m_scale(_m_add(*scanned), 2),
+        return _m_add({(): PYTHON_CALL + self.fixed}, _m_scale(_m_add(*scanned), 2),
                       _m_scale(scanned[0], self.per_match) if self.per_match else {})
 
 

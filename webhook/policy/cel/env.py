@@ -33,8 +33,8 @@ from typing import Any
 from cel_expr_python import cel
 
 from webhook.policy.cel import ast as celast
+from webhook.policy.cel import authz, library, rewrites, scope, typed_literals, validators
 from webhook.policy.cel import cost as celcost
-from webhook.policy.cel import library, rewrites, scope, typed_literals, validators
 from webhook.policy.cel import optimize as celopt
 from webhook.policy.cel.library import comprehensions
 from webhook.policy.cel.library._decl import LibraryError, T
@@ -61,7 +61,8 @@ __all__ = [
 ]
 
 #: Names bound in every evaluation, as VAP binds them.
-VARIABLES = ("object", "oldObject", "request", "params", "namespaceObject", "variables")
+#: ``authorizer`` is Kubernetes' authorizer library (:mod:`webhook.policy.cel.authz`).
+VARIABLES = ("object", "oldObject", "request", "params", "namespaceObject", "variables", "authorizer")
 
 #: Longest expression accepted at compile time, in characters. Kubernetes relies on a cost
 #: budget; cel-expr-python has none, so length (and :mod:`webhook.policy.cel.cost`) bound it.
@@ -190,7 +191,7 @@ class PolicyEnv:
         #: (text, disable_check) → compiled expression, most recently used last (see :meth:`compile`).
         self._compiled: OrderedDict[tuple[str, bool], CompiledExpression] = OrderedDict()
         variables = dict.fromkeys(VARIABLES, T.DYN)
-        declared = [*library.declarations(), *scope.declarations(), *rewrites.declarations()]
+        declared = [*library.declarations(), *scope.declarations(), *rewrites.declarations(), *authz.declarations()]
         python_library = [d.decl for d in declared]
         #: Each function's cost and result-size rule: cel-cpp's native ones and each Python declaration's
         #: (:func:`webhook.policy.cel.cost.rule_table`).

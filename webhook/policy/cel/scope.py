@@ -27,12 +27,14 @@ from cel_expr_python import cel
 
 from webhook.policy.cel.cost import PYTHON_OBJECT
 from webhook.policy.cel.library._decl import LibraryError, T, function, overloads
+from webhook.policy.rbac import Authorizer
 
 __all__ = [
     "IMAGE_DATA_FUNCTIONS",
     "RESOURCE_FUNCTIONS",
     "ReferenceReader",
     "VariableScope",
+    "current_authorizer",
     "declarations",
     "image_data_offline",
     "offline_image_data",
@@ -64,14 +66,16 @@ class ReferenceReader(Protocol):
 class VariableScope:
     """Lazily evaluated ``variables`` and ``params`` of one policy in one request, and its references."""
 
-    __slots__ = ("activation", "cache", "params", "programs", "references")
+    __slots__ = ("activation", "authorizer", "cache", "params", "programs", "references")
 
     def __init__(self, programs: dict[str, Any], activation: Any, params: Any,
-                 references: ReferenceReader | None = None) -> None:
+                 references: ReferenceReader | None = None, authorizer: Authorizer | None = None) -> None:
         self.programs = programs
         self.activation = activation
         self.params = params
         self.references = references
+        #: What ``authorizer...check(verb)`` asks (:mod:`webhook.policy.cel.authz`); None: checks error.
+        self.authorizer = authorizer
         self.cache: dict[str, Any] = {}
 
     def variable(self, name: str) -> Any:
@@ -102,6 +106,12 @@ def set_current_scope(scope: VariableScope | None) -> contextvars.Token[Variable
 def reset_scope(token: contextvars.Token[VariableScope | None]) -> None:
     """Undo :func:`set_current_scope`."""
     _scope.reset(token)
+
+
+def current_authorizer() -> Authorizer | None:
+    """The authorizer of the policy being evaluated (:attr:`VariableScope.authorizer`), or None."""
+    scope = _scope.get()
+    return None if scope is None else scope.authorizer
 
 
 def _tg_var(name: str) -> Any:

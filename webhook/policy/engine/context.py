@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from webhook.policy.cel.authz import authorizer_value
 from webhook.policy.cel.env import environment
 from webhook.policy.lookups import Lookups
 from webhook.policy.matching import View
@@ -111,6 +112,7 @@ class RequestContext:
             "namespaceObject": self.namespace_object(),
             "params": None,
             "variables": None,
+            "authorizer": authorizer_value(self.request.get("userInfo"), self.request),
         })
 
     def project(self, projections: dict[View, Projection | None] | None) -> None:

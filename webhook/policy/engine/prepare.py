@@ -18,11 +18,13 @@ from typing import Any
 from webhook.policy import lookups as caches
 from webhook.policy.cel.scope import VariableScope, reset_scope, set_current_scope
 from webhook.policy.compiler import CompiledPolicy
+from webhook.policy.engine.authorization import PolicyAuthorizer
 from webhook.policy.engine.context import RequestContext
 from webhook.policy.engine.outcome import EvaluationError, error_result, label
 from webhook.policy.engine.references import References
 from webhook.policy.engine.values import bool_value
 from webhook.policy.matching import View, has_selectors, selectors_match
+from webhook.policy.model import RBAC_REFERENCES
 from webhook.policy.vocabulary import Action, OnUnsynced, ParameterNotFoundAction, PolicyResult, Result
 
 __all__ = ["Run", "params_of", "prepare"]
@@ -35,6 +37,8 @@ def _unsynced_cache(policy: CompiledPolicy, ctx: RequestContext) -> str | None:
     if policy.spec.param_ref is not None:
         needed.append(caches.CONFIGMAPS)
     needed.extend(r.cache for r in policy.spec.references)
+    if policy.reads_authorizer:
+        needed.extend(r.cache for r in RBAC_REFERENCES)
     for cache in needed:
         if not ctx.is_synced(cache):
             return cache
@@ -74,11 +78,12 @@ class Run:
     activation: Any
     prefix: str
     references: References | None = None
+    authorizer: PolicyAuthorizer | None = None
 
     def scope(self, activation: Any | None = None) -> VariableScope:
-        """The policy's ``variables``/``params``/references scope over ``activation`` (default: the run's)."""
+        """The policy's variables, params, references and authorizer over ``activation`` (default: the run's)."""
         return VariableScope(self.policy.variables, self.activation if activation is None else activation,
-                             self.params, self.references)
+                             self.params, self.references, self.authorizer)
 
 
 def prepare(policy: CompiledPolicy, view: View, ctx: RequestContext) -> Run | PolicyResult | None:
@@ -121,7 +126,8 @@ def prepare(policy: CompiledPolicy, view: View, ctx: RequestContext) -> Run | Po
     activation = ctx.activation(view)
     prefix = ".".join(ctx.coords.template or ()) + ": " if view is View.POD_TEMPLATE else ""
     run = Run(policy, view, params, activation, prefix,
-               References(policy, ctx.lookups) if policy.spec.references else None)
+              References(policy, ctx.lookups) if policy.spec.references else None,
+              PolicyAuthorizer(policy.spec, ctx.lookups) if policy.reads_authorizer else None)
     if policy.match_conditions:
         token = set_current_scope(run.scope())
         try:
