@@ -5,7 +5,6 @@ Kubernetes' and Kyverno's CEL environments extend the one Tollgate implements
 else; one that does not is searched for the libraries Tollgate lacks, so the problem names the
 library instead of CEL's ``undeclared reference``:
 
-* Kubernetes: the ``authorizer`` library (answers need the API server's authorizer);
 * Kyverno (``github.com/kyverno/sdk`` ``extensions/cel/libs``), what needs the network, a registry or
   Kyverno's controllers: ``http``, ``globalContext``, ``image.GetMetadata``/``imagedata``, ``resource.Post``,
   ``generator``; and what Tollgate does not implement: ``json.marshal``, ``random``, the older ``time_*``

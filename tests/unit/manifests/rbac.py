@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from webhook.policy.model import RBAC_REFERENCES
+
 NAMESPACE = "tollgate-system"
 SERVICE_ACCOUNT = "tollgate"
 READ = frozenset({"get", "list", "watch"})
@@ -62,7 +64,8 @@ COMPONENT_GRANTS: dict[str, tuple[dict[tuple[str, str], frozenset[str]], dict[tu
         ("apiextensions.k8s.io", "customresourcedefinitions"): READ,
         ("wgpolicyk8s.io", "policyreports"): REPORTS, ("wgpolicyk8s.io", "clusterpolicyreports"): REPORTS,
     }, {}),
-    "references": ({("networking.k8s.io", "ingresses"): WATCH, ("apps", "deployments"): WATCH}, {}),
+    "references": ({("networking.k8s.io", "ingresses"): WATCH, ("apps", "deployments"): WATCH,
+                    **{("rbac.authorization.k8s.io", r.resource): WATCH for r in RBAC_REFERENCES}}, {}),
     "self-managed": ({}, {("", "secrets"): frozenset({"get", "update", "patch"})}),
     "cert-manager": ({}, {}),
     "policy-reports": ({}, {}),

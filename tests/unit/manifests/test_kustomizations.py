@@ -28,7 +28,7 @@ from tests.unit.manifests.kustomize import (
 from webhook.cli.main import main
 from webhook.policy import compile_policy
 from webhook.policy.matching import POD_CONTROLLERS
-from webhook.policy.model import parse_references
+from webhook.policy.model import RBAC_REFERENCES, parse_references
 from webhook.tls import generate as certs
 
 POLICIES = ROOT / "policies"
@@ -222,7 +222,8 @@ def test_references_component_grants_what_the_examples_reference() -> None:
     referenced = {(ref.group, ref.resource) for p in (POLICIES / "examples").glob("*/policy.yaml")
                   for d in yaml.safe_load_all(p.read_text()) if d
                   for ref in parse_references(d["spec"])}
-    assert referenced and granted == referenced
+    # ... and the RBAC kinds that answer `authorizer` checks (webhook.policy.model.RBAC_REFERENCES).
+    assert referenced and granted == referenced | {(ref.group, ref.resource) for ref in RBAC_REFERENCES}
     binding = _one(docs, "ClusterRoleBinding", "tollgate-references-read")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "tollgate", "namespace": "tollgate-system"}]
 

@@ -33,7 +33,7 @@ Refused, each a :class:`~webhook.formats.imported.Problem` naming the field: a `
 other than ``v1 ConfigMap`` (Tollgate's params cache), ``paramRef.selector`` (the API server
 evaluates the policy once per selected object; Tollgate binds one object), ``paramKind`` without a
 binding ``paramRef``, a missing or malformed field, an unknown field, an unsupported
-``apiVersion``, a library Tollgate lacks (``authorizer``), a binding whose policy is not there, and
+``apiVersion``, a binding whose policy is not there, and
 a binding whose ``matchResources`` selects nothing the policy selects. Match rules that cannot be read
 (a typo the API server would refuse) select what the readable side selects, every request when neither
 is (``Imported.match_unreadable``): answered per ``failurePolicy``, never selecting nothing.
