@@ -5,7 +5,9 @@
 for every policy that reads ``authorizer`` (a policy whose RBAC caches have not synced is answered per its
 ``onUnsynced`` before any check runs). An AdmissionPolicy (a tenant's) may ask only about its own namespace, as
 its ``paramRef`` and ``spec.references`` may read only there: a check of another namespace, of a cluster-scoped
-resource or of a non-resource path is an errored Decision, so RBAC elsewhere in the cluster cannot be probed.
+resource or of a non-resource path is an errored Decision, so RBAC elsewhere in the cluster cannot be probed. That
+is what a namespace's admins may already ask the API server (a ``LocalSubjectAccessReview`` in their namespace,
+which Kubernetes' default ``admin`` ClusterRole lets them create).
 """
 
 from __future__ import annotations
