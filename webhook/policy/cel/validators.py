@@ -23,6 +23,14 @@ from webhook.policy.cel.library._decl import LibraryError
 
 _PRIMITIVE = frozenset({"bool", "int", "uint", "double", "string", "bytes", "duration", "timestamp"})
 
+#: What a call of a Kubernetes library constructor is (``ip.go``, ``cidr.go``, ``quantity.go``, ``urls.go``,
+#: ``semverlib.go``). Tollgate's values of these types are ``dyn`` maps to the checker, so passing one where
+#: those libraries take a string (``isIP(cidr('10.0.0.0/8'))``) is found here, as cel-go's checker finds it.
+_CONSTRUCTED = {"ip": "net.IP", "cidr": "net.CIDR", "quantity": "Quantity", "url": "URL", "semver": "Semver"}
+#: Global functions of those libraries whose every overload takes a string first argument.
+_TAKES_STRING = frozenset({"ip", "isIP", "ip.isCanonical", "cidr", "isCIDR", "quantity", "isQuantity", "url",
+                           "isURL", "semver", "isSemver"})
+
 #: ``(offset into the source, message)``.
 Problem = tuple[int, str]
 
@@ -77,6 +85,11 @@ def validate(ast: CheckedAst, literal_ok: Callable[[str, str], str | None]) -> l
                     err = literal_ok(node.name, text)
                     if err is not None:
                         problems.append((at(node.args[0]), f"invalid {node.name} argument: {err}"))
+            if node.name in _TAKES_STRING and node.target is None and node.args:
+                constructed = _constructed(node.args[0])
+                if constructed is not None:
+                    problems.append((at(node), f"found no matching overload for '{node.name}' applied to "
+                                               f"'({constructed})'"))
             if node.name in ("min", "max", "isSorted", "sum") and node.target is not None and not node.args:
                 message = _list_element_problem(node, ast)
                 if message:
@@ -86,6 +99,13 @@ def validate(ast: CheckedAst, literal_ok: Callable[[str, str], str | None]) -> l
             if problem:
                 problems.append(problem)
     return sorted(problems)
+
+
+def _constructed(node: Node) -> str | None:
+    """The library type a direct constructor call makes (``cidr('...')``: ``net.CIDR``), or None."""
+    if node.kind == "call" and node.target is None and node.name in _CONSTRUCTED and node.args:
+        return _CONSTRUCTED[node.name]
+    return None
 
 
 def _list_element_problem(node: Node, ast: CheckedAst) -> str | None:
