@@ -44,7 +44,8 @@ def test_protected_config_maps_need_delete_rights_as_rbac_grants_them(deployment
     alice, bob = unique("alice"), unique("bob")
     grant(deployment, namespace, alice, ["create"])
     grant(deployment, namespace, bob, ["create", "delete"])
-    deployment.add_policy(unique("authz"), {
+    name = unique("authz")
+    deployment.add_policy(name, {
         "failurePolicy": "Fail",
         "match": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"],
                                      "operations": ["CREATE"]}],
@@ -58,20 +59,23 @@ def test_protected_config_maps_need_delete_rights_as_rbac_grants_them(deployment
     def create(user: str, *, protected: bool) -> Any:
         return deployment.kubectl("create", f"--as={user}", "-f", "-", obj=config_map(namespace, protected=protected))
 
-    assert not api_server_allows(deployment, alice, namespace, "delete")
-    assert api_server_allows(deployment, bob, namespace, "delete")
+    try:
+        assert not api_server_allows(deployment, alice, namespace, "delete")
+        assert api_server_allows(deployment, bob, namespace, "delete")
 
-    def decided() -> None:  # the RBAC informers have the Roles and RoleBindings created above
-        result = create(bob, protected=True)
-        assert_admitted(result)
-        result = create(alice, protected=True)
-        # Denied (reason Invalid: kubectl words it "is invalid"); RBAC's no opinion has no reason.
-        assert result.returncode != 0, result.stdout
-        assert "protected ConfigMaps need delete rights:\n" in result.stderr, result.stderr
+        def decided() -> None:  # the RBAC informers have the Roles and RoleBindings created above
+            result = create(bob, protected=True)
+            assert_admitted(result)
+            result = create(alice, protected=True)
+            # Denied (reason Invalid: kubectl words it "is invalid"); RBAC's no opinion has no reason.
+            assert result.returncode != 0, result.stdout
+            assert "protected ConfigMaps need delete rights:\n" in result.stderr, result.stderr
 
-    eventually(decided, timeout=60)
-    assert_admitted(create(alice, protected=False))
+        eventually(decided, timeout=60)
+        assert_admitted(create(alice, protected=False))
 
-    grant(deployment, namespace, alice, ["delete"])  # a RoleBinding's watch event changes the next answer
-    assert api_server_allows(deployment, alice, namespace, "delete")
-    eventually(lambda: assert_admitted(create(alice, protected=True)), timeout=60)
+        grant(deployment, namespace, alice, ["delete"])  # a RoleBinding's watch event changes the next answer
+        assert api_server_allows(deployment, alice, namespace, "delete")
+        eventually(lambda: assert_admitted(create(alice, protected=True)), timeout=60)
+    finally:  # the suite's later tests count the cluster's policies
+        deployment.kubectl("delete", "clusteradmissionpolicies.tollgate.dev", name, check=True)
