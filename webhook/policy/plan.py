@@ -98,6 +98,15 @@ class PlanContext:
         return self._prefix | (self._next - 1)
 
 
+#: Evaluations of a fused program before its pass ratio may turn its evaluation off (see
+#: :meth:`FusedGroup.worth_evaluating`), and the window they are counted over.
+MIN_EVALUATIONS = 64
+#: A program passing less than this share of its evaluations is no longer evaluated...
+MIN_PASS_RATIO = 0.05
+#: ...except once every this many requests.
+PROBE_EVERY = 64
+
+
 @dataclass(slots=True)
 class FusedGroup:
     """Policies evaluated as one program over one view.
@@ -129,6 +138,36 @@ class FusedGroup:
     reads: dict[str, Tree] = field(default_factory=dict)
     analysed: bool = False
     context: PlanContext = field(default_factory=PlanContext)
+    #: ``[evaluations, passes, requests since the last probe]`` of the program (see :meth:`worth_evaluating`).
+    outcomes: list[int] = field(default_factory=lambda: [0, 0, 0])
+
+    def worth_evaluating(self) -> bool:
+        """Whether to evaluate the program for this request, judged by how often it passed before.
+
+        A program that almost never passes (a Warn- or Audit-only policy reporting what it finds on every request,
+        say) only costs an evaluation before its policies take the per-policy path anyway. After
+        :data:`MIN_EVALUATIONS` evaluations (counted over a sliding window of as many), one passing less than
+        :data:`MIN_PASS_RATIO` of the time is evaluated once every :data:`PROBE_EVERY` requests, so a workload
+        that changes is noticed. Skipping is always safe: every policy of a group not proven passing is decided
+        on the per-policy path.
+        """
+        evaluated, passed, since = self.outcomes
+        if evaluated < MIN_EVALUATIONS or passed >= MIN_PASS_RATIO * evaluated:
+            return True
+        self.outcomes[2] = since + 1
+        if since + 1 >= PROBE_EVERY:
+            self.outcomes[2] = 0
+            return True
+        return False
+
+    def record(self, passed: bool) -> None:
+        """Count one evaluation of the program (halving the counts past twice :data:`MIN_EVALUATIONS`)."""
+        outcomes = self.outcomes
+        if outcomes[0] >= 2 * MIN_EVALUATIONS:
+            outcomes[0] //= 2
+            outcomes[1] //= 2
+        outcomes[0] += 1
+        outcomes[1] += passed
 
     def __post_init__(self) -> None:
         if self.serial < 0:

@@ -93,11 +93,15 @@ def fused_passes(plan: Plan, ctx: RequestContext, memo: DecisionMemo | None,
                 _pass(group, passes)
                 passed.add(i)
                 continue
+        if not group.worth_evaluating():
+            continue  # it almost never passes: its policies are decided per policy without a first try here
         started = perf_counter()
         try:
             value = group.program.eval(ctx.activation(group.view)).plain_value()
         except RuntimeError:  # the iteration budget: decide per policy
+            group.record(False)
             continue
+        group.record(value is True)
         if value is True:
             _pass(group, passes)
             passed.add(i)
