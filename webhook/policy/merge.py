@@ -262,12 +262,14 @@ def _kind_of(value: Any) -> str:
 
 
 def _check_scalar(value: Any, scalar: str, path: str) -> None:
-    ok = {
-        "string": isinstance(value, str),
-        "numeric": isinstance(value, int | float) and not isinstance(value, bool),
-        "boolean": isinstance(value, bool),
-        "untyped": not isinstance(value, dict | list),
-    }[scalar]
+    if scalar == "string":
+        ok = isinstance(value, str)
+    elif scalar == "numeric":
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+    elif scalar == "boolean":
+        ok = isinstance(value, bool)
+    else:
+        ok = not isinstance(value, dict | list)
     if not ok:
         raise MergeError(f"{path or '.'}: expected {scalar}, got {_kind_of(value)}")
 

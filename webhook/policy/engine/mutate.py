@@ -260,9 +260,8 @@ def evaluate_mutating(request: dict[str, Any], policies: Sequence[CompiledPolicy
     # apply to the whole object.
     ctx.project(plan.mutation_projections)
     check_budget(plan, ctx, Endpoint.MUTATE, work_budget, body_bytes)
-    for policy, view in mutation_order(plan.entries):
-        if not policy.mutating:
-            continue
+    # Only the mutating policies are ordered (a plan holds every policy the request selects, mostly validating).
+    for policy, view in mutation_order([entry for entry in plan.entries if entry[0].mutating]):
         started = perf_counter()
         prepared = prepare(policy, view, ctx)
         if prepared is None:
