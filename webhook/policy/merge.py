@@ -225,12 +225,17 @@ def _check(schema: MergeSchema, value: Any, ref: Any, path: str, atomics: list[s
             raise MergeError(f"{path or '.'}: expected map, got {_kind_of(value)}")
         if t.atomic:
             atomics.append(path or ".")
+        fields = t.node.get("f", {})
         for k, v in value.items():
-            element = _element_type(schema, t, k)
+            element = fields[k] if k in fields else t.node.get("e")
             if element is None:
                 raise MergeError(f"{_field(path, k)}: field not declared in schema")
+            if v is not None and type(v) in _SCALAR_TYPES:
+                leaf = schema.resolve(element)
+                if leaf.kind == "scalar" and _scalar_ok(v, leaf.scalar):
+                    continue  # what the call below would conclude, without building the path
             # validatePatch looks for atomics below declared fields only, not in a map's values.
-            _check(schema, v, element, _field(path, k), atomics if k in t.node.get("f", {}) else [])
+            _check(schema, v, element, _field(path, k), atomics if k in fields else [])
         return
     if not isinstance(value, list):
         raise MergeError(f"{path or '.'}: expected list, got {_kind_of(value)}")
@@ -241,10 +246,9 @@ def _check(schema: MergeSchema, value: Any, ref: Any, path: str, atomics: list[s
         _check(schema, item, element, f"{path}[{i}]", atomics)
     if t.node.get("t") in ("map", "set"):
         seen: set[Any] = set()
-        for i, item in enumerate(value):
-            key = _item_key(schema, t, item, f"{path}[{i}]")
-            identity = _key_identity(key)
+        for i, identity in enumerate(_key_identities(schema, t, value, path)):
             if identity in seen:
+                key = _item_key(schema, t, value[i], f"{path}[{i}]")
                 raise MergeError(f"{path or '.'}: duplicate entries for key {_key_text(key, t.node['t'] == 'map')}")
             seen.add(identity)
 
@@ -261,16 +265,18 @@ def _kind_of(value: Any) -> str:
     return "string" if isinstance(value, str) else type(value).__name__
 
 
-def _check_scalar(value: Any, scalar: str, path: str) -> None:
+def _scalar_ok(value: Any, scalar: str) -> bool:
     if scalar == "string":
-        ok = isinstance(value, str)
-    elif scalar == "numeric":
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
-    elif scalar == "boolean":
-        ok = isinstance(value, bool)
-    else:
-        ok = not isinstance(value, dict | list)
-    if not ok:
+        return isinstance(value, str)
+    if scalar == "numeric":
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if scalar == "boolean":
+        return isinstance(value, bool)
+    return not isinstance(value, dict | list)
+
+
+def _check_scalar(value: Any, scalar: str, path: str) -> None:
+    if not _scalar_ok(value, scalar):
         raise MergeError(f"{path or '.'}: expected {scalar}, got {_kind_of(value)}")
 
 
@@ -292,6 +298,38 @@ def _item_key(schema: MergeSchema, t: _Type, item: Any, path: str) -> Any:
         else:
             raise MergeError(f'{path}: associative list with keys has an element that omits key field "{k}" '
                              "(and doesn't have default value)")
+    return tuple(out)
+
+
+def _key_identities(schema: MergeSchema, t: _Type, items: list[Any], path: str) -> list[Any]:
+    """:func:`_key_identity` of each item's :func:`_item_key` (errors named ``{path}[{i}]``).
+
+    The item type's keys and defaults are looked up once for the list, not once per item.
+    """
+    if t.node.get("t") != "map":
+        return [_key_identity(item) for item in items]
+    keys: list[str] = t.node.get("k", [])
+    element = schema.resolve(t.node["l"])
+    defaults = element.node.get("d", {}) if element.kind == "struct" else {}
+    out = []
+    for i, item in enumerate(items):
+        key = _plain_item_key(item, keys, defaults) if type(item) is dict else None
+        # Not a plain map, or a key missing: _item_key's answer (its error).
+        out.append(_key_identity(key if key is not None else _item_key(schema, t, item, f"{path}[{i}]")))
+    return out
+
+
+def _plain_item_key(item: dict[str, Any], keys: list[str], defaults: dict[str, Any]) -> tuple[Any, ...] | None:
+    """:func:`_item_key` of a map list's item, or None where it would raise."""
+    out = []
+    for k in keys:
+        v = item.get(k)
+        if v is not None:
+            out.append((k, v))
+        elif k in defaults:
+            out.append((k, defaults[k]))
+        else:
+            return None
     return tuple(out)
 
 
@@ -322,6 +360,9 @@ def _merge_map(schema: MergeSchema, lhs: Any, rhs: Any, t: _Type) -> Any:
     # them); each member the patch names is merged in its place, a new one appended in the patch's order.
     out: dict[str, Any] = dict(left)
     for key, rchild in right.items():
+        if rchild is not None and type(rchild) in _SCALAR_TYPES:
+            out[key] = rchild  # what _merge gives a scalar of the patch, whatever the type
+            continue
         if t.kind == "struct":
             element = _element_type(schema, t, key)
             element = "@deduced" if element is None else element
@@ -341,8 +382,8 @@ def _merge_list(schema: MergeSchema, lhs: Any, rhs: Any, t: _Type) -> Any:
     left = lhs if isinstance(lhs, list) else []
     right = rhs if isinstance(rhs, list) else []
     element = t.node["l"]
-    lkeys = [_key_identity(_item_key(schema, t, item, f"[{i}]")) for i, item in enumerate(left)]
-    rkeys = [_key_identity(_item_key(schema, t, item, f"[{i}]")) for i, item in enumerate(right)]
+    lkeys = _key_identities(schema, t, left, "")
+    rkeys = _key_identities(schema, t, right, "")
     rhs_by_key = dict(zip(rkeys, right, strict=True))
     counts: dict[Any, int] = {}
     for k in lkeys:

@@ -377,3 +377,12 @@ def test_resolve_answers_per_reference_however_often_it_is_asked() -> None:
         assert schema.resolve({"f": {}}).kind == "struct"
         assert schema.resolve({"r": {"f": {}}, "a": 1}).atomic
         assert not schema.resolve({"r": {"f": {}}, "a": 0}).atomic
+
+
+def test_a_null_list_map_key_takes_its_default_as_a_missing_one_does() -> None:
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [
+        {"name": "c", "ports": [{"containerPort": 80, "protocol": "TCP", "name": "http"}]}]}}
+    patch = {"spec": {"containers": [{"name": "c", "ports": [{"containerPort": 80, "protocol": None,
+                                                               "hostPort": 8080}]}]}}
+    out = apply_configuration(pod, patch, ("", "v1", "Pod"))
+    assert [(p["containerPort"], p.get("hostPort")) for p in out["spec"]["containers"][0]["ports"]] == [(80, 8080)]
