@@ -33,6 +33,7 @@ from webhook.policy.lookups import Lookups
 from webhook.policy.matching import View
 from webhook.policy.merge import MergeError, apply_configuration
 from webhook.policy.plan import Plan
+from webhook.policy.projection import ALL, EACH, KEYS, Tree
 from webhook.policy.vocabulary import Endpoint, PatchType, PolicyKind, PolicyResult, Result
 
 __all__ = ["IDENTITY_FIELDS", "TENANT_PROTECTED_FIELDS", "evaluate_mutating", "mutation_order"]
@@ -59,11 +60,26 @@ def _kind(request: dict[str, Any]) -> tuple[str, str, str] | None:
 
 
 def _mutate(run: Run, current: dict[str, Any], original: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
-    """Apply one policy's mutations in order; raises :class:`EvaluationError` on any failure."""
+    """Apply one policy's mutations in order; raises :class:`EvaluationError` on any failure.
+
+    Each mutation sees the object as the previous ones left it. The activation over the object a mutation
+    was evaluated on serves the next one too when none of the paths changed since (:func:`_touched_paths`)
+    is one the next program can read (``CompiledPolicy.mutation_program_reads``, :func:`_touches`): its
+    value is then the same on either object, as the projection's soundness makes it on a pruned copy
+    (:mod:`webhook.policy.projection`), without a new activation and conversion of the object.
+    """
     mutated: Any = current
     kind = _kind(ctx.request)
-    for patch_type, program in run.policy.mutations:
-        activation = ctx.activation(View.OBJECT) if mutated is original else ctx.activation_for(mutated)
+    reads = run.policy.mutation_program_reads
+    activation: Any = None
+    # What changed since the object `activation` shows (None: not known).
+    changed: list[list[str]] | None = []
+    for i, (patch_type, program) in enumerate(run.policy.mutations):
+        if mutated is original:
+            activation, changed = ctx.activation(View.OBJECT), []
+        elif (activation is None or changed is None or reads is None
+              or any(_touches(reads[i].get("object", ALL), path) for path in changed)):
+            activation, changed = ctx.activation_for(mutated), []
         token = set_current_scope(run.scope(activation))
         try:
             result = json_value(value(program, activation), program.path)
@@ -76,6 +92,9 @@ def _mutate(run: Run, current: dict[str, Any], original: dict[str, Any], ctx: Re
                 raise EvaluationError(f"{program.path}: an ApplyConfiguration must evaluate to Object (a map)")
             else:
                 mutated = apply_configuration(mutated, result, kind)
+            if changed is not None:
+                paths = _touched_paths(patch_type, result)
+                changed = None if paths is None else changed + paths
         except jsonpatch.JsonPatchTestFailed:
             continue  # as the API server: a failed test operation means the patch is not applied
         except MergeError as e:
@@ -88,9 +107,75 @@ def _mutate(run: Run, current: dict[str, Any], original: dict[str, Any], ctx: Re
             raise EvaluationError(f"{program.path}: the mutated object must be a JSON object")
     fields = TENANT_PROTECTED_FIELDS if run.policy.spec.kind is PolicyKind.NAMESPACED else IDENTITY_FIELDS
     if _identity(mutated, fields) != _identity(current, fields):
-        changed = ", ".join(["apiVersion", "kind", *(f"metadata.{f}" for f in fields)])
-        raise EvaluationError(f"spec.mutations: a mutation may not change {changed}")
+        names = ", ".join(["apiVersion", "kind", *(f"metadata.{f}" for f in fields)])
+        raise EvaluationError(f"spec.mutations: a mutation may not change {names}")
     return dict(mutated)
+
+
+def _pointer_segments(pointer: Any) -> list[str] | None:
+    """A JSON pointer's unescaped segments (``[]`` for the root), or None when it is not one."""
+    if not isinstance(pointer, str) or (pointer and not pointer.startswith("/")) or _BAD_ESCAPE.search(pointer):
+        return None
+    return [p.replace("~1", "/").replace("~0", "~") for p in pointer.split("/")[1:]]
+
+
+def _touched_paths(patch_type: str, result: Any) -> list[list[str]] | None:
+    """The paths of the object a mutation that applied may have changed (a superset), or None when unknown.
+
+    A JSONPatch: each operation's ``path`` and ``from`` but a ``test``'s; one naming a list element (its last
+    segment ``-`` or digits) stands for the whole list, whose length or order may change. An
+    ApplyConfiguration: each member it sets that is not a non-empty map (a scalar, a null, a list: merged
+    whole or by key, maybe grown), by its path; the merge changes nothing outside them.
+    """
+    paths: list[list[str]] = []
+    if patch_type is PatchType.JSON_PATCH:
+        for operation in result if isinstance(result, list) else ():
+            if not isinstance(operation, dict):
+                return None
+            if operation.get("op") == "test":
+                continue
+            for field in ("path", "from"):
+                if field not in operation:
+                    continue
+                segments = _pointer_segments(operation[field])
+                if segments is None:
+                    return None
+                if segments and (segments[-1] == "-" or segments[-1].isdigit()):
+                    segments = segments[:-1]
+                paths.append(segments)
+        return paths
+
+    def walk(value: Any, prefix: list[str]) -> None:
+        if isinstance(value, dict) and (value or not prefix):
+            for key, child in value.items():
+                walk(child, [*prefix, str(key)])
+        else:
+            paths.append(prefix)
+
+    walk(result, [])
+    return paths
+
+
+def _touches(tree: Tree, path: list[str]) -> bool:
+    """Whether a program that reads ``tree`` of ``object`` (:mod:`webhook.policy.projection`) sees ``path``.
+
+    False only when no read reaches it: every segment of the way is absent from the tree (a field, ``*``
+    and ``#`` all match), or the tree is empty at the root (the object is not read). A path at or above a
+    read, within a value read whole, or below a value read for its presence and type (``{}`` below the root)
+    touches.
+    """
+    nodes = [tree]
+    for depth, segment in enumerate(path):
+        below: list[Tree] = []
+        for node in nodes:
+            if node is ALL or (not node and depth > 0):
+                return True
+            assert isinstance(node, dict)
+            below.extend(node[key] for key in (segment, EACH, KEYS) if key in node)
+        if not below:
+            return False
+        nodes = below
+    return True
 
 
 def _private_path(doc: Any, pointer: str) -> Any:
