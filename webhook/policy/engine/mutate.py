@@ -205,7 +205,7 @@ def _private_path(doc: Any, pointer: str) -> Any:
 
 #: The operations :func:`_apply_simple` applies itself (``test``, ``move`` and ``copy`` go to jsonpatch).
 _SIMPLE_OPS = frozenset({"add", "replace", "remove"})
-#: A list index as jsonpointer reads one (``0``, ``12``; never ``01``), whole.
+#: A canonical list index (``0``, ``12``); another that jsonpointer reads too (``01``) goes to jsonpatch.
 _INDEX = re.compile(r"0|[1-9][0-9]*")
 _BAD_ESCAPE = re.compile(r"~[^01]|~$")
 #: JSON scalars as parsed (exact types): immutable, so an operation's value is not copied.
