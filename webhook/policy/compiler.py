@@ -106,6 +106,9 @@ class CompiledPolicy:
     #: The same for what /mutate evaluates (matchConditions, mutations, and the variables they reach);
     #: None when unknown or the policy has no mutations.
     mutation_reads: dict[str, projection.Tree] | None = None
+    #: The same for each of ``mutations`` on its own (with the variables it reaches), in order: whether a
+    #: mutation reads what an earlier one changed (:mod:`webhook.policy.engine.mutate`); None when unknown.
+    mutation_program_reads: tuple[dict[str, projection.Tree], ...] | None = None
     #: Estimated work of evaluating everything /validate evaluates once, as a polynomial in the size of what
     #: it reads (:mod:`webhook.policy.cel.cost`, ~10 ns units); ``{}`` for a broken policy.
     work: cost.Work = field(default_factory=dict)
@@ -334,6 +337,7 @@ def compile_spec(spec: PolicySpec) -> CompiledPolicy:
                           validating=bool(validations or audits), mutating=bool(mutations),
                           reads=_reads(programs, variables),
                           mutation_reads=_reads(mutation_programs, variables) if mutations else None,
+                          mutation_program_reads=tuple(_reads([p], variables) for _, p in mutations) or None,
                           work=work, mutation_work=mutation_work, reads_authorizer=spec.reads_authorizer)
 
 

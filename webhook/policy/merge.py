@@ -52,6 +52,10 @@ __all__ = [
 UNKNOWN = "@unknown"
 _SCALARS = {"@string": "string", "@numeric": "numeric", "@boolean": "boolean", "@untyped": "untyped"}
 _MISSING: Any = object()
+#: Bound of a schema's memo of resolved references (the shipped schema has ~1,000 types).
+_RESOLVED_MAX = 16_384
+#: JSON scalars as parsed (exact types): immutable, so a merge may share them instead of copying.
+_SCALAR_TYPES = frozenset({str, int, float, bool, type(None)})
 
 
 class MergeError(ValueError):
@@ -82,6 +86,9 @@ class MergeSchema:
         self._kinds: dict[str, str] = data["kinds"]
         self._resources: dict[str, str] = data["resources"]
         self._types: dict[str, Any] = data["types"]
+        # resolve()'s answers: by the reference itself for a name or marker, by id for an inline type or an
+        # override (a dict of the schema's data, kept alive by it; the entry keeps the dict to check identity).
+        self._resolved: dict[Any, tuple[Any, _Type]] = {}
 
     def root_for_kind(self, group: str, version: str, kind: str) -> Any:
         """The type reference of objects of ``group/version, Kind=kind``, or :data:`UNKNOWN`."""
@@ -103,7 +110,21 @@ class MergeSchema:
                 yield parts[0], parts[1], "/".join(parts[2:])
 
     def resolve(self, ref: Any) -> _Type:
-        """The type a reference names (see the module docstring's format)."""
+        """The type a reference names (see the module docstring's format); memoized per reference.
+
+        A merge resolves the same few references for every item of a list and every request (33 per
+        ``always-pull-images`` mutation of a 3-container Pod); the answer depends on the reference only.
+        """
+        key = ref if isinstance(ref, str) else id(ref)
+        hit = self._resolved.get(key)
+        if hit is not None and (hit[0] is ref or isinstance(ref, str)):
+            return hit[1]
+        resolved = self._resolve(ref)
+        if len(self._resolved) < _RESOLVED_MAX:
+            self._resolved[key] = (ref, resolved)
+        return resolved
+
+    def _resolve(self, ref: Any) -> _Type:
         atomic: bool | None = None
         if isinstance(ref, dict) and "r" in ref:
             atomic = bool(ref.get("a"))
@@ -138,6 +159,28 @@ def _field(path: str, name: str) -> str:
 
 def _json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def _key_identity(key: tuple[tuple[str, Any], ...] | Any) -> Any:
+    """A hashable stand-in for an associative list item's key, equal for two keys iff their JSON is.
+
+    The JSON text (:func:`_json`) tells ``1``, ``1.0`` and ``true`` apart where Python's ``==`` does not; keys
+    of strings, integers, booleans and nulls (container names, ports, protocols) are tagged with their type
+    instead, which tells them apart as well without serializing. Any other key is its JSON text: a text
+    never equals a tuple, and no key of the first kind has the JSON of a key of the second.
+    """
+    if type(key) is tuple:
+        tagged = []
+        for field, value in key:
+            kind = type(value)
+            if kind is not str and kind is not int and kind is not bool and value is not None:
+                return _json(key)
+            tagged.append((field, kind, value))
+        return tuple(tagged)
+    kind = type(key)
+    if kind is str or kind is int or kind is bool or key is None:
+        return (kind, key)
+    return _json(key)
 
 
 def _key_text(key: tuple[tuple[str, Any], ...] | Any, keyed: bool) -> str:
@@ -182,12 +225,17 @@ def _check(schema: MergeSchema, value: Any, ref: Any, path: str, atomics: list[s
             raise MergeError(f"{path or '.'}: expected map, got {_kind_of(value)}")
         if t.atomic:
             atomics.append(path or ".")
+        fields = t.node.get("f", {})
         for k, v in value.items():
-            element = _element_type(schema, t, k)
+            element = fields[k] if k in fields else t.node.get("e")
             if element is None:
                 raise MergeError(f"{_field(path, k)}: field not declared in schema")
+            if v is not None and type(v) in _SCALAR_TYPES:
+                leaf = schema.resolve(element)
+                if leaf.kind == "scalar" and _scalar_ok(v, leaf.scalar):
+                    continue  # what the call below would conclude, without building the path
             # validatePatch looks for atomics below declared fields only, not in a map's values.
-            _check(schema, v, element, _field(path, k), atomics if k in t.node.get("f", {}) else [])
+            _check(schema, v, element, _field(path, k), atomics if k in fields else [])
         return
     if not isinstance(value, list):
         raise MergeError(f"{path or '.'}: expected list, got {_kind_of(value)}")
@@ -197,13 +245,12 @@ def _check(schema: MergeSchema, value: Any, ref: Any, path: str, atomics: list[s
     for i, item in enumerate(value):
         _check(schema, item, element, f"{path}[{i}]", atomics)
     if t.node.get("t") in ("map", "set"):
-        seen: set[str] = set()
-        for i, item in enumerate(value):
-            key = _item_key(schema, t, item, f"{path}[{i}]")
-            text = _json(key)
-            if text in seen:
+        seen: set[Any] = set()
+        for i, identity in enumerate(_key_identities(schema, t, value, path)):
+            if identity in seen:
+                key = _item_key(schema, t, value[i], f"{path}[{i}]")
                 raise MergeError(f"{path or '.'}: duplicate entries for key {_key_text(key, t.node['t'] == 'map')}")
-            seen.add(text)
+            seen.add(identity)
 
 
 def _kind_of(value: Any) -> str:
@@ -218,14 +265,18 @@ def _kind_of(value: Any) -> str:
     return "string" if isinstance(value, str) else type(value).__name__
 
 
+def _scalar_ok(value: Any, scalar: str) -> bool:
+    if scalar == "string":
+        return isinstance(value, str)
+    if scalar == "numeric":
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if scalar == "boolean":
+        return isinstance(value, bool)
+    return not isinstance(value, dict | list)
+
+
 def _check_scalar(value: Any, scalar: str, path: str) -> None:
-    ok = {
-        "string": isinstance(value, str),
-        "numeric": isinstance(value, int | float) and not isinstance(value, bool),
-        "boolean": isinstance(value, bool),
-        "untyped": not isinstance(value, dict | list),
-    }[scalar]
-    if not ok:
+    if not _scalar_ok(value, scalar):
         raise MergeError(f"{path or '.'}: expected {scalar}, got {_kind_of(value)}")
 
 
@@ -250,6 +301,38 @@ def _item_key(schema: MergeSchema, t: _Type, item: Any, path: str) -> Any:
     return tuple(out)
 
 
+def _key_identities(schema: MergeSchema, t: _Type, items: list[Any], path: str) -> list[Any]:
+    """:func:`_key_identity` of each item's :func:`_item_key` (errors named ``{path}[{i}]``).
+
+    The item type's keys and defaults are looked up once for the list, not once per item.
+    """
+    if t.node.get("t") != "map":
+        return [_key_identity(item) for item in items]
+    keys: list[str] = t.node.get("k", [])
+    element = schema.resolve(t.node["l"])
+    defaults = element.node.get("d", {}) if element.kind == "struct" else {}
+    out = []
+    for i, item in enumerate(items):
+        key = _plain_item_key(item, keys, defaults) if type(item) is dict else None
+        # Not a plain map, or a key missing: _item_key's answer (its error).
+        out.append(_key_identity(key if key is not None else _item_key(schema, t, item, f"{path}[{i}]")))
+    return out
+
+
+def _plain_item_key(item: dict[str, Any], keys: list[str], defaults: dict[str, Any]) -> tuple[Any, ...] | None:
+    """:func:`_item_key` of a map list's item, or None where it would raise."""
+    out = []
+    for k in keys:
+        v = item.get(k)
+        if v is not None:
+            out.append((k, v))
+        elif k in defaults:
+            out.append((k, defaults[k]))
+        else:
+            return None
+    return tuple(out)
+
+
 # --- the merge -------------------------------------------------------------------------------------------------
 
 def _empty(value: Any) -> bool:
@@ -265,7 +348,7 @@ def _merge(schema: MergeSchema, lhs: Any, rhs: Any, ref: Any) -> Any:
         return _merge_map(schema, lhs, rhs, t)
     if isinstance(rhs, list) or (rhs is None and isinstance(lhs, list) and t.kind != "scalar"):
         return _merge_list(schema, lhs, rhs, t)
-    return copy.deepcopy(rhs)
+    return rhs if type(rhs) in _SCALAR_TYPES else copy.deepcopy(rhs)
 
 
 def _merge_map(schema: MergeSchema, lhs: Any, rhs: Any, t: _Type) -> Any:
@@ -273,17 +356,22 @@ def _merge_map(schema: MergeSchema, lhs: Any, rhs: Any, t: _Type) -> Any:
         return copy.deepcopy(rhs)
     left = lhs if isinstance(lhs, dict) else {}
     right = rhs if isinstance(rhs, dict) else {}
-    out: dict[str, Any] = {}
-    for key in [*left, *(k for k in right if k not in left)]:
+    # The object's members the patch does not name are kept as they are (the same objects: the diff skips
+    # them); each member the patch names is merged in its place, a new one appended in the patch's order.
+    out: dict[str, Any] = dict(left)
+    for key, rchild in right.items():
+        if rchild is not None and type(rchild) in _SCALAR_TYPES:
+            out[key] = rchild  # what _merge gives a scalar of the patch, whatever the type
+            continue
         if t.kind == "struct":
             element = _element_type(schema, t, key)
             element = "@deduced" if element is None else element
         else:
             element = UNKNOWN if t.kind == "unknown" else "@deduced"
-        merged = _merge(schema, left.get(key, _MISSING), right.get(key, _MISSING), element)
-        if merged is None and key in right and right[key] is None:
-            continue  # null unsets it
-        if merged is not _MISSING:
+        merged = _merge(schema, left.get(key, _MISSING), rchild, element)
+        if (merged is None and rchild is None) or merged is _MISSING:
+            out.pop(key, None)  # null unsets it
+        else:
             out[key] = merged
     return out
 
@@ -294,16 +382,16 @@ def _merge_list(schema: MergeSchema, lhs: Any, rhs: Any, t: _Type) -> Any:
     left = lhs if isinstance(lhs, list) else []
     right = rhs if isinstance(rhs, list) else []
     element = t.node["l"]
-    lkeys = [_json(_item_key(schema, t, item, f"[{i}]")) for i, item in enumerate(left)]
-    rkeys = [_json(_item_key(schema, t, item, f"[{i}]")) for i, item in enumerate(right)]
+    lkeys = _key_identities(schema, t, left, "")
+    rkeys = _key_identities(schema, t, right, "")
     rhs_by_key = dict(zip(rkeys, right, strict=True))
-    counts: dict[str, int] = {}
+    counts: dict[Any, int] = {}
     for k in lkeys:
         counts[k] = counts.get(k, 0) + 1
     lhs_by_key = {k: item for k, item in zip(lkeys, left, strict=True) if counts[k] == 1}  # a duplicate merges
     shared = [k for k in rkeys if k in counts]  # the patch's items the object has, in the patch's order
     next_shared = 0
-    merged_keys: set[str] = set()
+    merged_keys: set[Any] = set()
     out: list[Any] = []
 
     def take(lchild: Any, rchild: Any) -> None:
@@ -389,7 +477,9 @@ def merge(obj: Any, patch: Any, root: Any, schema: MergeSchema | None = None) ->
         schema: the merge schema (default: the shipped one).
 
     Returns:
-        The merged value (new containers; values taken from ``patch`` are copies).
+        The merged value: new containers where the patch names a member, the object's own subtrees (the
+        same objects) where it does not, copies of the values taken from ``patch`` (its scalars shared:
+        they are immutable).
 
     Raises:
         MergeError: an item of an associative list without its key and no default for it.

@@ -339,3 +339,50 @@ def test_list_strategies_names_unknown_and_atomic_lists() -> None:
                                                      (".spec.nodeSelector", "atomic")]
     found = list_strategies({"spec": {"parts": [...], "size": 1, "anything": ...}}, UNKNOWN)
     assert [(f.path, f.strategy) for f in found] == [(".spec.parts", "unknown"), (".spec.anything", "unknown")]
+
+
+# --- the fast paths of the merge: each must answer as the plain merge did ----------------------------------------
+
+def test_list_keys_of_1_1_0_and_true_are_different_keys() -> None:
+    # The keys compare as their JSON does (as before the typed identities): 1, 1.0 and true are three keys.
+    out = merge({"setNumeric": [1]}, {"setNumeric": [1.0, True]}, "grabBag", SMD)
+    assert json.dumps(out) == '{"setNumeric": [1, 1.0, true]}'
+    lhs = {"list": [{"key": "a", "id": 1, "nv": 1}]}
+    out = merge(lhs, {"list": [{"key": "a", "id": 1.0, "nv": 2}]}, "myRoot", SMD)
+    assert json.dumps(out) == '{"list": [{"key": "a", "id": 1, "nv": 1}, {"key": "a", "id": 1.0, "nv": 2}]}'
+    with pytest.raises(MergeError, match="duplicate entries"):
+        apply_configuration({}, {"setNumeric": [2, 2]}, ("", "v1", "Bag"), _bag_schema())
+    assert apply_configuration({}, {"setNumeric": [2, 2.0]}, ("", "v1", "Bag"), _bag_schema()) == {
+        "setNumeric": [2, 2.0]}
+
+
+def _bag_schema() -> MergeSchema:
+    return MergeSchema({"kinds": {"v1/Bag": "grabBag"}, "resources": {}, "types": SMD._types})
+
+
+def test_a_map_merge_keeps_the_object_order_shares_what_the_patch_does_not_name_and_unsets_nulls() -> None:
+    lhs = {"a": {"x": "1"}, "b": "2", "c": "3", "d": {"y": "4"}}
+    out = merge(lhs, {"c": None, "e": "5", "b": "6", "d": {"z": "7"}}, "@deduced")
+    assert list(out.items()) == [("a", {"x": "1"}), ("b", "6"), ("d", {"y": "4", "z": "7"}), ("e", "5")]
+    assert out["a"] is lhs["a"] and out["d"] is not lhs["d"]
+
+
+def test_resolve_answers_per_reference_however_often_it_is_asked() -> None:
+    schema = MergeSchema({"kinds": {}, "resources": {}, "types": {"names": {"l": "@string", "t": "set"}}})
+    for _ in range(3):
+        assert schema.resolve("names").kind == "list" and schema.resolve("@string").scalar == "string"
+        assert schema.resolve("@boolean").scalar == "boolean"
+        # Short-lived inline references, as a test's schema may pass: one may take a dead one's id.
+        assert schema.resolve({"l": "@string", "t": "atomic"}).atomic
+        assert schema.resolve({"f": {}}).kind == "struct"
+        assert schema.resolve({"r": {"f": {}}, "a": 1}).atomic
+        assert not schema.resolve({"r": {"f": {}}, "a": 0}).atomic
+
+
+def test_a_null_list_map_key_takes_its_default_as_a_missing_one_does() -> None:
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [
+        {"name": "c", "ports": [{"containerPort": 80, "protocol": "TCP", "name": "http"}]}]}}
+    patch = {"spec": {"containers": [{"name": "c", "ports": [{"containerPort": 80, "protocol": None,
+                                                               "hostPort": 8080}]}]}}
+    out = apply_configuration(pod, patch, ("", "v1", "Pod"))
+    assert [(p["containerPort"], p.get("hostPort")) for p in out["spec"]["containers"][0]["ports"]] == [(80, 8080)]

@@ -91,6 +91,19 @@ def test_subtrees_an_apply_configuration_left_alone_are_not_walked() -> None:
     assert json_patch(pod, mutated) == [{"op": "add", "path": "/metadata/labels/team", "value": "a"}]
 
 
+SCALARS_AND_TYPES = [True, False, 1, 0, 1.0, 0.0, 2.5, "a", "", None, {"b": 1}, {}, [1], []]
+
+
+def test_a_changed_scalar_or_type_is_the_replace_make_patch_gives() -> None:
+    for old in SCALARS_AND_TYPES:
+        for new in SCALARS_AND_TYPES:
+            if isinstance(old, dict | list) and type(old) is type(new):
+                continue  # walked, not replaced
+            expected = [dict(op, path="/spec/x" + op["path"]) for op in jsonpatch.make_patch(old, new).patch]
+            assert json_patch({"spec": {"x": old}}, {"spec": {"x": new}}) == expected, (old, new)
+            assert json_patch(old, new) == jsonpatch.make_patch(old, new).patch, (old, new)
+
+
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers(-3, 3) | st.sampled_from([0.0, 1.0, 2.5]) | st.sampled_from(["a", "b", ""]),
     lambda children: st.lists(children, max_size=4)

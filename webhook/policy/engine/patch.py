@@ -6,9 +6,11 @@
 does not touch as the same object (:mod:`webhook.policy.merge`), and a JSONPatch mutation leaves most
 subtrees equal, so :func:`json_patch` walks the objects' maps itself, skips a member that is the same
 object or serializes to the same JSON (orjson: ``true``, ``1`` and ``1.0`` stay different, as they do
-for ``make_patch``, where Python's ``==`` would call them equal), and hands only what differs below a
-map or a list of unchanged length (a list that grew or shrank, a scalar, a changed type) to
-``jsonpatch.make_patch``, with that subtree's path as prefix.
+for ``make_patch``, where Python's ``==`` would call them equal), and hands only a list that grew or
+shrank to ``jsonpatch.make_patch``, with that list's path as prefix. A scalar that changed, or a member
+whose type changed (a map became a list, a scalar a map), is one ``replace`` of that member: make_patch's
+own answer for it, without its walk and deep copies (three quarters of the diff's time for a Pod whose
+containers' ``imagePullPolicy`` changed, issue 34).
 """
 
 from __future__ import annotations
@@ -18,6 +20,11 @@ from typing import Any
 import jsonpatch
 import orjson
 from jsonpointer import escape
+
+#: JSON scalars as parsed (exact types; a subclass goes to make_patch).
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+#: A map replaced by a list or a list by a map.
+_MAP_AND_LIST = frozenset({(dict, list), (list, dict)})
 
 
 def json_patch(src: Any, dst: Any) -> list[dict[str, Any]]:
@@ -30,8 +37,9 @@ def json_patch(src: Any, dst: Any) -> list[dict[str, Any]]:
     Returns:
         The operations, ``[]`` when the two are equal. Applying them to ``src`` gives a document equal to
         ``dst``. Within a map the operations are per member, within a list of unchanged length per
-        element; a list whose length changed gets ``jsonpatch.make_patch``'s operations for that list
-        (its ``path`` and ``from`` prefixed).
+        element; a changed scalar or a changed type is one ``replace`` of it (what ``make_patch`` gives);
+        a list whose length changed gets ``jsonpatch.make_patch``'s operations for that list (its ``path``
+        and ``from`` prefixed). Values in the operations may be ``dst``'s own subtrees (not copies).
     """
     ops: list[dict[str, Any]] = []
     _diff(src, dst, "", ops)
@@ -59,6 +67,17 @@ def _diff(src: Any, dst: Any, path: str, ops: list[dict[str, Any]]) -> None:
         for i, (old, value) in enumerate(zip(src, dst, strict=True)):
             if old is not value:
                 _diff(old, value, f"{path}/{i}", ops)
+        return
+    scalar_src, scalar_dst = type(src) in _SCALARS, type(dst) in _SCALARS
+    if scalar_src and scalar_dst:
+        # Two JSON scalars are the same JSON iff they have the same type and value (1, 1.0, true differ).
+        if type(src) is not type(dst) or src != dst:
+            ops.append({"op": "replace", "path": path, "value": dst})
+        return
+    if scalar_src or scalar_dst or (type(src), type(dst)) in _MAP_AND_LIST:
+        # A changed type: make_patch's answer is one replace of the whole member (the root's too), here
+        # without its walk and copies.
+        ops.append({"op": "replace", "path": path, "value": dst})
         return
     try:
         if orjson.dumps(src) == orjson.dumps(dst):
