@@ -307,3 +307,33 @@ def test_plans_are_compiled_off_the_request_path_and_forgotten_on_any_policy_cha
     assert plan.projections is not None and plan.projections[View.OBJECT] is not None
     index.upsert(policy("new"))
     assert index.plan(coords) is not plan
+
+
+def test_a_fused_program_that_almost_never_passes_is_probed_not_evaluated_on_every_request() -> None:
+    from webhook.policy.plan import MIN_EVALUATIONS, PROBE_EVERY
+
+    index = PolicyIndex()
+    index.upsert(policy("reports", validationActions=["Warn"],
+                        validations=[{"expression": "object.metadata.name != 'web'", "message": "named web"}]))
+    lookups = InMemoryLookups()
+    web, other = request(pod("web")), request(pod("api"))
+    plan = index.plan(RequestCoordinates.of(web)).compile_all()
+    (group,) = plan.groups
+
+    def warnings(req: dict[str, Any]) -> list[str]:
+        return evaluate_validating(req, plan, lookups).warnings
+
+    for _ in range(MIN_EVALUATIONS):
+        assert warnings(web) == ["reports: named web"]
+    assert group.outcomes[:2] == [MIN_EVALUATIONS, 0]
+    for _ in range(PROBE_EVERY - 1):  # skipped: decided per policy alone, with the same answer
+        assert warnings(web) == ["reports: named web"]
+    assert group.outcomes[:2] == [MIN_EVALUATIONS, 0]
+    assert warnings(web) == ["reports: named web"]  # the probe
+    assert group.outcomes[:2] == [MIN_EVALUATIONS + 1, 0]
+    # The workload changes: probes see passes, and once they are 5% of the window, every request is evaluated.
+    for _ in range(PROBE_EVERY * 4):
+        assert warnings(other) == []
+    assert group.worth_evaluating()
+    before = group.outcomes[0]
+    assert warnings(other) == [] and group.outcomes[0] == before + 1
