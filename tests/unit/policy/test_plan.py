@@ -21,7 +21,7 @@ from webhook.policy.engine import RequestContext, ValidationOutcome
 from webhook.policy.engine.fused import fused_passes
 from webhook.policy.matching import View
 from webhook.policy.memo import DecisionMemo
-from webhook.policy.plan import build_plan, fusable
+from webhook.policy.plan import MIN_EVALUATIONS, PROBE_EVERY, build_plan, fusable
 from webhook.policy.projection import ALL
 
 ENV = environment()
@@ -310,8 +310,6 @@ def test_plans_are_compiled_off_the_request_path_and_forgotten_on_any_policy_cha
 
 
 def test_a_fused_program_that_almost_never_passes_is_probed_not_evaluated_on_every_request() -> None:
-    from webhook.policy.plan import MIN_EVALUATIONS, PROBE_EVERY
-
     index = PolicyIndex()
     index.upsert(policy("reports", validationActions=["Warn"],
                         validations=[{"expression": "object.metadata.name != 'web'", "message": "named web"}]))
