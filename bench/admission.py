@@ -7,7 +7,8 @@ Servers (each pinned to CPU 0 with taskset; the load generator on CPU 1), all wi
 certificates, all on 127.0.0.1:
   bare     the reference bare aiohttp TLS server (orjson + uvloop), from bench/reference/;
            ``/validate`` answers allowed, ``--patch`` variant answers with a fixed-shape JSONPatch
-  tollgate ``tollgate serve --local`` with every policy under policies/ (Pod Security baseline and
+  tollgate ``tollgate serve --local`` with every policy under policies/ (a copy, with the Namespace of the
+           requests: bench/engine.py REQUEST_NAMESPACES) (Pod Security baseline and
            restricted, and the examples)
   kopf     the reference kopf webhook harness (label check / add-annotation handlers)
   tollgate-ps22 / tollgate-ps200   ``tollgate serve --local`` with 22 / 200 Pod policies (renamed copies of the
@@ -192,6 +193,10 @@ def main() -> int:
     distinct_file.write_text("\n".join(review_line(r) for r in engine.distinct_stream(marker="-__SEQ__")) + "\n")
     large_file = work / "large.json"
     large_file.write_text(review_line(engine.large_stream()[0]))
+    # policies/ and the Namespace its requests are in (bench/engine.py REQUEST_NAMESPACES): served from a copy.
+    served = work / "policies"
+    shutil.copytree(ROOT / "policies", served)
+    (served / "bench-namespaces.yaml").write_text(yaml.safe_dump_all(engine.request_namespaces()))
     sweep_dirs = {}
     for n in (22, 200):
         d = work / f"policies-{n}"
@@ -208,7 +213,7 @@ def main() -> int:
     def servers() -> list[Server]:
         p = [free_port() for _ in range(8)]
         ref_certs = ["--certdir", str(work / "certs")]
-        tg = [tollgate, "serve", "--local", str(ROOT / "policies"), "--cert-dir", str(work / "tg-certs"),
+        tg = [tollgate, "serve", "--local", str(served), "--cert-dir", str(work / "tg-certs"),
               "--log-level", "WARNING"]
         return [
             Server("bare", [PY, str(REF / "server_aiohttp.py"), "--port", str(p[0]), "--json", "orjson",

@@ -64,11 +64,24 @@ def documents(root: Path) -> list[dict[str, Any]]:
     return out
 
 
+#: The namespace of the reference payload's Pods (bench/reference/make_payload.py), which policies/namespaces.yaml
+#: does not define. In a cluster a Pod's Namespace exists; without it every request took the error path of the
+#: policies reading ``namespaceObject`` (an error, a warning and an Event each time), which no cluster shows.
+REQUEST_NAMESPACES = ("shop-prod",)
+
+
+def request_namespaces() -> list[dict[str, Any]]:
+    """The Namespace objects of :data:`REQUEST_NAMESPACES`, labelled as Kubernetes 1.21+ labels every namespace."""
+    return [{"apiVersion": "v1", "kind": "Namespace",
+             "metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name}}}
+            for name in REQUEST_NAMESPACES]
+
+
 def shipped() -> tuple[list[dict[str, Any]], InMemoryLookups]:
-    """The policies under policies/ and the ConfigMaps/Namespaces beside them."""
+    """The policies under policies/ and the ConfigMaps/Namespaces beside them, with the requests' namespaces."""
     docs = documents(ROOT / "policies")
     policies = [d for d in docs if d.get("kind") in ("ClusterAdmissionPolicy", "AdmissionPolicy")]
-    lookups = InMemoryLookups(namespaces=[d for d in docs if d.get("kind") == "Namespace"],
+    lookups = InMemoryLookups(namespaces=[d for d in docs if d.get("kind") == "Namespace"] + request_namespaces(),
                               configmaps=[d for d in docs if d.get("kind") == "ConfigMap"])
     return policies, lookups
 
