@@ -333,3 +333,12 @@ def test_an_imported_policy_has_a_tollgate_policy_s_caps() -> None:
     assert compiled.condition["reason"] == "ImportError" and compiled.matchable is not None  # per failurePolicy
     kyverno = one(kyverno_vpol(validations=validations(65)))
     assert [p.path for p in kyverno.problems] == ["spec.validations"]
+
+
+def test_a_policy_reading_authorizer_imports_and_reads_the_rbac_caches() -> None:
+    expression = "authorizer.requestResource.check('create').allowed()"
+    imported = one(vap(validations=[{"expression": expression}]), vap_binding())
+    assert problems(imported) == []
+    compiled = compile_policy(imported.obj)
+    assert compiled.policy is not None and compiled.policy.reads_authorizer
+    assert compiled.policy.spec.validations[0].expression == expression
