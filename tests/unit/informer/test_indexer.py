@@ -123,7 +123,8 @@ def test_compact_list_page_stores_what_the_general_loop_stores_and_leaves_the_in
     general = Indexer(compact=True).new_buffer(same_transform)
     general.add_page(copy.deepcopy(received))
     assert fast.items == general.items
-    assert fast.indices == general.indices == {"namespace": {"x": {"x/a", "x/b"}, "y": {"y/c"}, "z": {"z/"}}}
+    assert fast.indices == general.indices == {"namespace": {"x": {"x/a": None, "x/b": None}, "y": {"y/c": None},
+                                                             "z": {"z/": None}}}
     assert decode(fast.items["x/a"]) == {"metadata": {"name": "a", "namespace": "x", "resourceVersion": "2"}}
     assert all("managedFields" not in decode(v).get("metadata", {}) for v in fast.items.values())
     assert page == received  # managedFields put back into what the ListerWatcher returned
@@ -155,3 +156,19 @@ def test_compact_stored_forms_take_their_size_not_the_encoders_buffer() -> None:
             tracemalloc.stop()
         # orjson's own buffer is 4 KiB or more per object; the key, its index entry and bytes header ~200 B.
         assert per_object < size + 400, (name, per_object)
+
+
+def test_index_key_sets_are_not_walked_by_the_garbage_collector() -> None:
+    import gc
+
+    buffer = Indexer(compact=True).new_buffer(drop_managed_fields)
+    buffer.add_page(_page())
+    general = Indexer({"app": by_app}).new_buffer()
+    general.add_page([obj("a", app="web"), obj("b", "other", app="web")])
+    idx = Indexer({"app": by_app})
+    idx.replace_with(general)
+    idx.upsert(obj("c", app="api"))
+    idx.add_indexers({"ns2": lambda o: [o["metadata"].get("namespace") or ""]})
+    for indices in (buffer.indices, general.indices, idx._indices):
+        key_sets = [keys for index in indices.values() for keys in index.values()]
+        assert key_sets and not any(gc.is_tracked(keys) for keys in key_sets)

@@ -281,7 +281,7 @@ def test_a_watchlist_buffer_unindexes_what_initial_events_delete() -> None:
     buffer.add(cm("b", "3", ns="other"))
     buffer.delete(cm("b", "4", ns="other"))
     buffer.delete(cm("missing", "5"))
-    assert list(buffer.items) == ["default/a"] and buffer.indices["namespace"] == {"default": {"default/a"}}
+    assert list(buffer.items) == ["default/a"] and buffer.indices["namespace"] == {"default": {"default/a": None}}
 
 
 def test_a_transforming_buffer_deletes_by_the_transformed_key() -> None:
