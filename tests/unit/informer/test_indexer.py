@@ -108,6 +108,9 @@ def _page() -> list[dict[str, Any]]:
         {"metadata": {"name": "node-1", "managedFields": managed}},  # cluster-scoped
         {"metadata": {"namespace": "z"}},  # no name
         {"kind": "NoMetadata"},
+        {"metadata": {"name": 5, "namespace": "x"}},  # not strings: formatted as the general loop does
+        {"metadata": {"name": "n", "namespace": 7}},
+        {"metadata": {"name": "d", "namespace": "x"}},
     ]
 
 
@@ -123,8 +126,9 @@ def test_compact_list_page_stores_what_the_general_loop_stores_and_leaves_the_in
     general = Indexer(compact=True).new_buffer(same_transform)
     general.add_page(copy.deepcopy(received))
     assert fast.items == general.items
-    assert fast.indices == general.indices == {"namespace": {"x": {"x/a": None, "x/b": None}, "y": {"y/c": None},
-                                                             "z": {"z/": None}}}
+    assert fast.indices == general.indices == {"namespace": {
+        "x": {"x/a": None, "x/b": None, "x/5": None, "x/d": None}, "y": {"y/c": None}, "z": {"z/": None},
+        7: {"7/n": None}}}
     assert decode(fast.items["x/a"]) == {"metadata": {"name": "a", "namespace": "x", "resourceVersion": "2"}}
     assert all("managedFields" not in decode(v).get("metadata", {}) for v in fast.items.values())
     assert page == received  # managedFields put back into what the ListerWatcher returned
