@@ -12,10 +12,12 @@ of ~1 KB (~710 B without managedFields), and each measurement runs in a fresh cl
 * ``list-dict``: the LIST path keeping parsed dicts (compact off), for comparison.
 
 Every informer drops managedFields on ingest and has one cheap handler. Per run: sync seconds (start to
-``has_synced``), RSS before start, peak RSS while syncing (sampled every 2 ms), steady RSS once the handler
-caught up (after a GC), and the transformed JSON bytes kept. Times are the best of ``--repeat`` runs, wall
-clock and the client thread's CPU time (the fake server runs in its own process, and on a shared machine
-the wall clock of either side moves with the load; the CPU ratio is the steadier figure).
+``has_synced``), the client CPU until the handler was also told of every object (its initial adds are
+decoded from the store after the sync), RSS before start, peak RSS while syncing (sampled every 2 ms),
+steady RSS once the handler caught up (after a GC), and the transformed JSON bytes kept. Times are the
+best of ``--repeat`` runs, wall clock and the client thread's CPU time (the fake server runs in its own
+process, and on a shared machine the wall clock of either side moves with the load; the CPU ratio is
+the steadier figure). Each row ends with the 1-minute load average when it was printed.
 Goals (issue 22), at 100k objects: RSS per cached object <= 2x its transformed JSON size; peak during
 sync <= 1.2x steady (both over the process's RSS before the informer started); sync <= 1.2x raw
 fetch+parse of the same pages, same run.
@@ -145,6 +147,8 @@ async def measure(url: str, mode: str) -> dict[str, Any]:
             out["cpu_s"] = time.thread_time() - cpu
             while not inf.handlers_idle():
                 await asyncio.sleep(0.01)
+            out["delivered_s"] = time.perf_counter() - started
+            out["cpu_delivered_s"] = time.thread_time() - cpu
             out["objects"] = len(inf.indexer)
             out["used_watch_list"] = inf.reflector.used_watch_list
     out["peak_rss"] = sampler.peak - base
@@ -192,8 +196,9 @@ def main(sizes: list[int], repeat: int) -> int:
     print(f"machine: {cpu_model()}, {os.cpu_count()} cores, {platform.python_implementation()} "
           f"{platform.python_version()}; load {os.getloadavg()[0]:.1f}")
     print("| objects | path | sync | raw fetch+parse | ratio | client CPU: sync / raw | ratio |"
-          " transformed JSON/object | RSS/object | RSS/JSON | peak/steady | lookup |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          " CPU until handlers caught up | ratio |"
+          " transformed JSON/object | RSS/object | RSS/JSON | peak/steady | lookup | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for n in sizes:
         server = subprocess.Popen([sys.executable, __file__, "--serve", str(n)], stdout=subprocess.PIPE, text=True)
         try:
@@ -213,14 +218,16 @@ def main(sizes: list[int], repeat: int) -> int:
             for mode in modes[1:]:
                 r = best[mode]
                 cpu = min(x["cpu_s"] for x in cpu_runs[mode])
+                delivered = min(x["cpu_delivered_s"] for x in cpu_runs[mode])
                 per_json = r["json_bytes"] / r["objects"]
                 per_rss = r["steady_rss"] / r["objects"]
                 print(f"| {n:,} | {mode}{' (WatchList)' if r.get('used_watch_list') else ''} | {r['sync_s']:.2f} s |"
                       f" {raw:.2f} s | {r['sync_s'] / raw:.2f}x | {cpu:.2f} s / {raw_cpu:.2f} s |"
-                      f" {cpu / raw_cpu:.2f}x |"
+                      f" {cpu / raw_cpu:.2f}x | {delivered:.2f} s | {delivered / raw_cpu:.2f}x |"
                       f" {per_json:.0f} B | {per_rss:.0f} B |"
                       f" {per_rss / per_json:.2f}x | {r['peak_rss'] / r['steady_rss']:.2f}x"
-                      f" ({r['peak_rss'] / 1e6:.0f}/{r['steady_rss'] / 1e6:.0f} MB) | {r['lookup_us']:.1f} us |",
+                      f" ({r['peak_rss'] / 1e6:.0f}/{r['steady_rss'] / 1e6:.0f} MB) | {r['lookup_us']:.1f} us |"
+                      f" {os.getloadavg()[0]:.1f} |",
                       flush=True)
         finally:
             server.terminate()

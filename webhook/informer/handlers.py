@@ -234,7 +234,7 @@ class HandlerRegistration:
             await fn(*args)
         elif self.sync_calls == "thread":
             result = await asyncio.get_running_loop().run_in_executor(None, fn, *args)
-            if inspect.isawaitable(result):
+            if result is not None and inspect.isawaitable(result):
                 await result
         else:
             started = time.perf_counter()
@@ -251,7 +251,7 @@ class HandlerRegistration:
                         log.warning("%s: a synchronous handler held the event loop %.0f ms (%d slow calls); make it "
                                     "async, or register it with sync_calls='thread'", self.name, took * 1000,
                                     self.slow_calls)
-            if inspect.isawaitable(result):
+            if result is not None and inspect.isawaitable(result):
                 await result
 
     async def _deliver(self, n: Notification) -> None:

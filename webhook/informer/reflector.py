@@ -251,7 +251,7 @@ class Reflector:
         buffer = self._store.new_buffer()
         first = await self._lw.list(replace(base, resource_version=rv, limit=limit))
         self._touch()
-        buffer.add_page(first.items)
+        buffer.add_page(first.items, handed_over=first.handed_over)
         list_rv = first.resource_version
         token = first.continue_token
         del first
@@ -266,10 +266,10 @@ class Reflector:
                 full = await self._lw.list(replace(base, resource_version=rv))
                 self._touch()
                 buffer = self._store.new_buffer()
-                buffer.add_page(full.items)
+                buffer.add_page(full.items, handed_over=full.handed_over)
                 return buffer, full.resource_version
             self._touch()
-            buffer.add_page(page.items)
+            buffer.add_page(page.items, handed_over=page.handed_over)
             token = page.continue_token
             del page
         return buffer, list_rv

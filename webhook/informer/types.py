@@ -70,11 +70,16 @@ class ListResult:
         resource_version: the list's ``metadata.resourceVersion`` (constant
             across pages), never an item's.
         continue_token: ``metadata.continue``; ``None`` or ``""`` on the last page.
+        handed_over: the ListerWatcher keeps no reference to the items (each page freshly parsed), so
+            the informer may change them in place: it takes ``managedFields`` out of them instead of
+            copying or putting it back. False (the default) when the lister keeps what it returns, as
+            the local directory source does.
     """
 
     items: list[KubeObject]
     resource_version: str
     continue_token: str | None = None
+    handed_over: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -169,7 +169,7 @@ class KubeListerWatcher:
             raise StreamError(f"list body is not JSON: {e}") from e
         meta = data.get("metadata") or {}
         return ListResult(items=data.get("items") or [], resource_version=str(meta.get("resourceVersion", "")),
-                          continue_token=meta.get("continue") or None)
+                          continue_token=meta.get("continue") or None, handed_over=True)
 
     async def watch(self, options: ListOptions) -> AsyncIterator[WatchEvent]:
         """Yield decoded watch events until the server ends the stream.

@@ -613,3 +613,12 @@ async def test_e23_stop_during_watch_and_backoff_ends_everything(fake_api: FakeA
     async with asyncio.timeout(30):
         await inf2.stop()
     assert [t for t in asyncio.all_tasks() if t.get_name().startswith(("reflector-", "informer-"))] == []
+
+
+async def test_the_kube_lister_hands_its_pages_over(fake_api: FakeApiServer, api_client: Any) -> None:
+    """Each LIST page is parsed afresh and kept nowhere: the informer may take managedFields out of it."""
+    from webhook.informer.types import ListOptions
+
+    fake_api.apply(CM, cm("a"))
+    page = await KubeListerWatcher(api_client, group="", version="v1", plural=CM).list(ListOptions(limit=10))
+    assert page.handed_over and [o["metadata"]["name"] for o in page.items] == ["a"]

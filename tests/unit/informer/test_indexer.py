@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -11,7 +12,9 @@ from webhook.informer.store import (
     DeletedFinalStateUnknown,
     IndexConflictError,
     Indexer,
+    decode,
     drop_managed_fields,
+    encode,
     meta_namespace_key,
 )
 
@@ -92,3 +95,84 @@ def test_transform_drops_managed_fields_without_touching_the_input() -> None:
     out = drop_managed_fields(raw)
     assert out == {"metadata": {"name": "a"}, "data": {"k": "v"}}
     assert "managedFields" in raw["metadata"]
+
+
+def _page() -> list[dict[str, Any]]:
+    """A LIST page the compact fast path takes, with the cases it must treat as the general loop does."""
+    managed = [{"manager": "kubectl", "fieldsV1": {"f:data": {}}}]
+    return [
+        {"metadata": {"name": "a", "namespace": "x", "managedFields": managed, "labels": {"k": "v"}}, "data": {"d": 1}},
+        {"metadata": {"name": "b", "namespace": "x"}, "data": {}},
+        {"metadata": {"name": "c", "namespace": "y", "managedFields": None}},
+        {"metadata": {"name": "a", "namespace": "x", "resourceVersion": "2", "managedFields": []}},  # a repeated key
+        {"metadata": {"name": "node-1", "managedFields": managed}},  # cluster-scoped
+        {"metadata": {"namespace": "z"}},  # no name
+        {"kind": "NoMetadata"},
+        {"metadata": {"name": 5, "namespace": "x"}},  # not strings: formatted as the general loop does
+        {"metadata": {"name": "n", "namespace": 7}},
+        {"metadata": {"name": "d", "namespace": "x"}},
+    ]
+
+
+def test_compact_list_page_stores_what_the_general_loop_stores_and_leaves_the_input_whole() -> None:
+    page = _page()
+    received = copy.deepcopy(page)
+    fast = Indexer(compact=True).new_buffer(drop_managed_fields)
+    fast.add_page(page)
+
+    def same_transform(o: dict[str, Any]) -> dict[str, Any]:  # not drop_managed_fields itself: the general loop
+        return drop_managed_fields(o)
+
+    general = Indexer(compact=True).new_buffer(same_transform)
+    general.add_page(copy.deepcopy(received))
+    assert fast.items == general.items
+    assert fast.indices == general.indices == {"namespace": {
+        "x": {"x/a": None, "x/b": None, "x/5": None, "x/d": None}, "y": {"y/c": None}, "z": {"z/": None},
+        7: {"7/n": None}}}
+    assert decode(fast.items["x/a"]) == {"metadata": {"name": "a", "namespace": "x", "resourceVersion": "2"}}
+    assert all("managedFields" not in decode(v).get("metadata", {}) for v in fast.items.values())
+    assert page == received  # managedFields put back into what the ListerWatcher returned
+
+
+def test_compact_list_page_puts_managed_fields_back_when_encoding_fails() -> None:
+    page = [{"metadata": {"name": "a", "namespace": "x", "managedFields": [{"m": 1}]}, "bad": {1, 2}}]
+    with pytest.raises(TypeError):
+        Indexer(compact=True).new_buffer(drop_managed_fields).add_page(page)
+    assert page[0]["metadata"]["managedFields"] == [{"m": 1}]
+
+
+def test_compact_stored_forms_take_their_size_not_the_encoders_buffer() -> None:
+    import tracemalloc
+
+    objs = [{"metadata": {"name": f"cm-{i}", "namespace": "x"}, "data": {"p": "x" * 500}} for i in range(300)]
+    size = len(encode(objs[0]))
+    kept: list[bytes] = []
+    adders = {"add_page": lambda b: b.add_page(objs), "add": lambda b: [b.add(o) for o in objs],
+              "encode": lambda _: kept.extend(encode(o) for o in objs)}
+    for name, add in adders.items():
+        buffer = Indexer(compact=True).new_buffer(drop_managed_fields)
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            add(buffer)
+            per_object = (tracemalloc.get_traced_memory()[0] - before) / len(objs)
+        finally:
+            tracemalloc.stop()
+        # orjson's own buffer is 4 KiB or more per object; the key, its index entry and bytes header ~200 B.
+        assert per_object < size + 400, (name, per_object)
+
+
+def test_index_key_sets_are_not_walked_by_the_garbage_collector() -> None:
+    import gc
+
+    buffer = Indexer(compact=True).new_buffer(drop_managed_fields)
+    buffer.add_page(_page())
+    general = Indexer({"app": by_app}).new_buffer()
+    general.add_page([obj("a", app="web"), obj("b", "other", app="web")])
+    idx = Indexer({"app": by_app})
+    idx.replace_with(general)
+    idx.upsert(obj("c", app="api"))
+    idx.add_indexers({"ns2": lambda o: [o["metadata"].get("namespace") or ""]})
+    for indices in (buffer.indices, general.indices, idx._indices):
+        key_sets = [keys for index in indices.values() for keys in index.values()]
+        assert key_sets and not any(gc.is_tracked(keys) for keys in key_sets)

@@ -281,7 +281,7 @@ def test_a_watchlist_buffer_unindexes_what_initial_events_delete() -> None:
     buffer.add(cm("b", "3", ns="other"))
     buffer.delete(cm("b", "4", ns="other"))
     buffer.delete(cm("missing", "5"))
-    assert list(buffer.items) == ["default/a"] and buffer.indices["namespace"] == {"default": {"default/a"}}
+    assert list(buffer.items) == ["default/a"] and buffer.indices["namespace"] == {"default": {"default/a": None}}
 
 
 def test_a_transforming_buffer_deletes_by_the_transformed_key() -> None:
@@ -591,3 +591,28 @@ async def test_events_applied_counts_across_relists() -> None:
     inf = informer(lw)
     await run(inf, lw)
     assert inf.events_applied == 2
+
+
+@pytest.mark.parametrize("expire_continue", [False, True])
+@pytest.mark.parametrize("handed_over", [True, False])
+async def test_a_handed_over_list_loses_managed_fields_and_a_kept_one_gets_them_back(handed_over: bool,
+                                                                                      expire_continue: bool) -> None:
+    def item(name: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "namespace": "default", "managedFields": [{"manager": "kubectl"}]}}
+
+    first, second = [item("a")], [item("b")]
+    lw = ScriptedListerWatcher()
+    lw.lists = [ListResult(first, "10", continue_token="t", handed_over=handed_over)]
+    if expire_continue:  # tools/pager: one unpaginated LIST after the continue token expired
+        second = [item("a"), item("b")]
+        lw.lists += [ApiStatusError(410, "Expired", "continue token expired"), ListResult(second, "10",
+                                                                                          handed_over=handed_over)]
+    else:
+        lw.lists.append(ListResult(second, "10", handed_over=handed_over))
+    t = FakeTime()
+    inf = SharedInformer(lw, name="cm", compact=True, sleep=t.sleep, clock=t.clock,
+                         reflector_options=ReflectorOptions(short_watch=0.0, backoff_factory=t.backoff))
+    await run(inf, lw)
+    assert inf.indexer.snapshot() == {"default/a": {"metadata": {"name": "a", "namespace": "default"}},
+                                      "default/b": {"metadata": {"name": "b", "namespace": "default"}}}
+    assert [("managedFields" in o["metadata"]) for o in first + second] == [not handed_over] * len(first + second)
