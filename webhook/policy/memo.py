@@ -54,7 +54,7 @@ from webhook.policy.projection import ALL, Tree, reads_of, union_reads
 from webhook.policy.pruning import Projection
 
 __all__ = ["DEFAULT_MAX_BYTES", "ENTRY_OVERHEAD", "MIN_HIT_RATIO", "MIN_LOOKUPS", "PROBE_EVERY", "SCOPE_FUNCTIONS",
-           "TYPE_NAMES", "DecisionMemo", "MemoSpec", "key_roots", "memo_key", "memo_spec", "union_spec"]
+           "TYPE_NAMES", "DecisionMemo", "HitRatio", "MemoSpec", "key_roots", "memo_key", "memo_spec", "union_spec"]
 
 #: The default budget: 16 MiB of keys (a 3-container Pod's Pod Security key is 100-400 bytes).
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024
@@ -239,6 +239,45 @@ MIN_HIT_RATIO = 0.02
 PROBE_EVERY = 256
 
 
+class HitRatio:
+    """How often an optional step paid off lately, and whether to try it for the next request.
+
+    A step that only saves work when it succeeds (a memo lookup that hits, a fused program that passes) is tried
+    until ``min_tries`` tries show successes below ``min_ratio`` of them; then :meth:`worth_trying` says no except
+    once every ``probe_every`` requests, so a workload that changes is noticed. The counts halve once they reach
+    ``2 * min_tries``, so the ratio follows the recent tries. Skipping must be safe for the caller: it only
+    gives up a saving.
+
+    Attributes:
+        tries: tries counted in the current window.
+        successes: the successes among them.
+    """
+
+    __slots__ = ("min_ratio", "min_tries", "probe_every", "since_probe", "successes", "tries")
+
+    def __init__(self, min_tries: int, min_ratio: float, probe_every: int) -> None:
+        self.min_tries, self.min_ratio, self.probe_every = min_tries, min_ratio, probe_every
+        self.tries = self.successes = self.since_probe = 0
+
+    def worth_trying(self) -> bool:
+        """Whether to try the step for this request (counts a skip towards the next probe)."""
+        if self.tries < self.min_tries or self.successes >= self.min_ratio * self.tries:
+            return True
+        self.since_probe += 1
+        if self.since_probe >= self.probe_every:
+            self.since_probe = 0
+            return True
+        return False
+
+    def count(self, success: bool) -> None:
+        """Count one try and whether it succeeded."""
+        if self.tries >= 2 * self.min_tries:
+            self.tries //= 2
+            self.successes //= 2
+        self.tries += 1
+        self.successes += success
+
+
 class DecisionMemo:
     """Keys of fused programs that evaluated ``true``, least recently used evicted past ``max_bytes``.
 
@@ -267,8 +306,8 @@ class DecisionMemo:
         self.max_bytes = max_bytes
         # Keys are the group's serial (8 bytes) + the key: bytes are not tracked by the garbage collector.
         self._entries: OrderedDict[bytes, int] = OrderedDict()  # a union's entry holds its mask
-        #: group serial -> [lookups, hits, requests skipped since the last probe]
-        self._groups: dict[int, list[int]] = {}
+        #: group serial -> its lookups and hits (:class:`HitRatio`)
+        self._groups: dict[int, HitRatio] = {}
         self.hits = self.misses = self.evictions = self.skipped = self.bytes = 0
 
     def __len__(self) -> int:
@@ -277,11 +316,7 @@ class DecisionMemo:
     def worth_trying(self, group: int) -> bool:
         """Whether to build a key and look group ``group`` up for this request (see the class docstring)."""
         stats = self._groups.get(group)
-        if stats is None or stats[0] < MIN_LOOKUPS or stats[1] >= MIN_HIT_RATIO * stats[0]:
-            return True
-        stats[2] += 1
-        if stats[2] >= PROBE_EVERY:
-            stats[2] = 0
+        if stats is None or stats.worth_trying():
             return True
         self.skipped += 1
         return False
@@ -292,16 +327,13 @@ class DecisionMemo:
         if stats is None:
             if len(self._groups) >= _MAX_GROUPS:  # groups of plans long replaced
                 self._groups.clear()
-            stats = self._groups[group] = [0, 0, 0]
-        elif stats[0] >= 2 * MIN_LOOKUPS:
-            stats[0] //= 2
-            stats[1] //= 2
-        stats[0] += 1
+            stats = self._groups[group] = HitRatio(MIN_LOOKUPS, MIN_HIT_RATIO, PROBE_EVERY)
         entry = group.to_bytes(8, "little") + key
-        if entry in self._entries:
+        hit = entry in self._entries
+        stats.count(hit)
+        if hit:
             self._entries.move_to_end(entry)
             self.hits += 1
-            stats[1] += 1
             return True
         self.misses += 1
         return False

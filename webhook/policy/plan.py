@@ -44,7 +44,7 @@ from webhook.policy.cel import cost
 from webhook.policy.cel.env import environment
 from webhook.policy.compiler import CompiledPolicy
 from webhook.policy.matching import View, has_selectors, rules_view
-from webhook.policy.memo import MemoSpec, memo_spec, union_spec
+from webhook.policy.memo import HitRatio, MemoSpec, memo_spec, union_spec
 from webhook.policy.projection import Tree, union_reads
 from webhook.policy.pruning import Projection
 from webhook.policy.request import RequestCoordinates
@@ -138,8 +138,8 @@ class FusedGroup:
     reads: dict[str, Tree] = field(default_factory=dict)
     analysed: bool = False
     context: PlanContext = field(default_factory=PlanContext)
-    #: ``[evaluations, passes, requests since the last probe]`` of the program (see :meth:`worth_evaluating`).
-    outcomes: list[int] = field(default_factory=lambda: [0, 0, 0])
+    #: How often the program passed lately (see :meth:`worth_evaluating`).
+    outcomes: HitRatio = field(default_factory=lambda: HitRatio(MIN_EVALUATIONS, MIN_PASS_RATIO, PROBE_EVERY))
 
     def worth_evaluating(self) -> bool:
         """Whether to evaluate the program for this request, judged by how often it passed before.
@@ -148,26 +148,15 @@ class FusedGroup:
         say) only costs an evaluation before its policies take the per-policy path anyway. After
         :data:`MIN_EVALUATIONS` evaluations (counted over a sliding window of as many), one passing less than
         :data:`MIN_PASS_RATIO` of the time is evaluated once every :data:`PROBE_EVERY` requests, so a workload
-        that changes is noticed. Skipping is always safe: every policy of a group not proven passing is decided
-        on the per-policy path.
+        that changes is noticed (:class:`~webhook.policy.memo.HitRatio`, as the decision memo decides its
+        lookups). Skipping is always safe: every policy of a group not proven passing is decided on the
+        per-policy path.
         """
-        evaluated, passed, since = self.outcomes
-        if evaluated < MIN_EVALUATIONS or passed >= MIN_PASS_RATIO * evaluated:
-            return True
-        self.outcomes[2] = since + 1
-        if since + 1 >= PROBE_EVERY:
-            self.outcomes[2] = 0
-            return True
-        return False
+        return self.outcomes.worth_trying()
 
     def record(self, passed: bool) -> None:
-        """Count one evaluation of the program (halving the counts past twice :data:`MIN_EVALUATIONS`)."""
-        outcomes = self.outcomes
-        if outcomes[0] >= 2 * MIN_EVALUATIONS:
-            outcomes[0] //= 2
-            outcomes[1] //= 2
-        outcomes[0] += 1
-        outcomes[1] += passed
+        """Count one evaluation of the program and whether it passed."""
+        self.outcomes.count(passed)
 
     def __post_init__(self) -> None:
         if self.serial < 0:

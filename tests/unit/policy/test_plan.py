@@ -323,15 +323,15 @@ def test_a_fused_program_that_almost_never_passes_is_probed_not_evaluated_on_eve
 
     for _ in range(MIN_EVALUATIONS):
         assert warnings(web) == ["reports: named web"]
-    assert group.outcomes[:2] == [MIN_EVALUATIONS, 0]
+    assert (group.outcomes.tries, group.outcomes.successes) == (MIN_EVALUATIONS, 0)
     for _ in range(PROBE_EVERY - 1):  # skipped: decided per policy alone, with the same answer
         assert warnings(web) == ["reports: named web"]
-    assert group.outcomes[:2] == [MIN_EVALUATIONS, 0]
+    assert (group.outcomes.tries, group.outcomes.successes) == (MIN_EVALUATIONS, 0)
     assert warnings(web) == ["reports: named web"]  # the probe
-    assert group.outcomes[:2] == [MIN_EVALUATIONS + 1, 0]
+    assert (group.outcomes.tries, group.outcomes.successes) == (MIN_EVALUATIONS + 1, 0)
     # The workload changes: probes see passes, and once they are 5% of the window, every request is evaluated.
     for _ in range(PROBE_EVERY * 4):
         assert warnings(other) == []
     assert group.worth_evaluating()
-    before = group.outcomes[0]
-    assert warnings(other) == [] and group.outcomes[0] == before + 1
+    before = group.outcomes.tries
+    assert warnings(other) == [] and group.outcomes.tries == before + 1
