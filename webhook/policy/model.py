@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, TypeVar
 
+from webhook.policy.cel.rewrites import names_variable
 from webhook.policy.selectors import LabelSelector, SelectorError, parse_label_selector
 from webhook.policy.vocabulary import (
     POLICY_KINDS,
@@ -493,18 +494,12 @@ def parse_policy(obj: dict[str, Any]) -> PolicySpec:
 RBAC_REFERENCES = tuple(Reference("rbac.authorization.k8s.io/v1", r)
                         for r in ("clusterrolebindings", "rolebindings", "clusterroles", "roles"))
 
-_CEL_STRING = re.compile(
-    r"""[rR]?[bB]?(?:'''(?:\\.|[^\\])*?'''|\"\"\"(?:\\.|[^\\])*?\"\"\"|'(?:\\.|[^\\'\n])*'|"(?:\\.|[^\\"\n])*")"""
-)
-_AUTHORIZER = re.compile(r"(?<![\w.])authorizer\b")
-
-
 def mentions_authorizer(text: str) -> bool:
     """Whether CEL ``text`` names the ``authorizer`` variable outside string literals.
 
     A comprehension variable of that name counts too: the caches it starts are then unused, never missing.
     """
-    return "authorizer" in text and _AUTHORIZER.search(_CEL_STRING.sub('""', text)) is not None
+    return names_variable(text, "authorizer")
 
 
 def authorizer_references(spec: Any) -> tuple[Reference, ...]:

@@ -25,6 +25,7 @@ __all__ = [
     "MAX_RANGE",
     "declarations",
     "inline_variables",
+    "names_variable",
     "referenced_variables",
     "rewrite_for_runtime",
     "rewrite_or_value",
@@ -54,6 +55,14 @@ _STRING = re.compile(
 
 def _string_spans(text: str) -> list[tuple[int, int]]:
     return [m.span() for m in _STRING.finditer(text)]
+
+
+def names_variable(text: str, name: str) -> bool:
+    """Whether CEL ``text`` names the identifier ``name`` outside string literals (``x.name`` is a field, not it).
+
+    A comprehension variable of that name counts too.
+    """
+    return name in text and re.search(rf"(?<![\w.]){re.escape(name)}\b", _STRING.sub('""', text)) is not None
 
 
 def _inside(spans: list[tuple[int, int]], pos: int) -> bool:
