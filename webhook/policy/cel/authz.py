@@ -25,12 +25,12 @@ Cost: ``check`` is an RBAC walk over every ClusterRoleBinding and the namespace'
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from webhook.policy.cel import scope
 from webhook.policy.cel.cost import PYTHON_SCALAR, Plus, Python, Rule
 from webhook.policy.cel.library._decl import VALUE, LibraryError, T, member
+from webhook.policy.cel.library.format import dns1123_label, dns1123_subdomain
 from webhook.policy.rbac import Attributes, Decision, UserInfo, service_account_user
 
 __all__ = [
@@ -97,16 +97,12 @@ def _group(authorizer: Any, group: str) -> dict[str, Any]:
     return {KEY: "GroupCheck", "authorizer": _bare(_of(authorizer, "Authorizer", "group")), "group": group}
 
 
-_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-
-
 def _service_account(authorizer: Any, namespace: str, name: str) -> dict[str, Any]:
     """``ValidateServiceAccountName`` (a DNS-1123 subdomain) and ``ValidateNamespaceName`` (a DNS-1123 label)."""
     _of(authorizer, "Authorizer", "serviceAccount")
-    if len(name) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(name):
+    if dns1123_subdomain(name):
         raise LibraryError("Invalid service account name")
-    if len(namespace) > 63 or not _DNS1123_LABEL.fullmatch(namespace):
+    if dns1123_label(namespace):
         raise LibraryError("Invalid service account namespace")
     return {KEY: "Authorizer", "user": _user_wire(service_account_user(namespace, name))}
 
