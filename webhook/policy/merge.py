@@ -39,6 +39,7 @@ from importlib import resources
 from typing import Any
 
 __all__ = [
+    "SCALAR_TYPES",
     "UNKNOWN",
     "MergeError",
     "MergeSchema",
@@ -54,8 +55,9 @@ _SCALARS = {"@string": "string", "@numeric": "numeric", "@boolean": "boolean", "
 _MISSING: Any = object()
 #: Bound of a schema's memo of resolved references (the shipped schema has ~1,000 types).
 _RESOLVED_MAX = 16_384
-#: JSON scalars as parsed (exact types): immutable, so a merge may share them instead of copying.
-_SCALAR_TYPES = frozenset({str, int, float, bool, type(None)})
+#: JSON scalars as parsed (exact types; a subclass is not one): immutable, so a merge (or a patch) may share them
+#: instead of copying, and two of them are the same JSON iff they have the same type and value.
+SCALAR_TYPES = frozenset({str, int, float, bool, type(None)})
 
 
 class MergeError(ValueError):
@@ -230,7 +232,7 @@ def _check(schema: MergeSchema, value: Any, ref: Any, path: str, atomics: list[s
             element = fields[k] if k in fields else t.node.get("e")
             if element is None:
                 raise MergeError(f"{_field(path, k)}: field not declared in schema")
-            if v is not None and type(v) in _SCALAR_TYPES:
+            if v is not None and type(v) in SCALAR_TYPES:
                 leaf = schema.resolve(element)
                 if leaf.kind == "scalar" and _scalar_ok(v, leaf.scalar):
                     continue  # what the call below would conclude, without building the path
@@ -348,7 +350,7 @@ def _merge(schema: MergeSchema, lhs: Any, rhs: Any, ref: Any) -> Any:
         return _merge_map(schema, lhs, rhs, t)
     if isinstance(rhs, list) or (rhs is None and isinstance(lhs, list) and t.kind != "scalar"):
         return _merge_list(schema, lhs, rhs, t)
-    return rhs if type(rhs) in _SCALAR_TYPES else copy.deepcopy(rhs)
+    return rhs if type(rhs) in SCALAR_TYPES else copy.deepcopy(rhs)
 
 
 def _merge_map(schema: MergeSchema, lhs: Any, rhs: Any, t: _Type) -> Any:
@@ -360,7 +362,7 @@ def _merge_map(schema: MergeSchema, lhs: Any, rhs: Any, t: _Type) -> Any:
     # them); each member the patch names is merged in its place, a new one appended in the patch's order.
     out: dict[str, Any] = dict(left)
     for key, rchild in right.items():
-        if rchild is not None and type(rchild) in _SCALAR_TYPES:
+        if rchild is not None and type(rchild) in SCALAR_TYPES:
             out[key] = rchild  # what _merge gives a scalar of the patch, whatever the type
             continue
         if t.kind == "struct":

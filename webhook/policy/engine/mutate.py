@@ -31,7 +31,7 @@ from webhook.policy.engine.validate import check_budget, plan_of
 from webhook.policy.engine.values import json_value, value
 from webhook.policy.lookups import Lookups
 from webhook.policy.matching import View
-from webhook.policy.merge import MergeError, apply_configuration
+from webhook.policy.merge import SCALAR_TYPES, MergeError, apply_configuration
 from webhook.policy.plan import Plan
 from webhook.policy.projection import ALL, EACH, KEYS, Tree
 from webhook.policy.vocabulary import Endpoint, PatchType, PolicyKind, PolicyResult, Result
@@ -114,7 +114,11 @@ def _mutate(run: Run, current: dict[str, Any], original: dict[str, Any], ctx: Re
 
 def _pointer_segments(pointer: Any) -> list[str] | None:
     """A JSON pointer's unescaped segments (``[]`` for the root), or None when it is not one."""
-    if not isinstance(pointer, str) or (pointer and not pointer.startswith("/")) or _BAD_ESCAPE.search(pointer):
+    if not isinstance(pointer, str) or (pointer and not pointer.startswith("/")):
+        return None
+    if "~" not in pointer:
+        return pointer.split("/")[1:]
+    if _BAD_ESCAPE.search(pointer):
         return None
     return [p.replace("~1", "/").replace("~0", "~") for p in pointer.split("/")[1:]]
 
@@ -208,8 +212,6 @@ _SIMPLE_OPS = frozenset({"add", "replace", "remove"})
 #: A canonical list index (``0``, ``12``); another that jsonpointer reads too (``01``) goes to jsonpatch.
 _INDEX = re.compile(r"0|[1-9][0-9]*")
 _BAD_ESCAPE = re.compile(r"~[^01]|~$")
-#: JSON scalars as parsed (exact types): immutable, so an operation's value is not copied.
-_SCALARS = frozenset({str, int, float, bool, type(None)})
 #: :func:`_apply_simple`'s answer when it leaves the operation to jsonpatch.
 _NOT_SIMPLE: Any = object()
 
@@ -227,12 +229,9 @@ def _apply_simple(doc: Any, operation: dict[str, Any]) -> Any:
     if (type(op) is not str or op not in _SIMPLE_OPS or type(path) is not str or not path.startswith("/")
             or "from" in operation or (op != "remove" and "value" not in operation)):
         return _NOT_SIMPLE
-    if "~" in path:
-        if _BAD_ESCAPE.search(path):
-            return _NOT_SIMPLE
-        parts = [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
-    else:
-        parts = path[1:].split("/")
+    parts = _pointer_segments(path)
+    if parts is None:
+        return _NOT_SIMPLE
     root: Any = dict(doc) if type(doc) is dict else list(doc) if type(doc) is list else _NOT_SIMPLE
     node = root
     for part in parts[:-1]:
@@ -253,7 +252,7 @@ def _apply_simple(doc: Any, operation: dict[str, Any]) -> Any:
     if node is _NOT_SIMPLE:
         return _NOT_SIMPLE
     last, value = parts[-1], operation.get("value")
-    if type(value) not in _SCALARS:
+    if type(value) not in SCALAR_TYPES:  # immutable: an operation's scalar value is not copied
         value = copy.deepcopy(value)  # as jsonpatch: the document does not share the patch's values
     if type(node) is dict:
         if op == "add":

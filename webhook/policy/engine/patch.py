@@ -21,8 +21,8 @@ import jsonpatch
 import orjson
 from jsonpointer import escape
 
-#: JSON scalars as parsed (exact types; a subclass goes to make_patch).
-_SCALARS = frozenset({str, int, float, bool, type(None)})
+from webhook.policy.merge import SCALAR_TYPES
+
 #: A map replaced by a list or a list by a map.
 _MAP_AND_LIST = frozenset({(dict, list), (list, dict)})
 
@@ -68,7 +68,7 @@ def _diff(src: Any, dst: Any, path: str, ops: list[dict[str, Any]]) -> None:
             if old is not value:
                 _diff(old, value, f"{path}/{i}", ops)
         return
-    scalar_src, scalar_dst = type(src) in _SCALARS, type(dst) in _SCALARS
+    scalar_src, scalar_dst = type(src) in SCALAR_TYPES, type(dst) in SCALAR_TYPES  # a subclass goes to make_patch
     if scalar_src and scalar_dst:
         # Two JSON scalars are the same JSON iff they have the same type and value (1, 1.0, true differ).
         if type(src) is not type(dst) or src != dst:
