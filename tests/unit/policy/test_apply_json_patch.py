@@ -29,8 +29,8 @@ PATHS = ["", "/metadata", "/metadata/labels", "/metadata/labels/app", "/metadata
          # jsonpointer's edges (the simple operations' own path must agree with it): an index equal to the
          # length, a leading zero, bad and good escapes, a scalar on the way, a list's end on the way.
          "/spec/containers/2", "/spec/containers/2/image", "/spec/containers/01", "/spec/containers/-1",
-         "/metadata/labels/~2x", "/metadata/labels/a~", "/metadata/labels/a~0b~1c", "/metadata/name/x",
-         "/spec/containers/-/name", "/spec/containers/0/ports/-", "/", "metadata"]
+         "/metadata/labels/~2x", "/metadata/labels/a~", "/metadata/labels/a~0b~1c", "/metadata/labels/a~01",
+         "/metadata/name/x", "/spec/containers/-/name", "/spec/containers/0/ports/-", "/", "metadata"]
 VALUES = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.text(max_size=3),
                    st.dictionaries(st.text(max_size=2), st.integers(0, 2), max_size=2),
                    st.lists(st.integers(0, 2), max_size=2))
