@@ -282,25 +282,25 @@ def _check_scalar(value: Any, scalar: str, path: str) -> None:
         raise MergeError(f"{path or '.'}: expected {scalar}, got {_kind_of(value)}")
 
 
+def _map_keys(schema: MergeSchema, t: _Type) -> tuple[list[str], dict[str, Any]]:
+    """A map list's key fields and their defaults (the item type's, when it is a struct)."""
+    element = schema.resolve(t.node["l"])
+    return t.node.get("k", []), element.node.get("d", {}) if element.kind == "struct" else {}
+
+
 def _item_key(schema: MergeSchema, t: _Type, item: Any, path: str) -> Any:
     """An associative list item's key: ``((field, value), ...)`` for a map list, the value for a set."""
     if t.node.get("t") != "map":
         return item
-    keys: list[str] = t.node.get("k", [])
-    element = schema.resolve(t.node["l"])
-    defaults = element.node.get("d", {}) if element.kind == "struct" else {}
+    keys, defaults = _map_keys(schema, t)
     if not isinstance(item, dict):
         raise MergeError(f"{path}: expected map, got {_kind_of(item)}")
-    out = []
-    for k in keys:
-        if k in item and item[k] is not None:
-            out.append((k, item[k]))
-        elif k in defaults:
-            out.append((k, defaults[k]))
-        else:
-            raise MergeError(f'{path}: associative list with keys has an element that omits key field "{k}" '
-                             "(and doesn't have default value)")
-    return tuple(out)
+    key = _plain_item_key(item, keys, defaults)
+    if key is None:
+        missing = next(k for k in keys if item.get(k) is None and k not in defaults)
+        raise MergeError(f'{path}: associative list with keys has an element that omits key field "{missing}" '
+                         "(and doesn't have default value)")
+    return key
 
 
 def _key_identities(schema: MergeSchema, t: _Type, items: list[Any], path: str) -> list[Any]:
@@ -310,9 +310,7 @@ def _key_identities(schema: MergeSchema, t: _Type, items: list[Any], path: str) 
     """
     if t.node.get("t") != "map":
         return [_key_identity(item) for item in items]
-    keys: list[str] = t.node.get("k", [])
-    element = schema.resolve(t.node["l"])
-    defaults = element.node.get("d", {}) if element.kind == "struct" else {}
+    keys, defaults = _map_keys(schema, t)
     out = []
     for i, item in enumerate(items):
         key = _plain_item_key(item, keys, defaults) if type(item) is dict else None
@@ -322,7 +320,7 @@ def _key_identities(schema: MergeSchema, t: _Type, items: list[Any], path: str) 
 
 
 def _plain_item_key(item: dict[str, Any], keys: list[str], defaults: dict[str, Any]) -> tuple[Any, ...] | None:
-    """:func:`_item_key` of a map list's item, or None where it would raise."""
+    """A map list item's key (each key field's value, else its default), or None when a key field has neither."""
     out = []
     for k in keys:
         v = item.get(k)
