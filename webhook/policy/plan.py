@@ -25,7 +25,7 @@ runs that from a background task (``PolicyIndex.compile_pending``) so the
 event loop is never stalled for long. Until a chunk is compiled, its
 policies take the per-policy path.
 
-The last background step computes the plan's **projections**: per object view,
+The first background step computes the plan's **projections**: per object view,
 what every program the validating endpoint may evaluate on it can read of
 ``object``/``oldObject`` (the union of the policies' ``reads``,
 :mod:`webhook.policy.projection`), so the request's activation binds them
@@ -236,16 +236,19 @@ class Plan:
     def compile_next(self) -> bool:
         """One background step; returns whether it did any.
 
-        Compile a group, else compute the projections, else analyse a group for the decision memo.
+        Compute the projections, else compile a group, else analyse a group for the decision memo. The
+        projections come first: they are cheap (a union of the policies' reads), and until they exist every
+        request of the plan binds and measures whole objects, so its inline work estimate
+        (:mod:`webhook.policy.budget`) can send an ordinary Pod to a worker.
         """
-        for g in self.groups:
-            if not g.compiled:
-                g.compile()
-                return True
         if self.projections is None:
             self.projections = _projections(self.entries)
             self.mutation_projections = _projections(self.entries, mutating=True)
             return True
+        for g in self.groups:
+            if not g.compiled:
+                g.compile()
+                return True
         for g in self.groups:
             if not g.analysed:
                 g.analyse()
