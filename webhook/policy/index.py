@@ -144,15 +144,15 @@ class PolicyIndex:
     def plan(self, coords: RequestCoordinates) -> Plan:
         """The evaluation plan for ``coords``, cached until any policy changes (see :mod:`webhook.policy.plan`).
 
-        A new plan's fused programs and projections are not computed here: they are
-        queued for :meth:`compile_pending`, and the per-policy path answers on the
-        whole object until then.
+        A new plan's projections are computed here (cheap, :meth:`Plan.project`); its fused programs are
+        not: they are queued for :meth:`compile_pending`, and the per-policy path answers until then.
         """
         plan = self._plans.get(coords)
         if plan is not None:
             self._plans.move_to_end(coords)
             return plan
         plan = build_plan(coords, self.candidates(coords), context=self._context)
+        plan.project()
         self._plans[coords] = plan
         if len(self._plans) > MAX_PLANS:
             self._plans.popitem(last=False)

@@ -25,11 +25,11 @@ runs that from a background task (``PolicyIndex.compile_pending``) so the
 event loop is never stalled for long. Until a chunk is compiled, its
 policies take the per-policy path.
 
-The first background step computes the plan's **projections**: per object view,
+The index computes a new plan's **projections** at once (they are cheap): per object view,
 what every program the validating endpoint may evaluate on it can read of
 ``object``/``oldObject`` (the union of the policies' ``reads``,
 :mod:`webhook.policy.projection`), so the request's activation binds them
-pruned to that and cel-expr-python converts only those fields. Then one step per group works out
+pruned to that and cel-expr-python converts only those fields. After the groups compile, one step per group works out
 what keys its passes in the **decision memo** (:mod:`webhook.policy.memo`): the union of its
 policies' ``reads`` and the ``request``/``namespaceObject`` fields the program selects.
 """
@@ -233,17 +233,25 @@ class Plan:
         """Whether some group is not compiled or analysed yet, or the projections are not computed."""
         return any(not g.analysed for g in self.groups) or self.projections is None
 
-    def compile_next(self) -> bool:
-        """One background step; returns whether it did any.
+    def project(self) -> None:
+        """Compute the projections now, unless they are (a union of the policies' reads: ~0.2 ms for 32 policies).
 
-        Compute the projections, else compile a group, else analyse a group for the decision memo. The
-        projections come first: they are cheap (a union of the policies' reads), and until they exist every
-        request of the plan binds and measures whole objects, so its inline work estimate
-        (:mod:`webhook.policy.budget`) can send an ordinary Pod to a worker.
+        :meth:`PolicyIndex.plan` calls this when it builds a plan: until a plan is projected, its requests bind
+        and measure whole objects, and the inline work estimate (:mod:`webhook.policy.budget`) of the shipped
+        policies on a Pod of 3 containers was then over the budget, sending it to a worker.
         """
         if self.projections is None:
             self.projections = _projections(self.entries)
             self.mutation_projections = _projections(self.entries, mutating=True)
+
+    def compile_next(self) -> bool:
+        """One background step; returns whether it did any.
+
+        Compute the projections (when :meth:`project` was not called), else compile a group, else analyse a
+        group for the decision memo.
+        """
+        if self.projections is None:
+            self.project()
             return True
         for g in self.groups:
             if not g.compiled:

@@ -299,7 +299,7 @@ def test_plans_are_compiled_off_the_request_path_and_forgotten_on_any_policy_cha
     coords = RequestCoordinates.of(request(pod()))
     plan = index.plan(coords)
     assert plan.pending and pending == [1]  # queued, not compiled on the request path
-    assert plan.projections is None
+    assert all(g.program is None for g in plan.groups)
     assert index.plan(coords) is plan
     while index.compile_pending():
         pass
@@ -309,18 +309,17 @@ def test_plans_are_compiled_off_the_request_path_and_forgotten_on_any_policy_cha
     assert index.plan(coords) is not plan
 
 
-def test_a_new_plan_is_projected_before_its_groups_compile() -> None:
+def test_a_new_plan_is_projected_when_it_is_built_before_its_groups_compile() -> None:
     # Until a plan is projected, its requests bind and measure whole objects: the inline work estimate of the
     # shipped policies on a Pod of 3 containers was then over the budget, so such Pods went to a worker until
-    # every group of the plan had compiled. The projections are the first background step.
+    # every group of the plan had compiled. The index projects a plan when it builds it.
     index = PolicyIndex()
     for p in POLICIES:
         index.upsert(p)
     plan = index.plan(RequestCoordinates.of(request(pod())))
-    assert plan.projections is None and any(not g.compiled for g in plan.groups)
-    assert index.compile_pending()
     assert plan.projections is not None and plan.projections[View.OBJECT] is not None
-    assert all(not g.compiled for g in plan.groups)
+    assert plan.mutation_projections is not None
+    assert plan.pending and all(not g.compiled for g in plan.groups)
 
 
 def test_a_fused_program_that_almost_never_passes_is_probed_not_evaluated_on_every_request() -> None:
