@@ -6,6 +6,7 @@ Every read is a dict lookup on the informers' caches (``get_by_key`` or the
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -98,6 +99,12 @@ class InformerLookups:
             return self._configmaps.has_synced()
         if cache == caches.POLICIES:
             return self._policies_synced()
-        api_version, _, resource = cache.rpartition("/")
-        inf = self._references(Reference(api_version, resource))
+        inf = self._references(_reference_of(cache))
         return inf is not None and inf.has_synced()
+
+
+@functools.lru_cache(maxsize=4096)
+def _reference_of(cache: str) -> Reference:
+    """The reference a cache name (``apiVersion/resource``) stands for (asked per policy per request)."""
+    api_version, _, resource = cache.rpartition("/")
+    return Reference(api_version, resource)

@@ -34,8 +34,13 @@ log = logging.getLogger("tollgate.references")
 OWNER_PREFIX = "references:"
 
 
+@functools.lru_cache(maxsize=4096)
 def gvr_of(reference: Reference) -> GVR:
-    """The informer's GVR for a reference (the declared version is the one watched)."""
+    """The informer's GVR for a reference (the declared version is the one watched).
+
+    Cached (a pure function of a frozen value): requests look references' informers up on every
+    ``resource.Get`` and sync check, and building the GVR cost more than the lookup.
+    """
     return GVR(reference.group, reference.version, reference.resource)
 
 
