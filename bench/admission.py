@@ -21,8 +21,9 @@ bench/distinct.lua, each request's image tags carrying its sequence number so th
 (``distinct``: the headline), a ~100 KB Pod (``large``). The engine's CPU per review on the
 distinct stream is measured in process (bench/engine.py) and compared with the bare server's CPU per request.
 Every server first gets WARMUP_S seconds of unmeasured load per body it will be sent (steady state: Tollgate
-compiles a plan's fused programs in the background on the first requests of its coordinates). Each point is
-repeated (3x, interleaved across servers; 1x with --quick) and the median reported:
+compiles a plan's fused programs in the background on the first requests of its coordinates). Every server runs
+throughout, and each point is measured on one server after the other, seconds apart (the machine's speed drifts
+over minutes); each point is repeated (3x; 1x with --quick) and the median reported:
 RPS, p50/p99 latency, server CPU microseconds per request (utime+stime of the server process from
 /proc), and ratios to the bare server measured in the same run.
 """
@@ -243,43 +244,58 @@ def main() -> int:
             "tollgate-ps22": {("distinct", 8)}, "tollgate-ps200": {("distinct", 8)},
             "tollgate-nomemo": {("distinct", 8)},
             "kopf-label": {("keep-alive", 1), ("keep-alive", 8), ("keep-alive", 64), ("new-conn", 8)}}
-    results: list[dict[str, Any]] = []
-    for rep in range(reps):
-        for server in servers():
-            server_points = [pt for pt in points if pt in only.get(server.name, set(points))]
-            if not server_points:
-                continue
-            server.start()
+
+    def measure_point(server: Server, point: tuple[str, int], rep: int) -> dict[str, Any]:
+        mode, conc = point
+        assert server.proc is not None
+        cpu0 = cpu_seconds(server.proc.pid)
+        for attempt in range(2):  # one retry: a shared machine occasionally starves wrk
             try:
-                answer = sanity(server, body, work / "certs" / "ca.crt")
-                assert answer["uid"] == review["request"]["uid"] and answer["allowed"], answer
-                # Warm-up, not measured, the same for every server: each body the server will be sent, for
-                # WARMUP_S seconds (Tollgate compiles a plan's fused programs in the background on the first
-                # requests of its coordinates; the large Pod's go to the evaluation workers, which plan apart).
-                for mode in dict.fromkeys(m for m, _ in server_points):
-                    run_wrk(server.url, bodies[mode], 8 if mode != "large" else 2, WARMUP_S)
-                for mode, conc in server_points:
-                    assert server.proc is not None
-                    cpu0 = cpu_seconds(server.proc.pid)
-                    for attempt in range(2):  # one retry: a shared machine occasionally starves wrk
-                        try:
-                            run = (run_ab if mode == "new-conn" else run_wrk)(server.url, bodies[mode], conc,
-                                                                                duration)
-                            break
-                        except (RuntimeError, AttributeError, subprocess.TimeoutExpired) as e:
-                            alive = server.proc.poll() is None
-                            print(f"  {server.name} {mode} c={conc}: {e} (server alive: {alive})", flush=True)
-                            if attempt or not alive:
-                                raise
-                            cpu0 = cpu_seconds(server.proc.pid)
-                    cpu = cpu_seconds(server.proc.pid) - cpu0
-                    results.append({"server": server.name, "mode": mode, "conc": conc, "rep": rep,
-                                    "rps": run["requests"] / run["seconds"], "p50_ms": run["p50_ms"],
-                                    "p99_ms": run["p99_ms"], "errors": run["errors"],
-                                    "cpu_us_per_req": cpu / max(run["requests"], 1) * 1e6})
-                    print(f"  {server.name:<16} {mode:<10} c={conc:<3} {results[-1]['rps']:>8.0f} rps", flush=True)
-            finally:
-                server.stop()
+                run = (run_ab if mode == "new-conn" else run_wrk)(server.url, bodies[mode], conc, duration)
+                break
+            except (RuntimeError, AttributeError, subprocess.TimeoutExpired) as e:
+                alive = server.proc.poll() is None
+                print(f"  {server.name} {mode} c={conc}: {e} (server alive: {alive})", flush=True)
+                if attempt or not alive:
+                    raise
+                cpu0 = cpu_seconds(server.proc.pid)
+        cpu = cpu_seconds(server.proc.pid) - cpu0
+        row = {"server": server.name, "mode": mode, "conc": conc, "rep": rep,
+               "rps": run["requests"] / run["seconds"], "p50_ms": run["p50_ms"], "p99_ms": run["p99_ms"],
+               "errors": run["errors"], "cpu_us_per_req": cpu / max(run["requests"], 1) * 1e6}
+        print(f"  {server.name:<16} {mode:<10} c={conc:<3} {row['rps']:>8.0f} rps", flush=True)
+        return row
+
+    results: list[dict[str, Any]] = []
+    # Every server runs from the start to the end, and each point is measured on one server after the other
+    # (bare, then Tollgate, ... a few seconds apart): this shared machine's speed drifts by up to 1.5x over
+    # minutes, and a ratio of two figures taken a minute apart carried that drift (issue 34). An idle server
+    # costs ~0.4% of a CPU (Tollgate's --local poll and loop-lag timer), alike for every point.
+    running = [s for s in servers() if any(pt in only.get(s.name, set(points)) for pt in points)]
+
+    def server_points(server: Server) -> list[tuple[str, int]]:
+        return [pt for pt in points if pt in only.get(server.name, set(points))]
+
+    try:
+        for server in running:
+            server.start()
+            answer = sanity(server, body, work / "certs" / "ca.crt")
+            assert answer["uid"] == review["request"]["uid"] and answer["allowed"], answer
+        for server in running:
+            # Warm-up, not measured, the same for every server: each body the server will be sent, for
+            # WARMUP_S seconds (Tollgate compiles a plan's fused programs in the background on the first
+            # requests of its coordinates; the large Pod's go to the evaluation workers, which plan apart).
+            for mode in dict.fromkeys(m for m, _ in server_points(server)):
+                run_wrk(server.url, bodies[mode], 8 if mode != "large" else 2, WARMUP_S)
+        for rep in range(reps):
+            for point in points:
+                for server in running:
+                    if point not in server_points(server):
+                        continue
+                    results.append(measure_point(server, point, rep))
+    finally:
+        for server in running:
+            server.stop()
 
     table: dict[tuple[str, str, int], dict[str, Any]] = {}
     for key in sorted({(r["server"], r["mode"], r["conc"]) for r in results}):
