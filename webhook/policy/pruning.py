@@ -110,7 +110,9 @@ class _Source:
         if element is None:
             out.append("        return value")
         elif element == _EMPTY:
-            out.append("        return _empty(value)")
+            # _empty's list, with its elements' common case (a map becomes {}) written out.
+            out.append("        return [v if v.__class__ is not dict and v.__class__ is not list else {} "
+                       "if v.__class__ is dict else _empty(v) for v in value]")
         else:
             out.append(f"        return [{element}(v) for v in value]")
         out.append("    return value  # a scalar, or a type the tree did not expect: kept as it is")
@@ -121,11 +123,11 @@ class _Source:
 def _kept(fn: str) -> str:
     """The expression keeping ``v`` by ``fn``: :data:`_EMPTY` or a generated function's name.
 
-    An emptied value that is not exactly a dict or a list is kept as it is (what :func:`_empty` gives), without
-    the call.
+    An emptied map is ``{}`` and a value that is not exactly a dict or a list is kept as it is (what
+    :func:`_empty` gives), without the call.
     """
     if fn == _EMPTY:
-        return "v if v.__class__ is not dict and v.__class__ is not list else _empty(v)"
+        return "{} if v.__class__ is dict else v if v.__class__ is not list else _empty(v)"
     return f"{fn}(v)"
 
 
