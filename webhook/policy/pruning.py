@@ -39,7 +39,7 @@ def _empty(value: Any) -> Any:
 
 
 class _Source:
-    """The functions generated for one tree: their source lines, named ``_p0``, ``_p1``, … (``_p0`` the root)."""
+    """The functions generated for field trees: source lines, named ``_p0``, ``_p1``, … (each after its callees)."""
 
     def __init__(self) -> None:
         self.lines: list[str] = []
