@@ -12,12 +12,15 @@ answers a CEL cost error.
 The sizes are those of the data the plan's programs can read: ``object``/``oldObject`` pruned by
 the plan's projections (the same pruned copies the evaluation then binds), the ConfigMaps its
 policies take as ``params``, and the request's Namespace: B their JSON bytes, C their largest list
-or map, S their longest string. A plan whose work is under budget even with B, C and S all equal
-to the request body's size is not measured at all.
+or map, S their longest string. The params and the Namespace are cached objects, shared and never
+changed, so their sizes are measured once per object (by identity, :func:`cached_size`). A plan
+whose work is under budget even at the views' largest sizes for the request body's length
+(:func:`body_bound`) plus the cached objects' is not measured at all.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -29,7 +32,7 @@ if TYPE_CHECKING:
     from webhook.policy.engine.context import RequestContext
     from webhook.policy.plan import Plan
 
-__all__ = ["INLINE_WORK_BUDGET", "InputSize", "OverBudget", "estimated_work", "measure"]
+__all__ = ["INLINE_WORK_BUDGET", "InputSize", "OverBudget", "body_bound", "cached_size", "estimated_work", "measure"]
 
 #: Most estimated work (~10 ns units, :mod:`webhook.policy.cel.cost`) a review may have and still be evaluated
 #: on the event loop: 5·10⁷. The estimate is a worst case, far above what ordinary objects cost, so the budget
@@ -103,7 +106,86 @@ def measure(values: Iterable[Any]) -> InputSize:
     return InputSize(total, largest, longest)
 
 
-def _params(plan: Plan, ctx: RequestContext) -> list[Any]:
+def _plus(a: InputSize, b: InputSize) -> InputSize:
+    """The size of ``a``'s and ``b``'s data taken together (what :func:`measure` of both gives)."""
+    return InputSize(a.bytes + b.bytes, max(a.largest_collection, b.largest_collection),
+                     max(a.longest_string, b.longest_string))
+
+
+class _Same:
+    """A value hashed and compared by identity, so that a ``functools`` cache can key on a dict."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __hash__(self) -> int:
+        return id(self.value)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and other.value is self.value
+
+
+@functools.lru_cache(maxsize=256)
+def _measured_once(key: _Same) -> InputSize:
+    # The cache holds the key, hence the object: its id is not reused while the entry lives.
+    return measure((key.value,))
+
+
+def cached_size(objects: Iterable[Any]) -> InputSize:
+    """The :class:`InputSize` of cached objects (params ConfigMaps, Namespaces) taken together.
+
+    Each object is measured once and remembered by identity (the 256 most recently used): the objects of
+    the informers' stores, as :class:`webhook.policy.lookups.Lookups` hands them out, are shared and never
+    changed in place (an update is a new object; :mod:`webhook.caches.decoded` keeps one dict per stored
+    version of the compact stores). None (a missing object) is a scalar.
+
+    Args:
+        objects: the cached objects; each must not be changed after it is measured.
+
+    Returns:
+        What :func:`measure` gives for ``objects``.
+    """
+    total, largest, longest = 0, 1, 1
+    for obj in objects:
+        size = _measured_once(_Same(obj)) if obj.__class__ is dict else measure((obj,))
+        total += size.bytes
+        if size.largest_collection > largest:
+            largest = size.largest_collection
+        if size.longest_string > longest:
+            longest = size.longest_string
+    return InputSize(total, largest, longest)
+
+
+#: Most :func:`measure` bytes a view adds beyond its part of the body: the keys and literals of the Pod that
+#: :func:`webhook.policy.engine.context.synthesize_pod` or ``ephemeral_as_pod`` builds around a template's or an
+#: ``EphemeralContainers`` object's parts (about 100, and the workload's namespace, at most 63 characters).
+_VIEW_OVERHEAD = 256
+
+
+def body_bound(body_bytes: int, views: int) -> InputSize:
+    """An :class:`InputSize` no smaller than what :func:`measure` gives for ``views`` views of one request.
+
+    Every value of a view is part of the request body (``object`` and ``oldObject`` are disjoint parts; a
+    pruned copy only drops keys and empties maps), and :func:`measure` counts each value at most 4 times its
+    compact JSON bytes plus 4 (a scalar counts 8 and takes at least 1 byte and a separator or a bracket;
+    strings, keys and containers count no more than their JSON), so one view is at most 4 times the body's
+    bytes plus :data:`_VIEW_OVERHEAD`; views of the same request (the object and its template's Pod) overlap,
+    so they add up. A list or map of n entries takes at least n bytes, a string of n characters at least n.
+
+    Args:
+        body_bytes: the length of the request body (the AdmissionReview's JSON).
+        views: how many views the plan evaluates (each counted whole).
+
+    Returns:
+        ``InputSize(views × (4 × body_bytes + 256), body_bytes, body_bytes)``.
+    """
+    return InputSize(views * (4 * body_bytes + _VIEW_OVERHEAD), max(1, body_bytes), max(1, body_bytes))
+
+
+def _cached_inputs(plan: Plan, ctx: RequestContext) -> list[Any]:
+    """The cached objects the plan's programs can read: its policies' params and the request's Namespace."""
     found: list[Any] = []
     for policy, _view in plan.entries:
         ref = policy.spec.param_ref
@@ -113,6 +195,7 @@ def _params(plan: Plan, ctx: RequestContext) -> list[Any]:
             found.append(ctx.lookups.get_configmap(ref.namespace or ctx.coords.namespace or "default", ref.name))
         elif ref.selector is not None:
             found.extend(ctx.lookups.list_configmaps(ref.namespace, ref.selector))
+    found.append(ctx.namespace_object())
     return found
 
 
@@ -124,9 +207,9 @@ def estimated_work(plan: Plan, ctx: RequestContext, endpoint: Endpoint, *, body_
         plan: the index's plan for the request's coordinates; ``ctx`` projected by it.
         ctx: the request (its pruned views are computed here and reused by the evaluation).
         endpoint: which programs are evaluated.
-        body_bytes: the request body's length, if known: when the plan's work is under ``budget`` even with
-            B = C = S = ``body_bytes`` (plus what its params measure), the request is not measured and that
-            bound is returned.
+        body_bytes: the request body's length, if known: when the plan's work is under ``budget`` even at
+            :func:`body_bound`'s sizes for the views (plus the params' and the Namespace's), the views are
+            not measured and that bound is returned.
         budget: see ``body_bytes``.
 
     Returns:
@@ -135,19 +218,18 @@ def estimated_work(plan: Plan, ctx: RequestContext, endpoint: Endpoint, *, body_
     work = plan.work if endpoint is Endpoint.VALIDATE else plan.mutation_work
     if not work:
         return 0
-    params = _params(plan, ctx)
+    cached = cached_size(_cached_inputs(plan, ctx))
+    views = {v for _p, v in plan.entries}
     if body_bytes and budget is not None:
-        # The request's views are parts of its body; params come from the cache: measured (a ConfigMap is
-        # small, the views of a large object are not: 10-18% of /validate's CPU when any policy read
-        # params, issue 34).
-        extra = measure(params) if params else InputSize()
-        crude = cost.work_at(work, body_bytes + extra.bytes, max(body_bytes, extra.largest_collection),
-                             max(body_bytes, extra.longest_string))
-        if crude <= budget:
-            return crude
-    data: list[Any] = params
-    for view in {v for _p, v in plan.entries}:
+        # The request's views are parts of its body; the params and the Namespace come from the cache (a
+        # Namespace with a long annotation must not hide behind a small Pod). Measuring the views of every
+        # request was 10-18% of /validate's CPU (issue 34).
+        crude = _plus(body_bound(body_bytes, len(views)), cached)
+        bound = cost.work_at(work, crude.bytes, crude.largest_collection, crude.longest_string)
+        if bound <= budget:
+            return bound
+    data: list[Any] = []
+    for view in views:
         data.extend(ctx.view_objects(view))
-    data.append(ctx.namespace_object())
-    size = measure(data)
+    size = _plus(measure(data), cached)
     return cost.work_at(work, size.bytes, size.largest_collection, size.longest_string)

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.unit.policy.helpers import pod, policy, request
 from webhook.files.yamlio import load_paths
@@ -21,13 +23,24 @@ from webhook.policy import (
     InMemoryLookups,
     PolicyIndex,
     RequestCoordinates,
+    budget,
     compile_policy,
     evaluate_mutating,
     evaluate_validating,
 )
-from webhook.policy.budget import INLINE_WORK_BUDGET, InputSize, OverBudget, measure
+from webhook.policy.budget import (
+    INLINE_WORK_BUDGET,
+    InputSize,
+    OverBudget,
+    body_bound,
+    cached_size,
+    estimated_work,
+    measure,
+)
 from webhook.policy.cel.cost import MAX_STATIC_WORK, work_at
 from webhook.policy.cel.env import environment
+from webhook.policy.engine.context import RequestContext, synthesize_pod
+from webhook.policy.vocabulary import Endpoint
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -219,3 +232,101 @@ def test_the_quick_bound_counts_params_a_small_request_does_not_hide_a_large_con
     else:
         assert evaluate_validating(req, _plan(index, req), lookups, work_budget=INLINE_WORK_BUDGET,
                                    body_bytes=body).results
+
+
+def _namespace_policy() -> dict[str, Any]:
+    expression = ("namespaceObject.metadata.annotations.x.split('')"
+                  ".all(a, namespaceObject.metadata.annotations.x.split('').size() > 0)")
+    return policy("split-namespace", validations=[{"expression": expression}])
+
+
+@pytest.mark.parametrize("length", [20, 3000])
+def test_the_quick_bound_counts_the_namespace_a_small_request_does_not_hide_a_large_one(length: int) -> None:
+    """``namespaceObject`` is read from the cache like params: a small Pod in a Namespace with a long annotation
+    read quadratically is refused, the same Pod in a Namespace with a short one stays inline."""
+    index = PolicyIndex()
+    assert index.upsert(_namespace_policy()).ready
+    namespace = {"apiVersion": "v1", "kind": "Namespace",
+                 "metadata": {"name": "default", "annotations": {"x": "y" * length}}}
+    req = request(pod())
+    lookups = InMemoryLookups(namespaces=[namespace])
+    body = len(json.dumps(req))
+    if length > 1000:
+        with pytest.raises(OverBudget):
+            evaluate_validating(req, _plan(index, req), lookups, work_budget=INLINE_WORK_BUDGET, body_bytes=body)
+    else:
+        assert evaluate_validating(req, _plan(index, req), lookups, work_budget=INLINE_WORK_BUDGET,
+                                   body_bytes=body).results
+
+
+# -- the quick bound and the cached sizes --------------------------------------------------------------------------
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 3) | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=6),
+    lambda children: st.lists(children, max_size=6) | st.dictionaries(st.text(max_size=4), children, max_size=6),
+    max_leaves=40)
+
+
+def _dominates(bound: InputSize, size: InputSize) -> bool:
+    return (bound.bytes >= size.bytes and bound.largest_collection >= size.largest_collection
+            and bound.longest_string >= size.longest_string)
+
+
+@settings(max_examples=300, deadline=None)
+@given(obj=JSON, old=JSON, spaced=st.booleans())
+def test_the_body_bound_is_no_smaller_than_the_measured_views(obj: Any, old: Any, spaced: bool) -> None:
+    """Whatever the object and oldObject, compact or not, ASCII or not: the body's length bounds what measure gives
+    for the request's object view and for the Pod synthesized from a template inside it."""
+    template = {"spec": {"template": {"metadata": {"labels": {"a": obj}}, "spec": old}}}
+    req = {"uid": "u", "namespace": "ns", "object": obj, "oldObject": old}
+    separators = (", ", ": ") if spaced else (",", ":")
+    body = len(json.dumps({"request": req}, separators=separators, ensure_ascii=spaced).encode())
+    assert _dominates(body_bound(body, 1), measure([obj, old]))
+    workload = {"metadata": {"namespace": "n" * 63}, **template}
+    body = len(json.dumps({"request": {"object": workload}}, separators=separators, ensure_ascii=spaced).encode())
+    pod_view = synthesize_pod(workload, ("spec", "template"))
+    assert _dominates(body_bound(body, 2), measure([workload, None, pod_view, None]))
+
+
+def test_a_body_of_small_numbers_measures_four_times_its_bytes() -> None:
+    # The worst case of measure against JSON: a scalar counts 8 and takes 2 bytes.
+    zeros = [0] * 1000
+    body = len(json.dumps(zeros, separators=(",", ":")))
+    assert measure([zeros]).bytes > 3.9 * body
+    assert body_bound(body, 1).bytes >= measure([zeros]).bytes
+
+
+EQUAL = policy("unchanged", validations=[{"expression": "object == oldObject"}])
+
+
+def test_the_quick_bound_is_never_below_the_measured_estimate() -> None:
+    """The quick bound is returned as the estimate: it must not undercut the measured one (a body of small
+    numbers measures about four times its length)."""
+    index = PolicyIndex()
+    assert index.upsert(EQUAL).ready
+    p = pod()
+    p["spec"]["numbers"] = [0] * 2000
+    req = request(p, operation="UPDATE", old=copy.deepcopy(p))
+    plan = _plan(index, req)
+    body = len(json.dumps({"request": req}, separators=(",", ":")))
+    measured = estimated_work(plan, RequestContext(req, InMemoryLookups()), Endpoint.VALIDATE)
+    quick = estimated_work(plan, RequestContext(req, InMemoryLookups()), Endpoint.VALIDATE, body_bytes=body,
+                           budget=10**30)
+    assert measured > 4 * body and quick >= measured
+
+
+def test_cached_objects_are_measured_once_per_object(monkeypatch: pytest.MonkeyPatch) -> None:
+    small = {"metadata": {"name": "a"}, "data": {"x": "y"}}
+    large = {"metadata": {"name": "a"}, "data": {"x": "y" * 500, "z": "w"}}
+    assert cached_size([small, None, large]) == measure([small, None, large])
+    calls: list[Any] = []
+    real = budget.measure
+    monkeypatch.setattr(budget, "measure", lambda values: calls.append(values) or real(values))
+    assert cached_size([small]) == measure([small]) and cached_size([large]) == measure([large])
+    assert not calls  # both remembered
+    # An object updated as the informers do it, a new dict, is measured anew, even when an equal one is cached.
+    updated = copy.deepcopy(large)
+    updated["data"]["z"] = "w" * 700
+    assert cached_size([updated]).longest_string == 700 and len(calls) == 1
+    assert cached_size([copy.deepcopy(small)]) == measure([small]) and len(calls) == 2
