@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.policy.engine.mutate import apply_json_patch
+from webhook.policy.engine.mutate import _pointer_segments, apply_json_patch
 
 
 def pod() -> dict[str, Any]:
@@ -106,3 +106,13 @@ def test_the_object_does_not_share_the_patch_values() -> None:
     assert out["metadata"]["labels"] == value and out["metadata"]["labels"] is not value
     assert out["metadata"]["labels"]["team"] is not value["team"]
     assert out["spec"]["containers"][0]["ports"][0] == value and out["spec"]["containers"][0]["ports"][0] is not value
+
+
+@pytest.mark.parametrize(("pointer", "segments"), [
+    ("", ()), ("/", ("",)), ("/a/b", ("a", "b")), ("/a~1b/c~0d", ("a/b", "c~d")), ("/~01", ("~1",)),
+    ("a/b", None), ("/a~2", None), ("/a~", None), (["/a"], None), (None, None),
+])
+def test_pointer_segments(pointer: Any, segments: tuple[str, ...] | None) -> None:
+    # Twice: the second answer is the cached one (a list argument is not hashable: no cache, no error).
+    assert _pointer_segments(pointer) == segments
+    assert _pointer_segments(pointer) == segments
