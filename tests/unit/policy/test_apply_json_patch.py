@@ -116,3 +116,16 @@ def test_pointer_segments(pointer: Any, segments: tuple[str, ...] | None) -> Non
     # Twice: the second answer is the cached one (a list argument is not hashable: no cache, no error).
     assert _pointer_segments(pointer) == segments
     assert _pointer_segments(pointer) == segments
+
+
+def test_a_long_pointer_is_parsed_each_time_and_not_kept() -> None:
+    from webhook.policy.engine import mutate
+
+    long = "/metadata/labels/" + "a~1b" * 100  # over the cached length: may be built from the object's content
+    expected = ("metadata", "labels", "a/b" * 100)
+    before = mutate._cached_segments.cache_info().currsize
+    assert _pointer_segments(long) == expected and _pointer_segments(long) == expected
+    assert mutate._cached_segments.cache_info().currsize == before
+    hits = mutate._cached_segments.cache_info().hits
+    assert _pointer_segments("/a~1b") == ("a/b",) and _pointer_segments("/a~1b") == ("a/b",)
+    assert mutate._cached_segments.cache_info().hits > hits  # a short one is parsed once

@@ -114,17 +114,19 @@ def _mutate(run: Run, current: dict[str, Any], original: dict[str, Any], ctx: Re
 
 
 def _pointer_segments(pointer: Any) -> tuple[str, ...] | None:
-    """A JSON pointer's unescaped segments (``()`` for the root), or None when it is not one."""
-    return _segments(pointer) if type(pointer) is str else None
-
-
-@functools.lru_cache(maxsize=1024)
-def _segments(pointer: str) -> tuple[str, ...] | None:
-    """:func:`_pointer_segments` of a string, cached.
+    """A JSON pointer's unescaped segments (``()`` for the root), or None when it is not one.
 
     A policy's patches name the same few paths request after request (the bench's two labels' pointers,
-    escaped, were parsed four times per request).
+    escaped, were parsed four times per request): pointers up to :data:`_CACHED_POINTER_CHARS` long are parsed
+    once (a bounded cache of the pure parse, at most ~256 KB of pointers); a longer one, which may be built
+    from the object's own content, is parsed each time and never kept.
     """
+    if type(pointer) is not str:
+        return None
+    return _cached_segments(pointer) if len(pointer) <= _CACHED_POINTER_CHARS else _parse_segments(pointer)
+
+
+def _parse_segments(pointer: str) -> tuple[str, ...] | None:
     if pointer and not pointer.startswith("/"):
         return None
     if "~" not in pointer:
@@ -132,6 +134,11 @@ def _segments(pointer: str) -> tuple[str, ...] | None:
     if _BAD_ESCAPE.search(pointer):
         return None
     return tuple(p.replace("~1", "/").replace("~0", "~") for p in pointer.split("/")[1:])
+
+
+#: The longest pointer :func:`_pointer_segments` keeps parsed, characters; and how many it keeps.
+_CACHED_POINTER_CHARS = 256
+_cached_segments = functools.lru_cache(maxsize=1024)(_parse_segments)
 
 
 def _touched_paths(patch_type: str, result: Any) -> list[list[str]] | None:
