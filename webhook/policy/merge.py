@@ -385,6 +385,19 @@ def _merge_list(schema: MergeSchema, lhs: Any, rhs: Any, t: _Type) -> Any:
     lkeys = _key_identities(schema, t, left, "")
     rkeys = _key_identities(schema, t, right, "")
     rhs_by_key = dict(zip(rkeys, right, strict=True))
+    if len(rhs_by_key) == len(rkeys) and [k for k in lkeys if k in rhs_by_key] == rkeys:
+        # Every item of the patch names one of the object's, in the object's order, neither naming a key twice
+        # (a patch setting a field of each container by name; the object may repeat a key the patch does not
+        # name): the walk below keeps the object's items in place, each named one merged with its patch item.
+        # Without the walk's bookkeeping:
+        return [_merge(schema, item, rhs_by_key.get(key, _MISSING), element) for item, key in zip(left, lkeys,
+                                                                                                   strict=True)]
+    return _merge_list_walk(schema, left, right, lkeys, rkeys, rhs_by_key, element)
+
+
+def _merge_list_walk(schema: MergeSchema, left: list[Any], right: list[Any], lkeys: list[Any], rkeys: list[Any],
+                     rhs_by_key: dict[Any, Any], element: Any) -> list[Any]:
+    """SMD's ``visitListItems`` over an object's list and a patch's (see the module docstring)."""
     counts: dict[Any, int] = {}
     for k in lkeys:
         counts[k] = counts.get(k, 0) + 1

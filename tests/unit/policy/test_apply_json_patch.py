@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.policy.engine.mutate import apply_json_patch
+from webhook.policy.engine.mutate import _pointer_segments, apply_json_patch
 
 
 def pod() -> dict[str, Any]:
@@ -106,3 +106,26 @@ def test_the_object_does_not_share_the_patch_values() -> None:
     assert out["metadata"]["labels"] == value and out["metadata"]["labels"] is not value
     assert out["metadata"]["labels"]["team"] is not value["team"]
     assert out["spec"]["containers"][0]["ports"][0] == value and out["spec"]["containers"][0]["ports"][0] is not value
+
+
+@pytest.mark.parametrize(("pointer", "segments"), [
+    ("", ()), ("/", ("",)), ("/a/b", ("a", "b")), ("/a~1b/c~0d", ("a/b", "c~d")), ("/~01", ("~1",)),
+    ("a/b", None), ("/a~2", None), ("/a~", None), (["/a"], None), (None, None),
+])
+def test_pointer_segments(pointer: Any, segments: tuple[str, ...] | None) -> None:
+    # Twice: the second answer is the cached one (a list argument is not hashable: no cache, no error).
+    assert _pointer_segments(pointer) == segments
+    assert _pointer_segments(pointer) == segments
+
+
+def test_a_long_pointer_is_parsed_each_time_and_not_kept() -> None:
+    from webhook.policy.engine import mutate
+
+    long = "/metadata/labels/" + "a~1b" * 100  # over the cached length: may be built from the object's content
+    expected = ("metadata", "labels", "a/b" * 100)
+    before = mutate._cached_segments.cache_info().currsize
+    assert _pointer_segments(long) == expected and _pointer_segments(long) == expected
+    assert mutate._cached_segments.cache_info().currsize == before
+    hits = mutate._cached_segments.cache_info().hits
+    assert _pointer_segments("/a~1b") == ("a/b",) and _pointer_segments("/a~1b") == ("a/b",)
+    assert mutate._cached_segments.cache_info().hits > hits  # a short one is parsed once

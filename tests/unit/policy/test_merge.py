@@ -14,6 +14,8 @@ from typing import Any
 
 import jsonpatch
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from tests.unit.policy.helpers import pod, policy, request
 from webhook.policy import InMemoryLookups, compile_policy, evaluate_mutating
@@ -386,3 +388,27 @@ def test_a_null_list_map_key_takes_its_default_as_a_missing_one_does() -> None:
                                                                "hostPort": 8080}]}]}}
     out = apply_configuration(pod, patch, ("", "v1", "Pod"))
     assert [(p["containerPort"], p.get("hostPort")) for p in out["spec"]["containers"][0]["ports"]] == [(80, 8080)]
+
+
+@settings(max_examples=400, deadline=None)
+@example(["a", "a"], ["a", "a"], True).via("the patch names a key twice: the walk merges no object item into it")
+@example(["a", "b", "a"], ["b"], True).via("the object repeats a key the patch does not name")
+@given(st.lists(st.sampled_from("abcde"), max_size=6), st.lists(st.sampled_from("abcde"), max_size=6),
+       st.booleans())
+def test_a_list_merge_in_the_objects_order_is_the_walks_answer(left: list[str], right: list[str],
+                                                               keyed: bool) -> None:
+    # _merge_list's shortcut (the patch's items name the object's, in its order, no key repeated) against the
+    # general walk it skips, on sets and on associative lists alike (their items carrying a value to merge).
+    from webhook.policy import merge as merge_module
+
+    if keyed:
+        lhs = [{"key": k, "id": 1, "value": {"from": "object"}} for k in left]
+        rhs = [{"key": k, "id": 1, "nv": 2} for k in right]
+        t = SMD.resolve("myList")
+    else:
+        lhs, rhs, t = list(left), list(right), SMD.resolve({"l": "@string", "t": "set"})
+    lkeys = merge_module._key_identities(SMD, t, lhs, "")
+    rkeys = merge_module._key_identities(SMD, t, rhs, "")
+    walked = merge_module._merge_list_walk(SMD, copy.deepcopy(lhs), copy.deepcopy(rhs), lkeys, rkeys,
+                                           dict(zip(rkeys, copy.deepcopy(rhs), strict=True)), t.node["l"])
+    assert merge_module._merge_list(SMD, lhs, rhs, t) == walked

@@ -142,3 +142,22 @@ def test_touched_paths_of_an_apply_configuration() -> None:
     assert _touched_paths(PatchType.APPLY_CONFIGURATION, patch) == [
         ["metadata", "labels", "a"], ["metadata", "labels", "b"], ["metadata", "annotations"], ["spec", "containers"]]
     assert _touched_paths(PatchType.APPLY_CONFIGURATION, {}) == []
+
+
+def test_the_last_mutations_paths_are_not_worked_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    # What a mutation changed is only asked by the policy's next mutation: none follows the last one.
+    import webhook.policy.engine.mutate as mutate
+
+    asked = []
+    real = mutate._touched_paths
+
+    def counted(patch_type: Any, result: Any) -> Any:
+        asked.append(result)
+        return real(patch_type, result)
+
+    monkeypatch.setattr(mutate, "_touched_paths", counted)
+    out, fresh = chain(json_patch("[{'op': 'add', 'path': '/metadata/labels/a', 'value': 'x'}]"),
+                       json_patch("[{'op': 'add', 'path': '/metadata/labels/b', 'value': object.metadata.labels.a}]"),
+                       monkeypatch=monkeypatch)
+    assert asked == [[{"op": "add", "path": "/metadata/labels/a", "value": "x"}]]
+    assert out["metadata"]["labels"] == {"app": "web", "a": "x", "b": "x"} and fresh == 1

@@ -14,6 +14,7 @@ API server's structured merge (:mod:`webhook.policy.merge`: list-map keys, sets,
 from __future__ import annotations
 
 import copy
+import functools
 import re
 from collections.abc import Sequence
 from time import perf_counter
@@ -92,7 +93,7 @@ def _mutate(run: Run, current: dict[str, Any], original: dict[str, Any], ctx: Re
                 raise EvaluationError(f"{program.path}: an ApplyConfiguration must evaluate to Object (a map)")
             else:
                 mutated = apply_configuration(mutated, result, kind)
-            if changed is not None:
+            if changed is not None and i + 1 < len(run.policy.mutations):  # only a later mutation asks
                 paths = _touched_paths(patch_type, result)
                 changed = None if paths is None else changed + paths
         except jsonpatch.JsonPatchTestFailed:
@@ -112,15 +113,32 @@ def _mutate(run: Run, current: dict[str, Any], original: dict[str, Any], ctx: Re
     return dict(mutated)
 
 
-def _pointer_segments(pointer: Any) -> list[str] | None:
-    """A JSON pointer's unescaped segments (``[]`` for the root), or None when it is not one."""
-    if not isinstance(pointer, str) or (pointer and not pointer.startswith("/")):
+def _pointer_segments(pointer: Any) -> tuple[str, ...] | None:
+    """A JSON pointer's unescaped segments (``()`` for the root), or None when it is not one.
+
+    A policy's patches name the same few paths request after request (the bench's two labels' pointers,
+    escaped, were parsed four times per request): pointers up to :data:`_CACHED_POINTER_CHARS` long are parsed
+    once (a bounded cache of the pure parse, at most ~256 KB of pointers); a longer one, which may be built
+    from the object's own content, is parsed each time and never kept.
+    """
+    if type(pointer) is not str:
+        return None
+    return _cached_segments(pointer) if len(pointer) <= _CACHED_POINTER_CHARS else _parse_segments(pointer)
+
+
+def _parse_segments(pointer: str) -> tuple[str, ...] | None:
+    if pointer and not pointer.startswith("/"):
         return None
     if "~" not in pointer:
-        return pointer.split("/")[1:]
+        return tuple(pointer.split("/")[1:])
     if _BAD_ESCAPE.search(pointer):
         return None
-    return [p.replace("~1", "/").replace("~0", "~") for p in pointer.split("/")[1:]]
+    return tuple(p.replace("~1", "/").replace("~0", "~") for p in pointer.split("/")[1:])
+
+
+#: The longest pointer :func:`_pointer_segments` keeps parsed, characters; and how many it keeps.
+_CACHED_POINTER_CHARS = 256
+_cached_segments = functools.lru_cache(maxsize=1024)(_parse_segments)
 
 
 def _touched_paths(patch_type: str, result: Any) -> list[list[str]] | None:
@@ -146,7 +164,7 @@ def _touched_paths(patch_type: str, result: Any) -> list[list[str]] | None:
                     return None
                 if segments and (segments[-1] == "-" or segments[-1].isdigit()):
                     segments = segments[:-1]
-                paths.append(segments)
+                paths.append(list(segments))
         return paths
 
     def walk(value: Any, prefix: list[str]) -> None:

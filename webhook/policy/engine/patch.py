@@ -23,6 +23,8 @@ from jsonpointer import escape
 
 from webhook.policy.merge import SCALAR_TYPES
 
+#: A member :func:`_diff` did not find in ``src``.
+_ABSENT: Any = object()
 #: A map replaced by a list or a list by a map.
 _MAP_AND_LIST = frozenset({(dict, list), (list, dict)})
 
@@ -50,15 +52,17 @@ def _diff(src: Any, dst: Any, path: str, ops: list[dict[str, Any]]) -> None:
     if src is dst:
         return
     if type(src) is dict and type(dst) is dict:
-        for key in src:
-            if key not in dst:
-                ops.append({"op": "remove", "path": f"{path}/{escape(key)}"})
+        if not src.keys() <= dst.keys():  # a member removed (one C-level pass when none was)
+            for key in src:
+                if key not in dst:
+                    ops.append({"op": "remove", "path": f"{path}/{escape(key)}"})
         for key, value in dst.items():
-            if key not in src:
+            old = src.get(key, _ABSENT)
+            if old is value:
+                continue  # the same object: a subtree the mutations did not touch, or the same scalar
+            if old is _ABSENT:
                 ops.append({"op": "add", "path": f"{path}/{escape(key)}", "value": value})
-                continue
-            old = src[key]
-            if old is not value:
+            else:
                 _diff(old, value, f"{path}/{escape(key)}", ops)
         return
     if type(src) is list and type(dst) is list and len(src) == len(dst):
