@@ -66,6 +66,11 @@ def bool_value(program: Program, activation: Any, what: str) -> bool:
 
 def json_value(value: Any, path: str) -> Any:
     """A mutation's CEL result as JSON data; durations, timestamps and bytes as Kubernetes encodes them."""
+    cls = value.__class__
+    if cls is str or cls is int or cls is bool or value is None:  # the common leaves, by exact type first
+        return value
+    if cls is dict:
+        return {k if k.__class__ is str else str(k): json_value(v, path) for k, v in value.items()}
     if isinstance(value, dict):
         return {str(k): json_value(v, path) for k, v in value.items()}
     if isinstance(value, list):
