@@ -1,6 +1,8 @@
 """Informer benchmark at scale: sync time against raw fetch+parse, bytes per object, peak RSS.
 
     python bench/informer.py [--objects 10000 50000 100000] [--repeat 2]
+    python bench/informer.py --instructions [--objects 20000]
+
 
 For each size N, the fake API server (tests/fakeapi) runs in a process of its own holding N ConfigMaps
 of ~1 KB (~710 B without managedFields), and each measurement runs in a fresh client process:
@@ -18,6 +20,13 @@ steady RSS once the handler caught up (after a GC), and the transformed JSON byt
 best of ``--repeat`` runs, wall clock and the client thread's CPU time (the fake server runs in its own
 process, and on a shared machine the wall clock of either side moves with the load; the CPU ratio is
 the steadier figure). Each row ends with the 1-minute load average when it was printed.
+``--instructions`` counts instead of timing (``valgrind --tool=callgrind``, deterministic where CPU time on a
+shared machine moves by +-20 % between runs): the raw and list clients run under callgrind against the same
+server, which zeroes its counters when the client calls ``os.getsid`` (the timed window starts) and dumps them at
+each ``os.getpgid`` (the store synced; the handler caught up). Printed per object: raw fetch+parse, the sync
+window and the CPU until the handler caught up, and their ratios to raw. Repeated runs of the same code differ
+by up to 0.3k instructions per object at 20k objects (the handler task's first time slice falls inside or
+outside the sync window); under valgrind a 100k run takes minutes.
 Goals (issue 22), at 100k objects: RSS per cached object <= 2x its transformed JSON size; peak during
 sync <= 1.2x steady (both over the process's RSS before the informer started); sync <= 1.2x raw
 fetch+parse of the same pages, same run.
@@ -83,9 +92,11 @@ async def serve(objects: int) -> None:
 # -- the client processes --------------------------------------------------------------------------------------------
 
 class Sampler:
-    """Peak RSS of this process, sampled every 2 ms in a thread."""
+    """Peak RSS of this process, sampled every 2 ms in a thread (off: only the RSS at the end, for --instructions,
+    whose counts would include the thread's)."""
 
-    def __init__(self) -> None:
+    def __init__(self, on: bool = True) -> None:
+        self._on = on
         self.peak = rss()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -95,16 +106,18 @@ class Sampler:
             self.peak = max(self.peak, rss())
 
     def __enter__(self) -> Sampler:
-        self._thread.start()
+        if self._on:
+            self._thread.start()
         return self
 
     def __exit__(self, *_: object) -> None:
         self._stop.set()
-        self._thread.join()
+        if self._on:
+            self._thread.join()
         self.peak = max(self.peak, rss())
 
 
-async def measure(url: str, mode: str) -> dict[str, Any]:
+async def measure(url: str, mode: str, sample: bool = True) -> dict[str, Any]:
     import orjson
 
     from webhook.informer import ListOptions, ReflectorOptions, ResourceEventHandlerFuncs, SharedInformer
@@ -112,6 +125,9 @@ async def measure(url: str, mode: str) -> dict[str, Any]:
     from webhook.kube.client import api_client_for_url
     from webhook.kube.listwatch import KubeListerWatcher
 
+    if not sample:  # --instructions: valgrind runs ~50x slower, and the handler's time slices are wall-clock
+        from webhook.informer import handlers
+        handlers.HANDLER_TIME_SLICE *= 50  # as many objects per slice as at native speed
     client = api_client_for_url(url)
     lw = KubeListerWatcher(client, group="", version="v1", plural="configmaps")
     # Warm the connection pool and the code paths with one small page.
@@ -119,7 +135,8 @@ async def measure(url: str, mode: str) -> dict[str, Any]:
     gc.collect()
     base = rss()
     out: dict[str, Any] = {"mode": mode}
-    with Sampler() as sampler:
+    with Sampler(sample) as sampler:
+        os.getsid(0)  # a marker for --instructions (callgrind zeroes its counters here)
         started = time.perf_counter()
         cpu = time.thread_time()  # this thread only: the client's own work (not the sampler, not the server)
         if mode == "raw":
@@ -134,6 +151,7 @@ async def measure(url: str, mode: str) -> dict[str, Any]:
                     break
             out["sync_s"] = time.perf_counter() - started
             out["cpu_s"] = time.thread_time() - cpu
+            os.getpgid(0)  # a marker for --instructions (callgrind dumps the window's counts here)
             out["objects"] = count
         else:
             inf = SharedInformer(lw, name="configmaps", compact=mode != "list-dict",
@@ -145,10 +163,12 @@ async def measure(url: str, mode: str) -> dict[str, Any]:
             await inf.wait_for_sync()
             out["sync_s"] = time.perf_counter() - started
             out["cpu_s"] = time.thread_time() - cpu
+            os.getpgid(0)  # --instructions: the sync window's counts
             while not inf.handlers_idle():
                 await asyncio.sleep(0.01)
             out["delivered_s"] = time.perf_counter() - started
             out["cpu_delivered_s"] = time.thread_time() - cpu
+            os.getpgid(0)  # --instructions: the counts until the handler caught up
             out["objects"] = len(inf.indexer)
             out["used_watch_list"] = inf.reflector.used_watch_list
     out["peak_rss"] = sampler.peak - base
@@ -189,6 +209,53 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown"
+
+
+def count_instructions(url: str, mode: str, scratch: Path) -> list[int]:
+    """Instructions of ``mode``'s client between its markers: [sync window, sync to caught up] (raw: one)."""
+    out = scratch / f"callgrind.{mode}"
+    proc = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--zero-before=getsid",
+                           "--dump-before=getpgid", "--dump-instr=no", "--compress-strings=no",
+                           sys.executable, __file__, "--client", url, mode, "--no-sampler"],
+                          capture_output=True, text=True, timeout=3600)
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr[-2000:])
+    counts = []
+    for part in range(1, 3):
+        path = Path(f"{out}.{part}")
+        if not path.exists():
+            break
+        for line in path.read_text().splitlines():
+            if line.startswith("summary:"):
+                counts.append(int(line.split()[1]))
+                break
+        path.unlink()
+    Path(out).unlink(missing_ok=True)
+    return counts
+
+
+def main_instructions(sizes: list[int]) -> int:
+    import tempfile
+
+    print(f"machine: {cpu_model()}, {platform.python_implementation()} {platform.python_version()};"
+          " instructions per object under callgrind")
+    print("| objects | raw fetch+parse | list: sync | ratio | list: until the handler caught up | ratio |")
+    print("|---|--:|--:|--:|--:|--:|")
+    for n in sizes:
+        server = subprocess.Popen([sys.executable, __file__, "--serve", str(n)], stdout=subprocess.PIPE, text=True)
+        try:
+            assert server.stdout is not None
+            url = f"http://127.0.0.1:{int(server.stdout.readline())}"
+            with tempfile.TemporaryDirectory() as scratch:
+                raw = count_instructions(url, "raw", Path(scratch))[0] / n
+                sync, caught_up = count_instructions(url, "list", Path(scratch))
+            sync_k, delivered_k = sync / n, (sync + caught_up) / n
+            print(f"| {n:,} | {raw / 1000:.2f}k | {sync_k / 1000:.2f}k | {sync_k / raw:.3f}x |"
+                  f" {delivered_k / 1000:.2f}k | {delivered_k / raw:.3f}x |", flush=True)
+        finally:
+            server.terminate()
+            server.wait()
+    return 0
 
 
 def main(sizes: list[int], repeat: int) -> int:
@@ -239,10 +306,14 @@ if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[1] == "--serve":
         asyncio.run(serve(int(sys.argv[2])))
     elif len(sys.argv) > 3 and sys.argv[1] == "--client":
-        print(json.dumps(asyncio.run(measure(sys.argv[2], sys.argv[3]))))
+        print(json.dumps(asyncio.run(measure(sys.argv[2], sys.argv[3], sample="--no-sampler" not in sys.argv))))
     else:
         p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
         p.add_argument("--objects", type=int, nargs="+", default=[10_000, 50_000, 100_000])
         p.add_argument("--repeat", type=int, default=3)
+        p.add_argument("--instructions", action="store_true",
+                       help="count instructions under callgrind (raw and list clients) instead of timing")
         a = p.parse_args()
+        if a.instructions:
+            sys.exit(main_instructions(a.objects if "--objects" in sys.argv else [20_000]))
         sys.exit(main(a.objects, a.repeat))

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+import orjson
+
 from webhook.aio import cancel_and_wait, yield_to_loop
 from webhook.informer.store import DeletedFinalStateUnknown, Stored, decode
 from webhook.informer.types import KubeObject
@@ -266,6 +268,45 @@ class HandlerRegistration:
         finally:
             self._busy = False
 
+    async def _initial_adds_on_loop(self, fn: Callable[..., Any], initial: list[Stored], slice_started: float) -> None:
+        """Initial adds to a synchronous ``add`` on the loop, in order, until the time slice is spent.
+
+        The same calls, counts and logs as :meth:`_deliver` of one ``AddNotification(obj, True)`` at a time, for
+        about a third less CPU per add, its decode included (callgrind, 20k stored ConfigMaps to a cheap handler:
+        28.4k -> 19.5k instructions; see docs/performance.md): no notification object, no coroutine and no
+        decode() call per add, and the clock
+        read that ends a call's timing also decides whether the slice is spent. Returns after at least one add;
+        the caller yields the loop when the slice is spent. A call that returns an awaitable is awaited, as
+        :meth:`_call` does.
+        """
+        clock, loads = time.perf_counter, orjson.loads
+        end = len(initial)
+        pos = self._initial_pos
+        while pos < end:
+            try:
+                stored = initial[pos]
+                obj = loads(stored) if type(stored) is bytes else stored  # decode(), inlined
+                started = clock()
+                result = fn(obj, True)
+                now = clock()
+                if now - started > SYNC_CALL_BUDGET:
+                    # Start-up work (the first list, before the caches count as synced): not a stall of traffic.
+                    self.slow_calls += 1
+                    log.debug("%s: an initial add held the event loop %.0f ms", self.name, (now - started) * 1000)
+                if result is not None and inspect.isawaitable(result):
+                    await result
+                    now = clock()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                self.failures += 1
+                log.exception("%s: event handler failed on %s", self.name, AddNotification.__name__)
+                now = clock()
+            pos += 1
+            self._initial_pos = pos
+            if now - slice_started > HANDLER_TIME_SLICE:
+                return
+
     async def _run(self) -> None:
         # time.perf_counter, not loop.time(): uvloop's clock is cached per loop iteration and would not advance.
         clock = time.perf_counter
@@ -279,9 +320,13 @@ class HandlerRegistration:
                 slice_started = clock()
             initial = self._initial
             if initial is not None and self._initial_pos < len(initial):
-                stored = initial[self._initial_pos]
-                await self._deliver(AddNotification(stored, True))
-                self._initial_pos += 1
+                fn, is_async = self._calls[AddNotification]
+                if fn is not None and not is_async and self.sync_calls == "loop":
+                    await self._initial_adds_on_loop(fn, initial, slice_started)
+                else:
+                    stored = initial[self._initial_pos]
+                    await self._deliver(AddNotification(stored, True))
+                    self._initial_pos += 1
                 if self._initial_pos >= len(initial):
                     self._initial = []  # delivered: drop the references
                     self._initial_pos = 0

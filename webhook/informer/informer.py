@@ -286,9 +286,10 @@ class SharedInformer:
         if not self._initial_list_done:
             self._initial_list_done = True
             snapshot = list(buffer.items.values())
+            # Synced first: whoever waits for the sync resumes before the handlers' first time slice of initial adds.
+            self._synced.set()
             for reg in self._handlers:
                 reg.set_initial(snapshot)
-            self._synced.set()
             return
         syncing = list(self._syncing)
         handlers = tuple(self._handlers)  # one set of handlers for the whole relist

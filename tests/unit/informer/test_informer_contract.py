@@ -118,6 +118,34 @@ async def test_queue_depth_counts_initial_adds_not_yet_delivered() -> None:
     await inf.stop()
 
 
+async def test_whoever_waits_for_the_sync_resumes_before_the_first_initial_add() -> None:
+    # The handlers' initial adds are their own work, after the sync: wait_for_sync() does not wait for a time slice
+    # of them (the bench's sync window included the first 2 ms slice of a handler woken first).
+    lw = ScriptedListerWatcher()
+    lw.lists = [ListResult([cm("a", "1"), cm("b", "2")], "10")]
+    heard: list[str] = []
+    inf = informer(lw)
+    reg = inf.add_event_handler(ResourceEventHandlerFuncs(add=lambda o, _i: heard.append(o["metadata"]["name"])),
+                                sync_calls="loop")
+    await inf.start()
+    await inf.wait_for_sync()
+    assert heard == [] and reg.queue_depth() == 2
+    await handlers_caught_up(inf)
+    assert heard == ["a", "b"]
+    await inf.stop()
+
+
+async def test_a_loop_handlers_initial_add_counts_itself_as_undelivered_while_it_runs() -> None:
+    lw = ScriptedListerWatcher()
+    lw.lists = [ListResult([cm(f"n{i}", str(i)) for i in range(4)], "10")]
+    depths: list[int] = []
+    inf = SharedInformer(lw, name="cm", compact=True, reflector_options=ReflectorOptions(short_watch=0.0))
+    reg = inf.add_event_handler(ResourceEventHandlerFuncs(add=lambda o, i: depths.append(reg.queue_depth())),
+                                sync_calls="loop")
+    await run(inf, lw)
+    assert depths == [4, 3, 2, 1] and reg.has_synced() and reg.queue_depth() == 0
+
+
 async def test_slow_calls_count_only_slow_calls_on_the_loop() -> None:
     import time
 
