@@ -6,6 +6,7 @@ Names follow Prometheus conventions (``_total`` counters, ``_seconds`` units).
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Protocol
 
@@ -189,46 +190,49 @@ class PolicyDurationCollector(Collector):
     """
 
     def __init__(self) -> None:
-        # (policy, endpoint) → [bucket counts..., +Inf count], and its sum of seconds
-        self._buckets: dict[tuple[str, str], list[int]] = {}
-        self._sums: dict[tuple[str, str], float] = {}
+        # (policy, endpoint) → [bucket counts..., +Inf count, sum of seconds]: one lookup per policy and review
+        self._series: dict[tuple[str, str], list[float]] = {}
         self._policies: set[str] = set()
 
     def record(self, endpoint: str, durations: Iterable[tuple[str, float]]) -> None:
-        """Count one review's ``(policy label, seconds)`` pairs on ``endpoint`` (``validate`` or ``mutate``)."""
-        buckets, sums, policies = self._buckets, self._sums, self._policies
+        """Count one review's ``(policy label, seconds)`` pairs on ``endpoint`` (``validate`` or ``mutate``).
+
+        ``seconds`` go in the first bucket whose bound is at least ``seconds`` (``bisect_left``: a bucket's
+        bound is inclusive, as Prometheus' ``le``), else ``+Inf``; they are never NaN (a clock difference).
+        """
+        series = self._series
         for label, seconds in durations:
-            policy = label
-            if label not in policies:
-                if len(policies) >= MAX_POLICY_SERIES:
-                    policy = OTHER_POLICY
-                else:
-                    policies.add(label)
-            key = (policy, endpoint)
-            counts = buckets.get(key)
-            if counts is None:
-                counts = buckets[key] = [0] * (len(POLICY_DURATION_BUCKETS) + 1)
-                sums[key] = 0.0
-            i = 0
-            for bound in POLICY_DURATION_BUCKETS:
-                if seconds <= bound:
-                    break
-                i += 1
-            counts[i] += 1
-            sums[key] += seconds
+            entry = series.get((label, endpoint))
+            if entry is None:
+                entry = self._series_of(label, endpoint)
+            entry[bisect_left(POLICY_DURATION_BUCKETS, seconds)] += 1
+            entry[-1] += seconds
+
+    def _series_of(self, label: str, endpoint: str) -> list[float]:
+        policy = label
+        if label not in self._policies:
+            if len(self._policies) >= MAX_POLICY_SERIES:
+                policy = OTHER_POLICY  # not remembered under its own label: the dict stays bounded
+            else:
+                self._policies.add(label)
+        entry = self._series.get((policy, endpoint))
+        if entry is None:
+            entry = self._series[(policy, endpoint)] = [0] * (len(POLICY_DURATION_BUCKETS) + 1) + [0.0]
+        return entry
 
     def collect(self) -> Iterator[Metric]:
         """Yield the histogram family (cumulative buckets, as the exposition format wants)."""
-        buckets, sums = {k: list(v) for k, v in self._buckets.items()}, dict(self._sums)
+        series = {k: list(v) for k, v in self._series.items()}
         family = HistogramMetricFamily("tollgate_policy_evaluation_duration_seconds",
                                        "Seconds one policy took to evaluate on one review",
                                        labels=["policy", "endpoint"])
-        for key, counts in buckets.items():
-            running, cumulative = 0, []
-            for bound, count in zip((*map(str, POLICY_DURATION_BUCKETS), "+Inf"), counts, strict=True):
+        for key, entry in series.items():
+            running: float = 0
+            cumulative = []
+            for bound, count in zip((*map(str, POLICY_DURATION_BUCKETS), "+Inf"), entry[:-1], strict=True):
                 running += count
                 cumulative.append((bound, running))
-            family.add_metric(list(key), cumulative, sums[key])
+            family.add_metric(list(key), cumulative, entry[-1])
         yield family
 
 
