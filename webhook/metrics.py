@@ -316,6 +316,8 @@ class PolicyDurationCollector(Collector):
     def __init__(self) -> None:
         # (policy, endpoint) → [bucket counts..., +Inf count, sum of seconds]: one lookup per policy and review
         self._series: dict[tuple[str, str], list[float]] = {}
+        # endpoint → policy label → its entry in _series (no key tuple built per policy and review)
+        self._by_endpoint: dict[str, dict[str, list[float]]] = {}
         self._policies: set[str] = set()
 
     def record(self, endpoint: str, durations: Iterable[tuple[str, float]]) -> None:
@@ -324,12 +326,17 @@ class PolicyDurationCollector(Collector):
         ``seconds`` go in the first bucket whose bound is at least ``seconds`` (``bisect_left``: a bucket's
         bound is inclusive, as Prometheus' ``le``), else ``+Inf``; they are never NaN (a clock difference).
         """
-        series = self._series
+        series = self._by_endpoint.get(endpoint)
+        if series is None:
+            series = self._by_endpoint[endpoint] = {}
+        buckets = POLICY_DURATION_BUCKETS
         for label, seconds in durations:
-            entry = series.get((label, endpoint))
+            entry = series.get(label)
             if entry is None:
                 entry = self._series_of(label, endpoint)
-            entry[bisect_left(POLICY_DURATION_BUCKETS, seconds)] += 1
+                if label in self._policies:  # an overflow label is not remembered: the dict stays bounded
+                    series[label] = entry
+            entry[bisect_left(buckets, seconds)] += 1
             entry[-1] += seconds
 
     def _series_of(self, label: str, endpoint: str) -> list[float]:
