@@ -369,10 +369,12 @@ class AdmissionServer:
                                                "on /validate and /mutate")
         if self.ready is not None and not self.ready():
             return self._reject(endpoint, 503, "tollgate is not ready: policy caches have not synced")
-        if request.content_type != "application/json":
+        headers = request.headers
+        # The API server's exact header needs no parsing; anything else (parameters, case) is parsed as before.
+        if headers.get("Content-Type") != "application/json" and request.content_type != "application/json":
             return self._reject(endpoint, 415, f"Content-Type must be application/json, got {request.content_type!r}")
-        encoding = request.headers.get("Content-Encoding", "").strip().lower()
-        if encoding not in ACCEPTED_ENCODINGS:
+        encoding = headers.get("Content-Encoding")
+        if encoding is not None and (encoding := encoding.strip().lower()) not in ACCEPTED_ENCODINGS:
             return self._reject(endpoint, 415, f"Content-Encoding {encoding!r} is not supported (gzip, deflate)"[:200])
         if request.content_length is not None and request.content_length > self.max_request_bytes:
             return self._reject(endpoint, 413, f"body exceeds {self.max_request_bytes} bytes")
