@@ -71,6 +71,12 @@ class ReviewError(ValueError):
         self.reason = reason
 
 
+#: Optional ``request`` fields Tollgate reads, and the JSON type each must have when present (not null).
+_OPTIONAL_FIELDS: tuple[tuple[str, type], ...] = (
+    ("namespace", str), ("name", str), ("subResource", str), ("userInfo", dict), ("object", dict),
+    ("oldObject", dict), ("dryRun", bool))
+
+
 def _check_type(value: Any, types: type | tuple[type, ...], path: str, *, optional: bool = True) -> None:
     if value is None and optional:
         return
@@ -115,18 +121,16 @@ def parse_review(body: bytes) -> tuple[str, AdmissionRequest]:
     operation = request.get("operation")
     if not isinstance(operation, str) or operation not in OPERATIONS:
         raise ReviewError(400, "request.operation must be CREATE, UPDATE, DELETE or CONNECT")
+    get = request.get
     for field in ("kind", "resource"):
-        value = request.get(field)
-        if not isinstance(value, dict) or not all(isinstance(value.get(k, ""), str) for k in value):
+        value = get(field)
+        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
             raise ReviewError(400, f"request.{field} is missing or has the wrong type")
-    _check_type(request.get("namespace"), str, "request.namespace")
-    _check_type(request.get("name"), str, "request.name")
-    _check_type(request.get("subResource"), str, "request.subResource")
-    _check_type(request.get("userInfo"), dict, "request.userInfo")
-    _check_type(request.get("object"), dict, "request.object")
-    _check_type(request.get("oldObject"), dict, "request.oldObject")
-    _check_type(request.get("dryRun"), bool, "request.dryRun")
-    user = request.get("userInfo") or {}
+    for field, types in _OPTIONAL_FIELDS:  # inline: one function call per field was a tenth of the checks
+        value = get(field)
+        if value is not None and not isinstance(value, types):
+            raise ReviewError(400, f"request.{field} has the wrong type")
+    user = get("userInfo") or {}
     _check_type(user.get("username"), str, "request.userInfo.username")
     groups = user.get("groups")
     if groups is not None and (not isinstance(groups, list) or not all(isinstance(g, str) for g in groups)):

@@ -179,6 +179,10 @@ class GuardedRequestHandler(RequestHandler):
         super().__init__(manager, loop=loop, **kwargs)
         self._guard = guard
         self._head_timer: asyncio.TimerHandle | None = None
+        # When the head being awaited must have arrived (loop time); None while no head's clock runs. The
+        # timer is not cancelled when a head arrives in time: it finds no deadline (or a later one, and
+        # waits for that), so a kept-alive connection arms one timer per header_timeout, not per request.
+        self._head_deadline: float | None = None
         self._awaiting_head = True
         self._body: Any = None  # the request body's StreamReader, once a head has arrived
         self._quiet = False
@@ -193,14 +197,14 @@ class GuardedRequestHandler(RequestHandler):
 
     def data_received(self, data: bytes) -> None:
         """Start the head's clock on its first byte; stop it once aiohttp has parsed the head."""
-        if data and self._awaiting_head and self._head_timer is None:
+        if data and self._awaiting_head and self._head_deadline is None:
             self._arm()
         heads = self._request_count
         super().data_received(data)
         if self._request_count != heads:
             self._awaiting_head = False
             self._body = self._messages[-1][1] if self._messages else None
-            self._disarm()
+            self._head_deadline = None  # its timer, if pending, finds no deadline when it fires
             self._guard.busy(self)
 
     def reading_body(self) -> bool:
@@ -237,16 +241,27 @@ class GuardedRequestHandler(RequestHandler):
             super().log_exception(*args, **kw)
 
     def _arm(self) -> None:
-        self._disarm()
-        self._head_timer = self._loop.call_later(self._guard.limits.header_timeout, self._head_timed_out)
+        """Start the head's clock: a timer at its deadline unless one is pending (it fires no later)."""
+        deadline = self._head_deadline = self._loop.time() + self._guard.limits.header_timeout
+        if self._head_timer is None:
+            self._head_timer = self._loop.call_at(deadline, self._head_timed_out)
 
     def _disarm(self) -> None:
+        self._head_deadline = None
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
 
     def _head_timed_out(self) -> None:
         self._head_timer = None
+        deadline = self._head_deadline
+        if deadline is None:  # the head it was armed for arrived in time, and no later one has started
+            return
+        if deadline - self._loop.time() > 0.001:  # armed for an earlier head: this head's deadline is later
+            # (a loop may run a timer up to its clock resolution early: within 1 ms is the deadline)
+            self._head_timer = self._loop.call_at(deadline, self._head_timed_out)
+            return
+        self._head_deadline = None
         if self._awaiting_head and not self._request_in_progress and not self._messages and self.transport is not None:
             self._guard.cut(self, "header_timeout")
 

@@ -126,6 +126,15 @@ async def test_wrong_content_types_get_415(served: Served, endpoint: str, conten
     assert status == 415 and "Content-Type" in reply["message"]
 
 
+@pytest.mark.parametrize("content_type", ["application/json", "application/json; charset=utf-8", "Application/JSON"])
+async def test_json_content_types_with_parameters_or_capitals_are_accepted(served: Served, content_type: str) -> None:
+    await start(served)
+    body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                       "request": pod_create("ct")}).encode()
+    status, reply = await served.post("/validate", body, headers={"Content-Type": content_type})
+    assert status == 200 and reply["response"]["uid"] == "uid-ct"
+
+
 async def test_large_valid_review_is_read_whole(served: Served) -> None:
     """A 900 KiB review arrives in many TLS records; it must be decided, not cut short into "malformed JSON"."""
     await start(served, PRIVILEGED_POLICY)

@@ -112,6 +112,24 @@ async def test_a_head_sent_byte_by_byte_is_cut_at_its_deadline_not_renewed_by_ea
         assert served.counted('tollgate_http_connections_closed_total{reason="header_timeout"}') == 1
 
 
+async def test_a_later_head_on_a_kept_alive_connection_is_cut_at_its_own_deadline(tmp_path: Path) -> None:
+    # The first head's timer is still pending when the second head starts (it is not cancelled when a head
+    # arrives in time); when it fires it must wait for the second head's deadline, then cut.
+    async with listening(tmp_path, header_timeout=0.5, idle_timeout=3600) as served:
+        reader, writer = await served.partial(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        async with asyncio.timeout(30):  # hang guard only
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length:")))
+            await reader.readexactly(length)
+        assert head.startswith(b"HTTP/1.1 200")
+        writer.write(PARTIAL_HEAD)
+        await writer.drain()
+        assert await closed_by_server(reader)
+        writer.close()
+        assert served.counted('tollgate_http_connections_closed_total{reason="header_timeout"}') == 1
+
+
 @pytest.mark.parametrize("sent", [PARTIAL_HEAD, SLOW_BODY], ids=["partial-heads", "slow-bodies"])
 async def test_reviews_and_probes_are_answered_while_more_partial_requests_are_open_than_the_cap(
         tmp_path: Path, caplog: pytest.LogCaptureFixture, sent: bytes) -> None:

@@ -89,6 +89,17 @@ def test_buckets_are_cumulative_and_end_with_the_count() -> None:
         len(POLICY_DURATION_BUCKETS) + 1)
 
 
+def test_a_duration_on_a_bucket_bound_counts_in_that_bucket() -> None:
+    # Prometheus' le is inclusive: 0.001 s is "le=0.001", not only "le=0.0025".
+    collector = PolicyDurationCollector()
+    collector.record("mutate", [("a", 0.001), ("a", 0.0)])
+    registry = CollectorRegistry()
+    registry.register(collector)
+    labels = {"policy": "a", "endpoint": "mutate"}
+    assert registry.get_sample_value(f"{NAME}_bucket", {**labels, "le": "0.0005"}) == 1
+    assert registry.get_sample_value(f"{NAME}_bucket", {**labels, "le": "0.001"}) == 2
+
+
 def test_policies_past_the_series_cap_share_one_series(monkeypatch: Any) -> None:
     monkeypatch.setattr(metrics_module, "MAX_POLICY_SERIES", 3)
     collector = PolicyDurationCollector()
