@@ -13,9 +13,6 @@ from typing import Protocol
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
-from prometheus_client.utils import floatToGoString
-
-_go_float: Callable[[float], str] = floatToGoString  # a bound as prometheus-client writes it (untyped there)
 
 
 class Metrics:
@@ -24,15 +21,12 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        # Counted on every review: plain-number collectors (no lock, no label validation per call).
-        self.requests = LockFreeCounter("tollgate_admission_requests_total", "AdmissionReviews answered",
-                                        ["endpoint", "decision"])
-        r.register(self.requests)
-        self.latency = LockFreeHistogram("tollgate_admission_duration_seconds", "Time to answer an AdmissionReview",
-                                         ["endpoint", "decision"],
-                                         buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 2.5,
-                                                  5.0, 10.0))
-        r.register(self.latency)
+        self.requests = Counter("tollgate_admission_requests_total", "AdmissionReviews answered",
+                                ["endpoint", "decision"], registry=r)
+        self.latency = Histogram("tollgate_admission_duration_seconds", "Time to answer an AdmissionReview",
+                                 ["endpoint", "decision"], registry=r,
+                                 buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 2.5, 5.0,
+                                          10.0))
         self.events = Counter("tollgate_events_total",
                               "Kubernetes Events for denials and warnings by outcome (created, patched, throttled, "
                               "dropped: queue full, failed)", ["outcome"], registry=r)
@@ -103,124 +97,6 @@ class Metrics:
         self.status = StatusMetrics(r)
         self.webhook_configs = WebhookConfigMetrics(r)
         self.managed_certs = ManagedCertMetrics(r)
-
-
-class _CounterChild:
-    __slots__ = ("created", "value")
-
-    def __init__(self, created: float) -> None:
-        self.value = 0.0
-        self.created = created
-
-    def inc(self, amount: float = 1.0) -> None:
-        """Add ``amount`` (not negative)."""
-        self.value += amount
-
-
-class LockFreeCounter(Collector):
-    """A labelled counter whose ``labels(...).inc()`` only adds to a float: for the event loop's request path.
-
-    The exposition is prometheus-client ``Counter``'s (``<name>_total`` and ``<name>_created`` per label
-    set). ``Counter.inc`` takes a lock on every call; this does not, so write from one thread (the event
-    loop). A scrape from another thread reads each child's float, an atomic step under the GIL.
-
-    Args:
-        name: the metric name, with or without ``_total``.
-        documentation: its help text.
-        labelnames: its label names.
-        clock: Unix time of a label set's first use (its ``_created`` sample).
-    """
-
-    def __init__(self, name: str, documentation: str, labelnames: list[str],
-                 clock: Callable[[], float] = time.time) -> None:
-        self._name = name.removesuffix("_total")
-        self._documentation = documentation
-        self._labelnames = labelnames
-        self._clock = clock
-        self._children: dict[tuple[str, ...], _CounterChild] = {}
-
-    def labels(self, *values: str) -> _CounterChild:
-        """The child of one label set (created on first use); ``inc()`` it."""
-        child = self._children.get(values)
-        if child is None:
-            if len(values) != len(self._labelnames):
-                raise ValueError(f"{self._name}: expected labels {self._labelnames}, got {values}")
-            child = self._children[values] = _CounterChild(self._clock())
-        return child
-
-    def collect(self) -> Iterator[Metric]:
-        """Yield the counter family."""
-        family = CounterMetricFamily(self._name, self._documentation, labels=self._labelnames)
-        for values, child in list(self._children.items()):
-            family.add_metric([str(v) for v in values], child.value, created=child.created)
-        yield family
-
-
-class _HistogramChild:
-    __slots__ = ("bounds", "counts", "created", "sum")
-
-    def __init__(self, bounds: tuple[float, ...], created: float) -> None:
-        self.bounds = bounds
-        self.counts = [0] * (len(bounds) + 1)
-        self.sum = 0.0
-        self.created = created
-
-    def observe(self, amount: float) -> None:
-        """Count ``amount`` in the first bucket whose bound is at least it (``le`` is inclusive), else +Inf."""
-        self.counts[bisect_left(self.bounds, amount)] += 1
-        self.sum += amount
-
-
-class LockFreeHistogram(Collector):
-    """A labelled histogram whose ``labels(...).observe()`` only bumps list entries: for the request path.
-
-    The exposition is prometheus-client ``Histogram``'s (``_bucket`` per ``le`` with ``+Inf``, ``_count``,
-    ``_sum``, ``_created``). ``Histogram.observe`` takes a lock and walks its buckets in Python; this
-    bisects, without a lock: write from one thread (the event loop); a scrape from another thread copies.
-
-    Args:
-        name: the metric name.
-        documentation: its help text.
-        labelnames: its label names.
-        buckets: the finite upper bounds, ascending (``+Inf`` is added).
-        clock: Unix time of a label set's first use (its ``_created`` sample).
-    """
-
-    def __init__(self, name: str, documentation: str, labelnames: list[str], buckets: tuple[float, ...],
-                 clock: Callable[[], float] = time.time) -> None:
-        self._name = name
-        self._documentation = documentation
-        self._labelnames = labelnames
-        self._buckets = tuple(float(b) for b in buckets)
-        self._le = [_go_float(b) for b in self._buckets] + ["+Inf"]  # prometheus-client's le strings
-        self._clock = clock
-        self._children: dict[tuple[str, ...], _HistogramChild] = {}
-
-    def labels(self, *values: str) -> _HistogramChild:
-        """The child of one label set (created on first use); ``observe(seconds)`` it."""
-        child = self._children.get(values)
-        if child is None:
-            if len(values) != len(self._labelnames):
-                raise ValueError(f"{self._name}: expected labels {self._labelnames}, got {values}")
-            child = self._children[values] = _HistogramChild(self._buckets, self._clock())
-        return child
-
-    def collect(self) -> Iterator[Metric]:
-        """Yield the histogram family (cumulative buckets) and its ``_created`` samples."""
-        family = HistogramMetricFamily(self._name, self._documentation, labels=self._labelnames)
-        created = GaugeMetricFamily(f"{self._name}_created", self._documentation, labels=self._labelnames)
-        for values, child in list(self._children.items()):
-            counts, total = list(child.counts), child.sum
-            running: float = 0
-            cumulative = []
-            for le, count in zip(self._le, counts, strict=True):
-                running += count
-                cumulative.append((le, running))
-            labels = [str(v) for v in values]
-            family.add_metric(labels, cumulative, total)
-            created.add_metric(labels, child.created)
-        yield family
-        yield created
 
 
 class CountedResult(Protocol):

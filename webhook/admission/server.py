@@ -221,6 +221,7 @@ class AdmissionServer:
         self.ready = ready
         self.require_client_certificate = require_client_certificate
         self._clock = clock
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         # The last TLS context seen and whether it requests client certificates: a context's verify_mode is
         # set before it serves (a certificate reload builds a new context), and reading it costs an enum
         # conversion per request.
@@ -230,6 +231,15 @@ class AdmissionServer:
         self._in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        # prometheus-client's labels() takes a lock and validates on every call; the request path
+        # resolves each label set once.
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
     def routes(self) -> list[web.RouteDef]:
         """The two admission routes."""
@@ -431,8 +441,8 @@ class AdmissionServer:
         if self.events is not None and (decision.decision is not Decision.ALLOWED or "warnings" in decision.response):
             self.events.record(admission_request, decision.results)  # a bounded queue: never waits
         elapsed = self._clock() - started
-        self.metrics.requests.labels(endpoint, decision.decision).inc()  # lock-free: one dict lookup each
-        self.metrics.latency.labels(endpoint, decision.decision).observe(elapsed)
+        self._child(self.metrics.requests, endpoint, decision.decision).inc()
+        self._child(self.metrics.latency, endpoint, decision.decision).observe(elapsed)
         if decision.decision is not Decision.ALLOWED or log.isEnabledFor(logging.DEBUG):
             log.info("admission decision", extra={
                 "uid": uid, "endpoint": endpoint, "decision": decision.decision,
