@@ -16,8 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-import orjson
-
 from webhook.aio import cancel_and_wait, yield_to_loop
 from webhook.informer.store import DeletedFinalStateUnknown, Stored, decode
 from webhook.informer.types import KubeObject
@@ -273,19 +271,17 @@ class HandlerRegistration:
 
         The same calls, counts and logs as :meth:`_deliver` of one ``AddNotification(obj, True)`` at a time, for
         about a third less CPU per add, its decode included (callgrind, 20k stored ConfigMaps to a cheap handler:
-        28.4k -> 19.5k instructions; see docs/performance.md): no notification object, no coroutine and no
-        decode() call per add, and the clock
-        read that ends a call's timing also decides whether the slice is spent. Returns after at least one add;
-        the caller yields the loop when the slice is spent. A call that returns an awaitable is awaited, as
-        :meth:`_call` does.
+        28.4k -> 19.5k instructions; see docs/performance.md): no notification object and no coroutine per add,
+        and the clock read that ends a call's timing also decides whether the slice is spent. Returns after at
+        least one add; the caller yields the loop when the slice is spent. A call that returns an awaitable is
+        awaited, as :meth:`_call` does.
         """
-        clock, loads = time.perf_counter, orjson.loads
+        clock = time.perf_counter
         end = len(initial)
         pos = self._initial_pos
         while pos < end:
             try:
-                stored = initial[pos]
-                obj = loads(stored) if type(stored) is bytes else stored  # decode(), inlined
+                obj = decode(initial[pos])
                 started = clock()
                 result = fn(obj, True)
                 now = clock()
