@@ -171,7 +171,11 @@ def peer_certificate(request: web.BaseRequest) -> dict[str, Any] | None:
 
 def asks_for_client_certificate(request: web.BaseRequest) -> bool:
     """Whether the connection's TLS context requests client certificates (``--client-ca``)."""
-    context = tls_context(request)
+    return context_asks_for_client_certificate(tls_context(request))
+
+
+def context_asks_for_client_certificate(context: ssl.SSLContext | None) -> bool:
+    """Whether ``context`` requests client certificates; False for None (plain HTTP)."""
     return context is not None and context.verify_mode != ssl.CERT_NONE
 
 
@@ -367,13 +371,9 @@ class AdmissionServer:
         require = self.require_client_certificate
         if require is None:
             context = tls_context(request)
-            if context is None:
-                require = False
-            elif context is self._asks_context:
-                require = self._asks
-            else:
-                require = self._asks = context.verify_mode != ssl.CERT_NONE
-                self._asks_context = context
+            if context is not self._asks_context:
+                self._asks_context, self._asks = context, context_asks_for_client_certificate(context)
+            require = self._asks
         if require and peer_certificate(request) is None:
             return self._reject(endpoint, 401, "a client certificate signed by the --client-ca is required "
                                                "on /validate and /mutate")
