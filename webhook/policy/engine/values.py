@@ -69,10 +69,8 @@ def json_value(value: Any, path: str) -> Any:
     cls = value.__class__
     if cls is str or cls is int or cls is bool or value is None:  # the common leaves, by exact type first
         return value
-    if cls is dict:
+    if cls is dict or isinstance(value, dict):
         return {k if k.__class__ is str else str(k): json_value(v, path) for k, v in value.items()}
-    if isinstance(value, dict):
-        return {str(k): json_value(v, path) for k, v in value.items()}
     if isinstance(value, list):
         return [json_value(v, path) for v in value]
     if isinstance(value, bool | int | str) or value is None:
