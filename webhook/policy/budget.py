@@ -147,15 +147,10 @@ def cached_size(objects: Iterable[Any]) -> InputSize:
     Returns:
         What :func:`measure` gives for ``objects``.
     """
-    total, largest, longest = 0, 1, 1
+    size = InputSize()
     for obj in objects:
-        size = _measured_once(_Same(obj)) if obj.__class__ is dict else measure((obj,))
-        total += size.bytes
-        if size.largest_collection > largest:
-            largest = size.largest_collection
-        if size.longest_string > longest:
-            longest = size.longest_string
-    return InputSize(total, largest, longest)
+        size = _plus(size, _measured_once(_Same(obj)) if obj.__class__ is dict else measure((obj,)))
+    return size
 
 
 #: Most :func:`measure` bytes a view adds beyond its part of the body: the keys and literals of the Pod that
