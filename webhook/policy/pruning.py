@@ -109,12 +109,8 @@ class _Source:
         out.append("    if isinstance(value, list):")
         if element is None:
             out.append("        return value")
-        elif element == _EMPTY:
-            # _empty's list, with its elements' common case (a map becomes {}) written out.
-            out.append("        return [v if v.__class__ is not dict and v.__class__ is not list else {} "
-                       "if v.__class__ is dict else _empty(v) for v in value]")
-        else:
-            out.append(f"        return [{element}(v) for v in value]")
+        else:  # emptied elements are _empty's list, its elements' common case (a map becomes {}) written out
+            out.append(f"        return [{_kept(element)} for v in value]")
         out.append("    return value  # a scalar, or a type the tree did not expect: kept as it is")
         self.lines.extend(out)
         return name
