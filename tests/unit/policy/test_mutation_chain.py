@@ -24,19 +24,26 @@ def apply_configuration(expression: str) -> dict[str, Any]:
     return {"patchType": "ApplyConfiguration", "applyConfiguration": {"expression": expression}}
 
 
+def recording(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> list[Any]:
+    """Wrap ``owner.<name>`` (a function, or a method of a class) so that each call's last argument is appended to
+    the list returned; the calls go on to the real one."""
+    seen: list[Any] = []
+    real = getattr(owner, name)
+
+    def recorded(*args: Any) -> Any:
+        seen.append(args[-1])
+        return real(*args)
+
+    monkeypatch.setattr(owner, name, recorded)
+    return seen
+
+
 def chain(*mutations: dict[str, Any], obj: dict[str, Any] | None = None,
           monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, Any], int]:
     """(the object the policy's mutations leave, how many fresh activations they took)."""
     compiled = compile_policy(policy(failurePolicy="Fail", mutations=list(mutations))).policy
     assert compiled is not None
-    fresh = []
-    real = RequestContext.activation_for
-
-    def counted(self: RequestContext, mutated: Any) -> Any:
-        fresh.append(mutated)
-        return real(self, mutated)
-
-    monkeypatch.setattr(RequestContext, "activation_for", counted)
+    fresh = recording(monkeypatch, RequestContext, "activation_for")
     original = obj or pod(labels={"app": "web"}, images=("a:1", "b:1"))
     out = evaluate_mutating(request(original), [compiled], InMemoryLookups())
     assert out.allowed, out.message
@@ -148,14 +155,7 @@ def test_the_last_mutations_paths_are_not_worked_out(monkeypatch: pytest.MonkeyP
     # What a mutation changed is only asked by the policy's next mutation: none follows the last one.
     import webhook.policy.engine.mutate as mutate
 
-    asked = []
-    real = mutate._touched_paths
-
-    def counted(patch_type: Any, result: Any) -> Any:
-        asked.append(result)
-        return real(patch_type, result)
-
-    monkeypatch.setattr(mutate, "_touched_paths", counted)
+    asked = recording(monkeypatch, mutate, "_touched_paths")
     out, fresh = chain(json_patch("[{'op': 'add', 'path': '/metadata/labels/a', 'value': 'x'}]"),
                        json_patch("[{'op': 'add', 'path': '/metadata/labels/b', 'value': object.metadata.labels.a}]"),
                        monkeypatch=monkeypatch)
