@@ -5,8 +5,10 @@
 Needs tests/realapi/install.sh (kube-apiserver 1.20 and etcd) and wrk (``apt-get install wrk``).
 
 One run, one API server (etcd, kube-apiserver without audit log, on 127.0.0.1), Tollgate's manifests and the
-policy sets of policies/ installed as a user would (tests/realapi/tollgate.py), and these scenarios, switched by
-rewriting both webhook configurations between points:
+policy sets of policies/ installed as a user would (tests/realapi/tollgate.py), and these scenarios, each with a
+Namespace of its own (``bench-<scenario>``, labelled ``bench.tollgate.dev/scenario: <scenario>``) whose webhook
+configurations select only it, all registered at once, so a point of one scenario follows a point of another
+within a second, with no configuration change between them:
 
   none      no webhooks: the API server's own cost of a Pod create (admission plugins, etcd write)
   noop      the configurations Tollgate generates for the shipped policies (``tollgate webhook-config --url``),
@@ -23,13 +25,19 @@ rewriting both webhook configurations between points:
             the same without the mutating configuration's webhooks: the validating path alone (what the
             Pod Security policies cost without the add-default-labels example's mutation)
 
+Every create matches every registered webhook's rules and evaluates its namespaceSelector (the API server's
+cheap, in-memory part), in every scenario alike.
+
 Load: wrk, keep-alive HTTPS with a bearer token, one thread, c=1 and c=16; each request creates a compliant
 Pod (``generateName``: a new Pod every time), which Tollgate admits and mutates (add-default-labels). Every
-point gets WARMUP_S seconds of unmeasured load, then --seconds measured; points are repeated (--repeat,
-scenarios rotated per repetition) and the median reported, Pods deleted after each point. Nothing is pinned:
-kube-apiserver, etcd, the webhook server and wrk share the machine's cores, as they would share a small
-node; the 1-minute load average is recorded per point (other work on the machine shows there). Reported per
-point: throughput (creates/s), p50/p99 latency, CPU microseconds per create of kube-apiserver, etcd and the
+point gets WARMUP_S seconds of unmeasured load, then --seconds measured; points are repeated (--repeat) in
+the order of SCENARIOS, reversed every other repetition (A B B A: each Tollgate scenario is measured right
+beside its floor, before it as often as after), and the median reported, Pods deleted after each point. The
+ratios are the median over repetitions of each repetition's ratio (this shared machine's speed drifts by up to
+1.5x over minutes: a ratio of two points seconds apart carries less of it than a ratio of two medians).
+Nothing is pinned: kube-apiserver, etcd, the webhook server and wrk share the machine's cores, as they would
+share a small node; the 1-minute load average is recorded per point (other work on the machine shows there).
+Reported per point: throughput (creates/s), p50/p99 latency, CPU microseconds per create of kube-apiserver, etcd and the
 webhook server (utime+stime from /proc), the mean duration of each webhook call as the API server measured
 it (``apiserver_admission_webhook_admission_duration_seconds``) and Tollgate's
 own handling per endpoint (``tollgate_admission_duration_seconds``), and the ratios tollgate/noop and
@@ -69,7 +77,9 @@ SCENARIOS = ("none", "noop", "noop-patch", "tollgate", "noop-validate", "tollgat
 #: (Tollgate, its floor) pairs whose ratios are reported.
 PAIRS = (("tollgate", "noop"), ("tollgate", "noop-patch"), ("tollgate-validate", "noop-validate"))
 CONCURRENCY = (1, 16)
-BENCH_NAMESPACE = "bench"
+#: The label of each scenario's Namespace, which its webhook configurations select.
+SCENARIO_LABEL = "bench.tollgate.dev/scenario"
+CONFIG_API = "/apis/admissionregistration.k8s.io/v1"
 WEBHOOK_METRIC = "apiserver_admission_webhook_admission_duration_seconds"
 TOLLGATE_METRIC = "tollgate_admission_duration_seconds"
 
@@ -148,8 +158,10 @@ class Bench:
             self.configs[f"{name}-validate"] = [
                 {**c, "webhooks": c["webhooks"] if c["kind"] == "ValidatingWebhookConfiguration" else []}
                 for c in self.configs[name]]
-        self.body = workdir / "pod.json"
-        self.body.write_text(json.dumps(bench_pod()))
+        self.bodies = {}
+        for scenario in SCENARIOS:
+            self.bodies[scenario] = workdir / f"pod-{scenario}.json"
+            self.bodies[scenario].write_text(json.dumps(bench_pod(namespace_of(scenario))))
         self.pids = {"kube-apiserver": cluster.apiserver_pid, "etcd": cluster.etcd_pid}
 
     def generated(self, url: str | None) -> list[dict[str, Any]]:
@@ -166,31 +178,41 @@ class Bench:
                 config["webhooks"] = []
         return configs
 
-    def switch(self, scenario: str) -> None:
-        """Write the scenario's configurations (GET + PUT) and check that the API server applies them."""
-        for config in self.configs[scenario]:
-            path = f"/apis/admissionregistration.k8s.io/v1/{config['kind'].lower()}s/{config['metadata']['name']}"
+    def install(self) -> None:
+        """Each scenario's configurations, selecting only its Namespace; waits for the API server to apply them.
+
+        The installed Tollgate's own configurations are emptied (the bench's scoped copies replace them).
+        """
+        for config in self.configs["none"]:
+            path = f"{CONFIG_API}/{config['kind'].lower()}s/{config['metadata']['name']}"
             live = self.cluster.request("GET", path).json()
-            live["webhooks"] = config["webhooks"]
+            live["webhooks"] = []
             answer = self.cluster.request("PUT", path, live)
-            assert answer.status == 200, answer.body
+            assert answer.status == 200, answer.body[:300]
+        for scenario in SCENARIOS:
+            for config in scoped(self.configs[scenario], scenario):
+                answer = self.cluster.request("POST", f"{CONFIG_API}/{config['kind'].lower()}s", config)
+                assert answer.status == 201, answer.body[:300]
 
-        def applied() -> bool:  # Tollgate's mutation (add-default-labels) shows only with Tollgate
-            answer = self.cluster.request("POST", f"/api/v1/namespaces/{BENCH_NAMESPACE}/pods?dryRun=All",
-                                          json.loads(self.body.read_text()))
-            assert answer.status == 201, answer.body[:300]
-            labelled = "tollgate.dev/managed" in (answer.json()["metadata"].get("labels") or {})
-            return labelled == (scenario in ("tollgate", "noop-patch"))
+        def applied() -> bool:  # Tollgate's mutation (add-default-labels) shows only with Tollgate's patch
+            for scenario in SCENARIOS:
+                answer = self.cluster.request("POST", f"/api/v1/namespaces/{namespace_of(scenario)}/pods?dryRun=All",
+                                              json.loads(self.bodies[scenario].read_text()))
+                assert answer.status == 201, answer.body[:300]
+                labelled = "tollgate.dev/managed" in (answer.json()["metadata"].get("labels") or {})
+                if labelled != (scenario in ("tollgate", "noop-patch")):
+                    return False
+            return True
 
-        wait_until(applied, timeout=30, what=f"the API server to apply the {scenario} webhook configurations")
+        wait_until(applied, timeout=30, what="the API server to apply the scenarios' webhook configurations")
         time.sleep(1.0)  # both configurations' informers, not only the mutating one's
 
-    def wrk(self, conc: int, seconds: float) -> dict[str, Any]:
+    def wrk(self, scenario: str, conc: int, seconds: float) -> dict[str, Any]:
         out = subprocess.run(
             ["wrk", "-t1", f"-c{conc}", f"-d{round(seconds)}s", "--latency", "-s", str(BENCH / "apiserver.lua"),
-             f"{self.cluster.url}/api/v1/namespaces/{BENCH_NAMESPACE}/pods"],
+             f"{self.cluster.url}/api/v1/namespaces/{namespace_of(scenario)}/pods"],
             capture_output=True, text=True, timeout=seconds + 60,
-            env={**os.environ, "BODY_FILE": str(self.body), "TOKEN": self.cluster.admin_token})
+            env={**os.environ, "BODY_FILE": str(self.bodies[scenario]), "TOKEN": self.cluster.admin_token})
         line = next((ln for ln in out.stdout.splitlines() if ln.startswith("WRKJSON ")), None)
         if line is None:
             raise RuntimeError(f"wrk gave no summary (rc={out.returncode}): {out.stdout[-300:]} {out.stderr[-300:]}")
@@ -205,8 +227,7 @@ class Bench:
                 "last_error": data["last_error"]}
 
     def point(self, scenario: str, conc: int, seconds: float) -> dict[str, Any]:
-        self.switch(scenario)
-        self.wrk(conc, WARMUP_S)
+        self.wrk(scenario, conc, WARMUP_S)
         pids = dict(self.pids)
         if scenario != "none":
             proc = (self.tollgate if scenario.startswith("tollgate")
@@ -216,7 +237,7 @@ class Bench:
         cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
         api0 = histogram_sums(self.cluster.request("GET", "/metrics").body.decode(), WEBHOOK_METRIC, "name")
         tg0 = histogram_sums(self.tollgate.get("/metrics")[1], TOLLGATE_METRIC, "endpoint")
-        result = self.wrk(conc, seconds)
+        result = self.wrk(scenario, conc, seconds)
         cpu1 = {name: cpu_seconds(pid) for name, pid in pids.items()}
         api1 = histogram_sums(self.cluster.request("GET", "/metrics").body.decode(), WEBHOOK_METRIC, "name")
         tg1 = histogram_sums(self.tollgate.get("/metrics")[1], TOLLGATE_METRIC, "endpoint")
@@ -225,23 +246,58 @@ class Bench:
                       rps=round(result["requests"] / result["seconds"], 1),
                       cpu_us={k: round((cpu1[k] - cpu0[k]) / n * 1e6) for k in pids},
                       webhook_call_ms=mean_ms(api0, api1), tollgate_handling_ms=mean_ms(tg0, tg1))
-        self.delete_pods()
+        self.delete_pods(namespace_of(scenario))
         return result
 
-    def delete_pods(self) -> None:
+    def delete_pods(self, namespace: str) -> None:
         """Delete the point's Pods: thousands after c=16, which one DeleteCollection may not finish in the API
         server's request timeout (504: what it deleted stays deleted, so deleting again converges)."""
         for _ in range(30):
-            answer = self.cluster.request("DELETE", f"/api/v1/namespaces/{BENCH_NAMESPACE}/pods", timeout=300)
+            answer = self.cluster.request("DELETE", f"/api/v1/namespaces/{namespace}/pods", timeout=300)
             if answer.status == 200:
                 return
             assert answer.status == 504, answer.body[:300]
         raise RuntimeError("the bench's Pods could not be deleted in 30 DeleteCollection calls")
 
 
-def bench_pod() -> dict[str, Any]:
+def namespace_of(scenario: str) -> str:
+    """The Namespace whose Pod creates the scenario's webhook configurations select."""
+    return f"bench-{scenario}"
+
+
+def create_namespaces(cluster: Cluster) -> None:
+    """Each scenario's Namespace, labelled with its name."""
+    for scenario in SCENARIOS:
+        answer = cluster.request("POST", "/api/v1/namespaces", {
+            "apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": namespace_of(scenario), "labels": {SCENARIO_LABEL: scenario}}})
+        assert answer.status == 201, answer.body[:300]
+
+
+def scoped(configs: list[dict[str, Any]], scenario: str) -> list[dict[str, Any]]:
+    """``configs`` renamed for ``scenario`` (configurations ``bench-<scenario>``, webhooks ``<scenario>.<name>``),
+    each webhook's namespaceSelector narrowed to the scenario's Namespace; configurations without webhooks dropped."""
+    out = []
+    for config in configs:
+        if not config["webhooks"]:
+            continue
+        webhooks = []
+        for original in config["webhooks"]:
+            webhook = json.loads(json.dumps(original))
+            webhook["name"] = f"{scenario}.{webhook['name']}"
+            selector = webhook.setdefault("namespaceSelector", {})
+            selector.setdefault("matchExpressions", []).append(
+                {"key": SCENARIO_LABEL, "operator": "In", "values": [scenario]})
+            webhooks.append(webhook)
+        out.append({"apiVersion": config["apiVersion"], "kind": config["kind"],
+                    "metadata": {"name": f"bench-{scenario}", "labels": {SCENARIO_LABEL: scenario}},
+                    "webhooks": webhooks})
+    return out
+
+
+def bench_pod(namespace: str) -> dict[str, Any]:
     """The compliant Pod every create sends (``generateName``: a new Pod each time)."""
-    pod = compliant_pod(BENCH_NAMESPACE, "unused")
+    pod = compliant_pod(namespace, "unused")
     del pod["metadata"]["name"]
     pod["metadata"]["generateName"] = "bench-"
     return pod
@@ -251,9 +307,9 @@ def tollgate_patch(tollgate: Tollgate) -> bytes:
     """The JSONPatch (JSON) Tollgate's /mutate answers for the bench's Pod."""
     review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
         "uid": "bench", "kind": {"group": "", "version": "v1", "kind": "Pod"},
-        "resource": {"group": "", "version": "v1", "resource": "pods"}, "namespace": BENCH_NAMESPACE,
+        "resource": {"group": "", "version": "v1", "resource": "pods"}, "namespace": namespace_of("tollgate"),
         "operation": "CREATE", "userInfo": {"username": "admin", "groups": ["system:masters"]},
-        "object": bench_pod(), "oldObject": None}}
+        "object": bench_pod(namespace_of("tollgate")), "oldObject": None}}
     status, answer = tollgate.review(review, "/mutate")
     response = answer.get("response") or {}
     if status != 200 or response.get("patchType") != "JSONPatch":
@@ -275,6 +331,14 @@ def median_point(points: list[dict[str, Any]]) -> dict[str, Any]:
             "webhook_call_ms": med_dict("webhook_call_ms"), "tollgate_handling_ms": med_dict("tollgate_handling_ms")}
 
 
+def paired_ratios(ours: list[dict[str, Any]], floor: list[dict[str, Any]]) -> dict[str, float]:
+    """The median over repetitions of each repetition's p50, p99 and throughput ratio (``ours[i]`` / ``floor[i]``)."""
+    def med(key: str) -> float:
+        return round(float(statistics.median(a[key] / b[key] for a, b in zip(ours, floor, strict=True))), 2)
+
+    return {"p50": med("p50_ms"), "p99": med("p99_ms"), "throughput": med("rps")}
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     lines = ["| scenario | c | creates/s | p50 ms | p99 ms | CPU µs/create: apiserver / etcd / webhook | "
              "webhook calls as the API server timed them, ms | errors |",
@@ -290,7 +354,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="one repetition of 5 s per point")
+    parser.add_argument("--quick", action="store_true", help="two repetitions of 4 s per point")
     parser.add_argument("--seconds", type=int, default=10, help="measured seconds per point (default 10)")
     parser.add_argument("--repeat", type=int, default=3, help="repetitions per point (default 3)")
     parser.add_argument("--json", type=Path, help="write the results here")
@@ -300,7 +364,7 @@ def main() -> int:
     compare.add_arguments(parser)
     args = parser.parse_args()
     if args.quick:
-        args.seconds, args.repeat = 5, 1
+        args.seconds, args.repeat = 4, 2
     binaries = find_binaries()
     if isinstance(binaries, str):
         print(f"bench/apiserver.py: {binaries}", file=sys.stderr)
@@ -318,7 +382,7 @@ def main() -> int:
         cluster.start()
         deployment.install()
         deployment.apply_policy_sets()
-        deployment.kubectl("create", "namespace", BENCH_NAMESPACE, check=True)
+        create_namespaces(cluster)
         tollgate = Tollgate(cluster, workdir, deployment.sa_kubeconfig, deployment.cert_dir,
                             args=["--no-manage-webhooks"])
         tollgate.start()
@@ -334,12 +398,11 @@ def main() -> int:
         calls = {c["kind"]: [h["name"] for h in c["webhooks"]] for c in bench.configs["tollgate"]}
         print(f"webhook entries (a 1.20 server drops matchConditions: each is called for every Pod create): {calls}",
               flush=True)
+        bench.install()
         points: dict[tuple[str, int], list[dict[str, Any]]] = {}
         for conc in CONCURRENCY:
             for rep in range(args.repeat):
-                shift = rep % len(SCENARIOS)
-                order = SCENARIOS[shift:] + SCENARIOS[:shift]
-                for scenario in order:
+                for scenario in SCENARIOS if rep % 2 == 0 else SCENARIOS[::-1]:
                     p = bench.point(scenario, conc, args.seconds)
                     points.setdefault((scenario, conc), []).append(p)
                     print(f"  c={conc} {scenario:17} {p['rps']:8.1f}/s p50 {p['p50_ms']:6.2f} ms p99 "
@@ -348,10 +411,7 @@ def main() -> int:
                           f"{p['last_error'][:160]} load {p['loadavg']:.1f}",
                           flush=True)
         rows = [median_point(points[(s, c)]) for c in CONCURRENCY for s in SCENARIOS]
-        by = {(r["scenario"], r["c"]): r for r in rows}
-        ratios = {f"{a}/{b} c={c}": {"p50": round(by[(a, c)]["p50_ms"] / by[(b, c)]["p50_ms"], 2),
-                                     "p99": round(by[(a, c)]["p99_ms"] / by[(b, c)]["p99_ms"], 2),
-                                     "throughput": round(by[(a, c)]["rps"] / by[(b, c)]["rps"], 2)}
+        ratios = {f"{a}/{b} c={c}": paired_ratios(points[(a, c)], points[(b, c)])
                   for c in CONCURRENCY for a, b in PAIRS}
         print()
         print(table(rows))
