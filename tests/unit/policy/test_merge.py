@@ -412,3 +412,78 @@ def test_a_list_merge_in_the_objects_order_is_the_walks_answer(left: list[str], 
     walked = merge_module._merge_list_walk(SMD, copy.deepcopy(lhs), copy.deepcopy(rhs), lkeys, rkeys,
                                            dict(zip(rkeys, copy.deepcopy(rhs), strict=True)), t.node["l"])
     assert merge_module._merge_list(SMD, lhs, rhs, t) == walked
+
+
+# --- the check remembered per patch text (apply_configuration's patch_text) ---------------------------------------
+
+CHECKED_PATCHES: list[tuple[tuple[str, str, str], Any]] = [
+    (DEPLOYMENT_KIND, {"spec": {"replicas": 3}}),
+    (("", "v1", "Pod"), {"spec": {"replicas": 3}}),  # the same text: Pods have no replicas
+    (DEPLOYMENT_KIND, {"spec": {"replicas": "3"}}),  # a string where a number goes
+    (DEPLOYMENT_KIND, {"spec": {"replicas": True}}),
+    (DEPLOYMENT_KIND, {"spec": {"replicas": 3.0}}),
+    (("", "v1", "Pod"), {"metadata": {"labels": {"a": "1"}}}),
+    (("", "v1", "Pod"), {"metadata": {"labels": {"a": 1}}}),  # a number where a string goes
+    (("", "v1", "Pod"), {"spec": {"containers": [{"name": "a"}, {"name": "a"}]}}),  # a key twice
+    (("", "v1", "Pod"), {"spec": {"containers": [{"image": "x"}]}}),  # no name: the key's default
+    (("", "v1", "Pod"), {"spec": {"containers": [{"name": "a", "args": ["x"]}]}}),  # an atomic list
+    (DEPLOYMENT_KIND, {"spec": {"selector": {"matchLabels": {"x": "y"}}}}),  # an atomic struct
+    (("example.com", "v1", "Widget"), {"spec": {"anything": [1, 2]}}),  # no schema: no check
+]
+
+
+def _outcome(obj: dict[str, Any], patch: Any, kind: tuple[str, str, str], schema: MergeSchema,
+             text: bytes | None) -> Any:
+    try:
+        return apply_configuration(obj, patch, kind, schema, patch_text=text)
+    except MergeError as e:
+        return f"MergeError: {e}"
+
+
+def test_a_remembered_check_answers_as_the_check_per_kind_and_text() -> None:
+    import orjson
+
+    schema = _fresh_shipped_schema()
+    obj = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}, "spec": {"replicas": 1}}
+    expected = [_outcome(obj, patch, kind, schema, None) for kind, patch in CHECKED_PATCHES]
+    assert sum(isinstance(e, str) for e in expected) == 7, expected  # refusals and acceptances both
+    for _ in range(2):  # the first pass fills the memory, the second answers from it
+        got = [_outcome(obj, patch, kind, schema, orjson.dumps(patch)) for kind, patch in CHECKED_PATCHES]
+        assert got == expected
+
+
+def _fresh_shipped_schema() -> MergeSchema:
+    """The shipped schema's data in a schema of its own (nothing remembered from other tests)."""
+    shipped = merge_schema()
+    return MergeSchema({"kinds": shipped._kinds, "resources": shipped._resources, "types": shipped._types})
+
+
+def test_a_check_is_remembered_per_text_and_forgotten_when_full(monkeypatch: pytest.MonkeyPatch) -> None:
+    import orjson
+
+    from webhook.policy import merge as merge_module
+
+    schema = _fresh_shipped_schema()
+    calls = []
+    real = merge_module.configuration_problem
+
+    def counted(*args: Any) -> Any:
+        calls.append(args[0])
+        return real(*args)
+
+    monkeypatch.setattr(merge_module, "configuration_problem", counted)
+    patch = {"metadata": {"labels": {"a": "1"}}}
+    for _ in range(3):
+        apply_configuration({}, patch, ("", "v1", "Pod"), schema, patch_text=orjson.dumps(patch))
+    assert len(calls) == 1
+    apply_configuration({}, patch, ("", "v1", "Pod"), schema)  # no text: checked each time
+    assert len(calls) == 2
+    long_patch = {"metadata": {"labels": {"a": "x" * merge_module._CHECKED_BYTES}}}
+    for _ in range(2):  # a text over the limit is not kept
+        apply_configuration({}, long_patch, ("", "v1", "Pod"), schema, patch_text=orjson.dumps(long_patch))
+    assert len(calls) == 4
+    monkeypatch.setattr(merge_module, "_CHECKED_MAX", 2)
+    for i in range(3):
+        other = {"metadata": {"labels": {"a": str(i)}}}
+        apply_configuration({}, other, ("", "v1", "Pod"), schema, patch_text=orjson.dumps(other))
+    assert len(schema._checked) <= 2

@@ -161,3 +161,34 @@ def test_the_last_mutations_paths_are_not_worked_out(monkeypatch: pytest.MonkeyP
                        monkeypatch=monkeypatch)
     assert asked == [[{"op": "add", "path": "/metadata/labels/a", "value": "x"}]]
     assert out["metadata"]["labels"] == {"app": "web", "a": "x", "b": "x"} and fresh == 1
+
+
+# --- an ApplyConfiguration's check, remembered per patch text -------------------------------------------------------
+
+def test_json_text_is_given_only_for_plain_json_data() -> None:
+    from webhook.policy.engine.mutate import _json_text
+
+    class Name(str):
+        pass
+
+    texts = [_json_text(v) for v in ({"a": 1}, {"a": 1.0}, {"a": True}, {"a": "1"}, {"a": None})]
+    assert None not in texts and len(set(texts)) == len(texts)  # 1, 1.0, true, "1" and null differ
+    assert _json_text({"a": [1, {"b": "c"}]}) == b'{"a":[1,{"b":"c"}]}'
+    for not_plain in ({"a": Name("x")}, {"a": 2**64}, {1: "x"}, {"a": {"b": Name("x")}}):
+        assert _json_text(not_plain) is None
+
+
+def test_an_apply_configuration_is_checked_per_result_across_requests() -> None:
+    # The same policy answers two requests whose results differ only by a value's type: the second is refused
+    # though the first was accepted (the memory of checks is by the result's text).
+    compiled = compile_policy(policy(failurePolicy="Fail", mutations=[apply_configuration(
+        "Object{metadata: Object.metadata{labels: {'x': object.metadata.annotations['v'] == 'n' ? dyn(1) : "
+        "dyn('1')}}}")])).policy
+    assert compiled is not None
+    for value, accepted in (("s", True), ("n", False), ("s", True), ("n", False)):
+        obj = pod()
+        obj["metadata"]["annotations"] = {"v": value}
+        out = evaluate_mutating(request(obj), [compiled], InMemoryLookups())
+        assert out.allowed is accepted, out.message
+        if not accepted:
+            assert "expected string, got number" in out.message

@@ -21,6 +21,7 @@ from time import perf_counter
 from typing import Any
 
 import jsonpatch
+import orjson
 
 from webhook.policy.cel.scope import reset_scope, set_current_scope
 from webhook.policy.compiler import CompiledPolicy
@@ -92,7 +93,7 @@ def _mutate(run: Run, current: dict[str, Any], original: dict[str, Any], ctx: Re
             elif not isinstance(result, dict):
                 raise EvaluationError(f"{program.path}: an ApplyConfiguration must evaluate to Object (a map)")
             else:
-                mutated = apply_configuration(mutated, result, kind)
+                mutated = apply_configuration(mutated, result, kind, patch_text=_json_text(result))
             if changed is not None and i + 1 < len(run.policy.mutations):  # only a later mutation asks
                 paths = _touched_paths(patch_type, result)
                 changed = None if paths is None else changed + paths
@@ -111,6 +112,20 @@ def _mutate(run: Run, current: dict[str, Any], original: dict[str, Any], ctx: Re
         names = ", ".join(["apiVersion", "kind", *(f"metadata.{f}" for f in fields)])
         raise EvaluationError(f"spec.mutations: a mutation may not change {names}")
     return dict(mutated)
+
+
+def _json_text(data: Any) -> bytes | None:
+    """The JSON text of :func:`~webhook.policy.engine.values.json_value`'s result, or None when it has none.
+
+    json_value gives plain JSON data (it refuses NaN and the infinities, builds new dicts and lists, and CEL's
+    values are no tuples, enums or other types orjson writes as JSON): a subclass of str, int, float, dict or
+    list is refused here too (``OPT_PASSTHROUGH_SUBCLASS``), and so are integers past 64 bits and non-string
+    keys, so two results with the same text are the same data (``apply_configuration``'s ``patch_text``).
+    """
+    try:
+        return orjson.dumps(data, option=orjson.OPT_PASSTHROUGH_SUBCLASS)
+    except TypeError:
+        return None
 
 
 def _pointer_segments(pointer: Any) -> tuple[str, ...] | None:
