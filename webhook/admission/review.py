@@ -77,13 +77,6 @@ _OPTIONAL_FIELDS: tuple[tuple[str, type], ...] = (
     ("oldObject", dict), ("dryRun", bool))
 
 
-def _check_type(value: Any, types: type | tuple[type, ...], path: str, *, optional: bool = True) -> None:
-    if value is None and optional:
-        return
-    if not isinstance(value, types):
-        raise ReviewError(400, f"{path} has the wrong type")
-
-
 def parse_review(body: bytes) -> tuple[str, AdmissionRequest]:
     """Parse and validate an AdmissionReview body.
 
@@ -122,19 +115,30 @@ def parse_review(body: bytes) -> tuple[str, AdmissionRequest]:
     if not isinstance(operation, str) or operation not in OPERATIONS:
         raise ReviewError(400, "request.operation must be CREATE, UPDATE, DELETE or CONNECT")
     get = request.get
+    # Plain loops, no generators: these checks run on every review (a generator per check was half their cost).
     for field in ("kind", "resource"):
         value = get(field)
-        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        if not isinstance(value, dict):
             raise ReviewError(400, f"request.{field} is missing or has the wrong type")
+        for part in value.values():
+            if not isinstance(part, str):
+                raise ReviewError(400, f"request.{field} is missing or has the wrong type")
     for field, types in _OPTIONAL_FIELDS:  # inline: one function call per field was a tenth of the checks
         value = get(field)
         if value is not None and not isinstance(value, types):
             raise ReviewError(400, f"request.{field} has the wrong type")
-    user = get("userInfo") or {}
-    _check_type(user.get("username"), str, "request.userInfo.username")
-    groups = user.get("groups")
-    if groups is not None and (not isinstance(groups, list) or not all(isinstance(g, str) for g in groups)):
-        raise ReviewError(400, "request.userInfo.groups has the wrong type")
+    user = get("userInfo")
+    if user:
+        username = user.get("username")
+        if username is not None and not isinstance(username, str):
+            raise ReviewError(400, "request.userInfo.username has the wrong type")
+        groups = user.get("groups")
+        if groups is not None:
+            if not isinstance(groups, list):
+                raise ReviewError(400, "request.userInfo.groups has the wrong type")
+            for group in groups:
+                if not isinstance(group, str):
+                    raise ReviewError(400, "request.userInfo.groups has the wrong type")
     return api_version, request  # type: ignore[return-value]
 
 

@@ -69,6 +69,9 @@ LARGE_REVIEW_BYTES = 8 * 1024
 #: Bytes of large reviews whose work starts in one event-loop iteration (the first one always starts): one
 #: review just under the default ``--isolate-above-bytes`` (32 KiB), or four of 8 KiB.
 LARGE_BYTES_PER_ITERATION = 32 * 1024
+#: Distinct query strings whose deadline budget :class:`AdmissionServer` remembers (the API server sends one
+#: ``?timeout=`` per webhook); further ones are parsed on every request, so the memory stays bounded.
+MAX_REMEMBERED_QUERIES = 64
 
 
 class LoopTurns:
@@ -226,6 +229,7 @@ class AdmissionServer:
         self.require_client_certificate = require_client_certificate
         self._clock = clock
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+        self._budgets: dict[str, float] = {}  # raw query string → seconds (see _budget)
         # The last TLS context seen and whether it requests client certificates: a context's verify_mode is
         # set before it serves (a certificate reload builds a new context), and reading it costs an enum
         # conversion per request.
@@ -317,8 +321,9 @@ class AdmissionServer:
         return await self._tracked(request, Endpoint.MUTATE)
 
     async def _tracked(self, request: web.Request, endpoint: str) -> web.StreamResponse:
+        if not self._in_flight:
+            self._idle.clear()
         self._in_flight += 1
-        self._idle.clear()
         try:
             response = await self._serve(request, endpoint)
         finally:
@@ -366,6 +371,21 @@ class AdmissionServer:
             size += len(chunk)
         return b"".join(chunks)
 
+    def _budget(self, request: web.Request) -> float:
+        """Seconds for ``request`` (:func:`request_budget` of its ``?timeout=``), remembered per query string.
+
+        ``request.query`` parses the query string into a new MultiDict on every request; the API server
+        sends the same ``timeout=<n>s`` on every call of one webhook, so the answer is kept per raw query
+        string (the first :data:`MAX_REMEMBERED_QUERIES` seen; others are parsed each time).
+        """
+        raw = request.rel_url.raw_query_string
+        budget = self._budgets.get(raw)
+        if budget is None:
+            budget = request_budget(request.query.get("timeout"), self.default_timeout)
+            if len(self._budgets) < MAX_REMEMBERED_QUERIES:
+                self._budgets[raw] = budget
+        return budget
+
     def _gate(self, request: web.Request, endpoint: str) -> web.Response | None:
         """Checks before the body is read: client certificate, readiness, headers."""
         require = self.require_client_certificate
@@ -386,7 +406,8 @@ class AdmissionServer:
         encoding = headers.get("Content-Encoding")
         if encoding is not None and (encoding := encoding.strip().lower()) not in ACCEPTED_ENCODINGS:
             return self._reject(endpoint, 415, f"Content-Encoding {encoding!r} is not supported (gzip, deflate)"[:200])
-        if request.content_length is not None and request.content_length > self.max_request_bytes:
+        content_length = request.content_length  # parsed from the header on every read
+        if content_length is not None and content_length > self.max_request_bytes:
             return self._reject(endpoint, 413, f"body exceeds {self.max_request_bytes} bytes")
         return None
 
@@ -395,7 +416,7 @@ class AdmissionServer:
         rejected = self._gate(request, endpoint)
         if rejected is not None:
             return rejected
-        budget = request_budget(request.query.get("timeout"), self.default_timeout)
+        budget = self._budget(request)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + budget
         content = request.content

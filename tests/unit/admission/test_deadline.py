@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from aiohttp.test_utils import make_mocked_request
 
-from webhook.admission.server import parse_go_duration, request_budget
+from webhook.admission.handler import AdmissionHandler
+from webhook.admission.server import MAX_REMEMBERED_QUERIES, AdmissionServer, parse_go_duration, request_budget
+from webhook.metrics import Metrics
+from webhook.policy import PolicyIndex
+from webhook.policy.lookups import InMemoryLookups
 
 
 @pytest.mark.parametrize(("text", "seconds"), [
@@ -23,3 +28,26 @@ def test_invalid_durations_fall_back(text: str | None) -> None:
 def test_the_budget_is_capped_at_30s_minus_the_margin(param: str | None, budget: float) -> None:
     # Kubernetes caps a webhook's timeoutSeconds at 30 s; a larger ?timeout= must not hold a worker longer.
     assert request_budget(param, 10.0) == pytest.approx(budget)
+
+
+def _server() -> AdmissionServer:
+    return AdmissionServer(AdmissionHandler(PolicyIndex(), InMemoryLookups()), Metrics(), max_request_bytes=1024)
+
+
+@pytest.mark.parametrize(("path", "budget"), [
+    ("/validate?timeout=10s", 9.5), ("/validate", 9.5), ("/validate?timeout=1m30s", 29.5),
+    ("/validate?a=1&timeout=5s", 4.5), ("/validate?timeout=%35s", 4.5), ("/validate?timeout=bogus", 9.5)])
+def test_the_server_takes_the_budget_from_the_query_and_answers_alike_when_remembered(path: str,
+                                                                                     budget: float) -> None:
+    server = _server()
+    first = server._budget(make_mocked_request("POST", path))
+    again = server._budget(make_mocked_request("POST", path))  # answered from what the first one remembered
+    assert first == again == pytest.approx(budget)
+
+
+def test_the_remembered_budgets_stay_bounded_and_later_queries_are_still_parsed() -> None:
+    server = _server()
+    for n in range(MAX_REMEMBERED_QUERIES + 10):
+        assert server._budget(make_mocked_request("POST", f"/validate?timeout={n % 20 + 1}s&n={n}")) == \
+            pytest.approx(n % 20 + 1 - 0.5)
+    assert len(server._budgets) == MAX_REMEMBERED_QUERIES
