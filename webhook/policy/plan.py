@@ -17,7 +17,17 @@ until a policy changes. It holds
   proves that each of those policies passes; then the prebuilt pass results
   are used. Anything else — ``false``, an error, a non-bool, the iteration
   budget — sends the group down the per-policy path, which decides exactly as
-  if there were no plan (property-tested in ``tests/unit/policy/test_plan.py``).
+  if there were no plan (property-tested in ``tests/unit/policy/test_plan.py``);
+* **scoped groups**: a Ready policy with validations that the above leaves out only for its ``paramRef``,
+  ``spec.references``, ``matchConditions`` or ``auditAnnotations`` (no selectors, no ``authorizer``) is
+  a group of its own, ``(m1) && ... && (v1) && ...`` over its matchConditions and validations as the
+  runtime compiles them (``variables`` and ``params`` through the scope,
+  :func:`webhook.policy.cel.rewrites.rewrite_for_runtime`), evaluated under the scope the per-policy path
+  binds (:func:`webhook.policy.engine.prepare.bind`: params, references). ``true`` proves every
+  matchCondition true and every validation true, so the policy passes (its auditAnnotations are then
+  evaluated in the same scope and carried with the pass); anything else, an unsynced cache or missing
+  params send it down the per-policy path (a false matchCondition is a skip there, not a pass). Their
+  passes are never memoized (they depend on params and cached objects).
 
 Fused programs cost milliseconds to compile, so a new plan's groups start
 uncompiled; :meth:`Plan.compile_next` compiles one small chunk, and the app
@@ -42,6 +52,7 @@ from typing import Any
 
 from webhook.policy.cel import cost
 from webhook.policy.cel.env import environment
+from webhook.policy.cel.rewrites import rewrite_for_runtime
 from webhook.policy.compiler import CompiledPolicy
 from webhook.policy.matching import View, has_selectors, rules_view
 from webhook.policy.memo import HitRatio, MemoSpec, memo_spec, union_spec
@@ -69,6 +80,16 @@ def fusable(policy: CompiledPolicy) -> bool:
             and not policy.match_conditions and spec.param_ref is None and not has_selectors(spec)
             and not spec.references and not policy.reads_authorizer
             and all(v.expression.fusable_source is not None for v in policy.validations))
+
+
+def scoped_fusable(policy: CompiledPolicy) -> bool:
+    """Whether a policy is fused as a scoped group of its own (see the module docstring).
+
+    Ready, with validations, no selectors and no ``authorizer``, and not :func:`fusable` (which would share
+    programs): its params, references, matchConditions and auditAnnotations are bound per request.
+    """
+    return (policy.error is None and bool(policy.validations) and not has_selectors(policy.spec)
+            and not policy.reads_authorizer and not fusable(policy))
 
 
 #: FusedGroup serials: a new group never shares decision-memo entries with an earlier one.
@@ -125,6 +146,8 @@ class FusedGroup:
         context: the plans' shared context (serials, interned memo specs).
         reads: the union of the group's policies' ``reads`` (what the program can read, or more).
         analysed: whether :meth:`analyse` ran.
+        scoped: for a scoped group (see the module docstring), its one policy, whose scope (params,
+            references, variables) is bound around each evaluation; never memoized. None otherwise.
     """
 
     view: View
@@ -138,6 +161,7 @@ class FusedGroup:
     reads: dict[str, Tree] = field(default_factory=dict)
     analysed: bool = False
     context: PlanContext = field(default_factory=PlanContext)
+    scoped: CompiledPolicy | None = None
     #: How often the program passed lately (see :meth:`worth_evaluating`).
     outcomes: HitRatio = field(default_factory=lambda: HitRatio(MIN_EVALUATIONS, MIN_PASS_RATIO, PROBE_EVERY))
 
@@ -177,7 +201,7 @@ class FusedGroup:
         if self.analysed or not self.compiled:
             return
         self.analysed = True
-        if self.program is not None:
+        if self.program is not None and self.scoped is None:
             self.memo = memo_spec(self.program.program.serialize(), self.reads, self.context.specs)
 
 
@@ -300,6 +324,14 @@ def _group(entries: tuple[tuple[CompiledPolicy, View], ...], view: View, chunk: 
                       context=context)
 
 
+def _scoped_group(entries: tuple[tuple[CompiledPolicy, View], ...], view: View, position: int,
+                  context: PlanContext) -> FusedGroup:
+    policy = entries[position][0]
+    sources = [p.source for _name, p in policy.match_conditions] + [v.expression.source for v in policy.validations]
+    return FusedGroup(view, (position,), (PolicyResult(policy.spec.key, Result.PASS),),
+                      " && ".join(f"({rewrite_for_runtime(s)})" for s in sources), context=context, scoped=policy)
+
+
 def shares_programs(policy: CompiledPolicy) -> bool:
     """Whether a fusable policy joins other policies' programs (Deny) or gets its own (Warn/Audit only)."""
     return Action.DENY in policy.spec.validation_actions
@@ -312,7 +344,12 @@ def _groups(entries: tuple[tuple[CompiledPolicy, View], ...], *, validating: boo
         chunk: list[int] = []
         conjuncts: dict[str, None] = {}  # ordered set: identical expressions are evaluated once
         for i, (policy, v) in enumerate(entries):
-            if v is not view or not validating or not policy.validating or not fusable(policy):
+            if v is not view or not validating or not policy.validating:
+                continue
+            if scoped_fusable(policy):
+                groups.append(_scoped_group(entries, view, i, context))
+                continue
+            if not fusable(policy):
                 continue
             if not shares_programs(policy):
                 groups.append(_group(entries, view, [i], dict.fromkeys(_conjunct(policy)), context))
@@ -344,4 +381,4 @@ def build_plan(coords: RequestCoordinates, candidates: list[CompiledPolicy], *, 
     return Plan(coords, entries, groups, frozenset(i for g in groups for i in g.positions), context=context)
 
 
-__all__ = ["CHUNK_CHARS", "FusedGroup", "Plan", "PlanContext", "build_plan", "fusable"]
+__all__ = ["CHUNK_CHARS", "FusedGroup", "Plan", "PlanContext", "build_plan", "fusable", "scoped_fusable"]

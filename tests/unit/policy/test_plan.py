@@ -21,7 +21,7 @@ from webhook.policy.engine import RequestContext, ValidationOutcome
 from webhook.policy.engine.fused import fused_passes
 from webhook.policy.matching import View
 from webhook.policy.memo import DecisionMemo
-from webhook.policy.plan import MIN_EVALUATIONS, PROBE_EVERY, build_plan, fusable
+from webhook.policy.plan import MIN_EVALUATIONS, PROBE_EVERY, build_plan, fusable, scoped_fusable
 from webhook.policy.projection import ALL
 
 ENV = environment()
@@ -111,7 +111,8 @@ def _both(index: PolicyIndex, req: dict[str, Any]) -> tuple[tuple[Any, ...], tup
         if attempt == 0:
             CROSS_HITS[0] += MEMO.hits - hits
     per_policy = evaluate_validating(req, index.candidates(coords), LOOKUPS)
-    return _outcome(planned), _outcome(per_policy), len(fused_passes(plan, RequestContext(req, LOOKUPS), None))
+    return _outcome(planned), _outcome(per_policy), len(fused_passes(plan, RequestContext(req, LOOKUPS), None,
+                                                                      annotations={}))
 
 
 @pytest.mark.parametrize("extra", [[], EXTRA], ids=["shipped", "shipped+fallbacks"])
@@ -241,15 +242,19 @@ def test_what_is_fused_and_what_is_not() -> None:
     index = _index(EXTRA)
     plan = build_plan(RequestCoordinates.of(request(pod())), index.candidates(RequestCoordinates.of(request(pod()))))
     fused = {plan.entries[i][0].name for i in plan.fused}
-    # paramRef, auditAnnotations, selectors and broken policies are never fused; mutations
-    # never are.
-    assert "allowed-registries" not in fused and "zz-labels" not in fused and "add-default-labels" not in fused
+    # Selectors and broken policies are never fused; mutations never are. paramRef and auditAnnotations make a
+    # scoped group of one policy, never memoized.
+    assert "zz-labels" not in fused and "add-default-labels" not in fused
+    scoped = {plan.entries[g.positions[0]][0].name: g for g in plan.groups if g.scoped is not None}
+    assert "allowed-registries" in scoped and all(len(g.positions) == 1 for g in scoped.values())
+    plan.compile_all()
+    assert all(g.memo is None for g in plan.groups if g.scoped is not None)
     # Warn/Audit-only policies get programs of their own, never shared with Deny policies.
     own = {plan.entries[g.positions[0]][0].name for g in plan.groups if len(g.positions) == 1}
     assert {"zz-warn", "zz-audit", "disallow-latest-tag"} <= own
     assert {"disallow-privileged-containers", "zz-errors"} <= fused
     # Every fusable policy is in a group, a lone one too (its validations are then one program).
-    assert fused == {p.name for p, _ in plan.entries if fusable(p)}
+    assert fused == {p.name for p, _ in plan.entries if fusable(p) or scoped_fusable(p)}
 
 
 def test_a_plan_binds_the_object_pruned_to_what_its_programs_read() -> None:
