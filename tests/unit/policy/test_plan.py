@@ -21,6 +21,7 @@ from webhook.policy.engine import RequestContext, ValidationOutcome
 from webhook.policy.engine.fused import fused_passes
 from webhook.policy.matching import View
 from webhook.policy.memo import DecisionMemo
+from webhook.policy.model import Reference
 from webhook.policy.plan import MIN_EVALUATIONS, PROBE_EVERY, build_plan, fusable, scoped_fusable
 from webhook.policy.projection import ALL
 
@@ -42,7 +43,8 @@ def _docs(root: Path) -> list[dict[str, Any]]:
 SHIPPED = _docs(ROOT / "policies")
 POLICIES = [d for d in SHIPPED if d.get("kind") in ("ClusterAdmissionPolicy", "AdmissionPolicy")]
 LOOKUPS = InMemoryLookups(namespaces=[d for d in SHIPPED if d.get("kind") == "Namespace"],
-                          configmaps=[d for d in SHIPPED if d.get("kind") == "ConfigMap"])
+                          configmaps=[d for d in SHIPPED if d.get("kind") == "ConfigMap"],
+                          objects={Reference("v1", "configmaps"): [d for d in SHIPPED if d.get("kind") == "ConfigMap"]})
 #: Policies that exercise the fallback: runtime errors, Warn/Audit actions, non-bool results, selectors.
 EXTRA = [
     policy("zz-errors", validations=[{"expression": "object.spec.containers[0].nope == 1"}]),
@@ -52,6 +54,24 @@ EXTRA = [
     policy("zz-nonbool", failurePolicy="Ignore", validations=[{"expression": "dyn(object.metadata.name)"}]),
     policy("zz-labels", objectSelector={"matchLabels": {"tier": "db"}},
            validations=[{"expression": "has(object.metadata.annotations)", "message": "db pods need annotations"}]),
+    # Scoped groups (plan.scoped_fusable): params with a matchCondition that is sometimes false and an audit
+    # annotation; references; a matchCondition that errors on Pods without a team label.
+    policy("zz-params", paramRef={"name": "allowed-registries", "namespace": "tollgate-system",
+                                  "parameterNotFoundAction": "Deny"},
+           matchConditions=[{"name": "not-web-3", "expression": "object.metadata.name != 'web-3'"}],
+           variables=[{"name": "registries", "expression": "params.data.registries.split(',')"}],
+           validations=[{"expression": "object.spec.containers.all(c, variables.registries.exists(r, "
+                                       "c.image.startsWith(r.trim())))", "message": "registry"}],
+           auditAnnotations=[{"key": "registries", "valueExpression": "variables.registries.join(',')"}]),
+    policy("zz-references", references=[{"apiVersion": "v1", "resource": "configmaps"}],
+           variables=[{"name": "cm", "expression": 'resource.Get("v1", "configmaps", "tollgate-system", '
+                                                   '"allowed-registries")'}],
+           validations=[{"expression": "variables.cm != null && object.spec.containers.all(c, "
+                                       "variables.cm.data.registries.split(',').exists(r, "
+                                       "c.image.startsWith(r.trim())))", "message": "registry (references)"}]),
+    policy("zz-condition-errors", failurePolicy="Ignore",
+           matchConditions=[{"name": "team", "expression": "object.metadata.labels['team'] != 'none'"}],
+           validations=[{"expression": "size(object.spec.containers) < 4"}]),
 ]
 
 
