@@ -20,9 +20,9 @@ until a policy changes. It holds
   if there were no plan (property-tested in ``tests/unit/policy/test_plan.py``);
 * **scoped groups**: a Ready policy with validations that the above leaves out only for its ``paramRef``,
   ``spec.references``, ``matchConditions`` or ``auditAnnotations`` (no selectors, no ``authorizer``) is
-  a group of its own, ``(m1) && ... && (v1) && ...`` over its matchConditions and validations as the
-  runtime compiles them (``variables`` and ``params`` through the scope,
-  :func:`webhook.policy.cel.rewrites.rewrite_for_runtime`), evaluated under the scope the per-policy path
+  a group of its own, ``(m1) && ... && (v1) && ...`` over the texts its matchConditions' and validations'
+  own programs were compiled from (``Program.runtime_source``: variables inlined where the compiler could,
+  else through the scope, as ``params`` always is), evaluated under the scope the per-policy path
   binds (:func:`webhook.policy.engine.prepare.bind`: params, references). ``true`` proves every
   matchCondition true and every validation true, so the policy passes (its auditAnnotations are then
   evaluated in the same scope and carried with the pass); anything else, an unsynced cache or missing
@@ -52,7 +52,6 @@ from typing import Any
 
 from webhook.policy.cel import cost
 from webhook.policy.cel.env import environment
-from webhook.policy.cel.rewrites import rewrite_for_runtime
 from webhook.policy.compiler import CompiledPolicy
 from webhook.policy.matching import View, has_selectors, rules_view
 from webhook.policy.memo import HitRatio, MemoSpec, memo_spec, union_spec
@@ -327,9 +326,9 @@ def _group(entries: tuple[tuple[CompiledPolicy, View], ...], view: View, chunk: 
 def _scoped_group(entries: tuple[tuple[CompiledPolicy, View], ...], view: View, position: int,
                   context: PlanContext) -> FusedGroup:
     policy = entries[position][0]
-    sources = [p.source for _name, p in policy.match_conditions] + [v.expression.source for v in policy.validations]
+    programs = [p for _name, p in policy.match_conditions] + [v.expression for v in policy.validations]
     return FusedGroup(view, (position,), (PolicyResult(policy.spec.key, Result.PASS),),
-                      " && ".join(f"({rewrite_for_runtime(s)})" for s in sources), context=context, scoped=policy)
+                      " && ".join(f"({p.runtime_source})" for p in programs), context=context, scoped=policy)
 
 
 def shares_programs(policy: CompiledPolicy) -> bool:
