@@ -161,6 +161,8 @@ class FusedGroup:
     analysed: bool = False
     context: PlanContext = field(default_factory=PlanContext)
     scoped: CompiledPolicy | None = None
+    #: ``positions`` → ``passes``, built once: what a pass adds to the request's results.
+    pass_map: dict[int, PolicyResult] = field(init=False, default_factory=dict)
     #: How often the program passed lately (see :meth:`worth_evaluating`).
     outcomes: HitRatio = field(default_factory=lambda: HitRatio(MIN_EVALUATIONS, MIN_PASS_RATIO, PROBE_EVERY))
 
@@ -184,6 +186,7 @@ class FusedGroup:
     def __post_init__(self) -> None:
         if self.serial < 0:
             self.serial = self.context.serial()
+        self.pass_map = dict(zip(self.positions, self.passes, strict=True))
 
     def compile(self) -> None:
         """Compile the fused program (once); a failure leaves ``program`` None."""

@@ -31,7 +31,7 @@ __all__ = ["fused_passes"]
 
 
 def _pass(group: FusedGroup, passes: dict[int, PolicyResult]) -> None:
-    passes.update(zip(group.positions, group.passes, strict=True))
+    passes.update(group.pass_map)
 
 
 def _scoped_eval(group: FusedGroup, ctx: RequestContext, annotations: dict[str, str] | None) -> bool | None:
