@@ -175,3 +175,15 @@ def test_a_pass_carries_its_audit_annotations_on_every_request_the_memo_sees() -
                  auditAnnotations=[{"key": "images", "valueExpression": "object.spec.containers[0].image"}])
     out = decide(doc, InMemoryLookups(), GOOD_POD)
     assert out[0] is True and out[5] == {"annotated.images": "good.io/app:1"}
+
+
+def test_a_scoped_group_reached_after_the_deadline_is_answered_as_the_per_policy_path_does() -> None:
+    index = PolicyIndex()
+    index.upsert(references_policy())
+    plan = index.plan(RequestCoordinates.of(GOOD_POD)).compile_all()
+    # The deadline passes after fused_passes' own first check: the scoped group must not be evaluated.
+    ticks = iter([0.0])
+    ctx = RequestContext(GOOD_POD, good(), deadline=1.0, clock=lambda: next(ticks, 2.0))
+    assert fused_passes(plan, ctx, None, annotations={}) == {}
+    assert fused_passes(plan, RequestContext(GOOD_POD, good(), deadline=1.0, clock=lambda: 0.0), None,
+                        annotations={}) != {}

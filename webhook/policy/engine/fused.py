@@ -37,15 +37,16 @@ def _pass(group: FusedGroup, passes: dict[int, PolicyResult]) -> None:
 def _scoped_eval(group: FusedGroup, ctx: RequestContext, annotations: dict[str, str] | None) -> bool | None:
     """Evaluate a scoped group's program under its policy's scope; whether it passed, None when not evaluated.
 
-    A pass carries the policy's auditAnnotations, evaluated in the same scope as ``_validate`` evaluates them
-    (:mod:`webhook.policy.engine.validate`): only when each is a string or null are they added to
-    ``annotations``; an error, a non-string or no ``annotations`` to add them to sends the policy down the
-    per-policy path, which reports them as it does today.
+    Past the request's deadline nothing is evaluated (``prepare`` answers the policy as an error, as it does
+    every policy it reaches after the deadline). A pass carries the policy's auditAnnotations, evaluated in
+    the same scope as ``_validate`` evaluates them (:mod:`webhook.policy.engine.validate`): only when each is
+    a string or null are they added to ``annotations``; an error, a non-string or no ``annotations`` to add
+    them to sends the policy down the per-policy path, which reports them as it does today.
     """
     policy = group.scoped
     assert policy is not None
-    if policy.audit_annotations and annotations is None:
-        return None
+    if (policy.audit_annotations and annotations is None) or ctx.past_deadline():
+        return None  # past the deadline: the per-policy path answers it as an error, as for any policy
     run = bind(policy, group.view, ctx)
     if not isinstance(run, Run):
         return None  # an unsynced cache or no params: the per-policy path answers
