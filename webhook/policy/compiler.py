@@ -67,6 +67,9 @@ class Program:
     work: cost.Work = field(default_factory=dict)
     #: What its value may be (for a variable: what the expressions reading it see); None when unknown.
     bound: cost.Bound | None = None
+    #: The CEL text ``program`` was compiled from (variables inlined where possible, else through the per-policy
+    #: scope), so a scoped fused program (:mod:`webhook.policy.plan`) evaluates exactly what this program does.
+    runtime_source: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,11 +218,12 @@ def compile_expression(source: str, path: str, *, expect: tuple[Any, ...], known
         try:
             # Self-contained: no call back into the per-policy scope (cel.bind names like __tg_v_x are fine).
             fusable = text if "__tg_var(" not in text and "__tg_params(" not in text else None
-            return Program(path, source, environment().compile(text, disable_check=True), fusable, work, bound)
+            return Program(path, source, environment().compile(text, disable_check=True), fusable, work, bound, text)
         except RuntimeError:
             pass  # e.g. the parser's nesting limit: fall back to the lazy per-policy scope
+    runtime = rewrite_for_runtime(source)
     try:
-        return Program(path, source, environment().compile(rewrite_for_runtime(source)), None, work, bound)
+        return Program(path, source, environment().compile(runtime), None, work, bound, runtime)
     except RuntimeError as e:  # pragma: no cover - the rewrite keeps valid CEL valid
         raise CompileError(path, _clean_cel_error(e)) from None
 

@@ -17,7 +17,17 @@ until a policy changes. It holds
   proves that each of those policies passes; then the prebuilt pass results
   are used. Anything else — ``false``, an error, a non-bool, the iteration
   budget — sends the group down the per-policy path, which decides exactly as
-  if there were no plan (property-tested in ``tests/unit/policy/test_plan.py``).
+  if there were no plan (property-tested in ``tests/unit/policy/test_plan.py``);
+* **scoped groups**: a Ready policy with validations that the above leaves out only for its ``paramRef``,
+  ``spec.references``, ``matchConditions`` or ``auditAnnotations`` (no selectors, no ``authorizer``) is
+  a group of its own, ``(m1) && ... && (v1) && ...`` over the texts its matchConditions' and validations'
+  own programs were compiled from (``Program.runtime_source``: variables inlined where the compiler could,
+  else through the scope, as ``params`` always is), evaluated under the scope the per-policy path
+  binds (:func:`webhook.policy.engine.prepare.bind`: params, references). ``true`` proves every
+  matchCondition true and every validation true, so the policy passes (its auditAnnotations are then
+  evaluated in the same scope and carried with the pass); anything else, an unsynced cache or missing
+  params send it down the per-policy path (a false matchCondition is a skip there, not a pass). Their
+  passes are never memoized (they depend on params and cached objects).
 
 Fused programs cost milliseconds to compile, so a new plan's groups start
 uncompiled; :meth:`Plan.compile_next` compiles one small chunk, and the app
@@ -69,6 +79,16 @@ def fusable(policy: CompiledPolicy) -> bool:
             and not policy.match_conditions and spec.param_ref is None and not has_selectors(spec)
             and not spec.references and not policy.reads_authorizer
             and all(v.expression.fusable_source is not None for v in policy.validations))
+
+
+def scoped_fusable(policy: CompiledPolicy) -> bool:
+    """Whether a policy is fused as a scoped group of its own (see the module docstring).
+
+    Ready, with validations, no selectors and no ``authorizer``, and not :func:`fusable` (which would share
+    programs): its params, references, matchConditions and auditAnnotations are bound per request.
+    """
+    return (policy.error is None and bool(policy.validations) and not has_selectors(policy.spec)
+            and not policy.reads_authorizer and not fusable(policy))
 
 
 #: FusedGroup serials: a new group never shares decision-memo entries with an earlier one.
@@ -125,6 +145,8 @@ class FusedGroup:
         context: the plans' shared context (serials, interned memo specs).
         reads: the union of the group's policies' ``reads`` (what the program can read, or more).
         analysed: whether :meth:`analyse` ran.
+        scoped: for a scoped group (see the module docstring), its one policy, whose scope (params,
+            references, variables) is bound around each evaluation; never memoized. None otherwise.
     """
 
     view: View
@@ -138,6 +160,9 @@ class FusedGroup:
     reads: dict[str, Tree] = field(default_factory=dict)
     analysed: bool = False
     context: PlanContext = field(default_factory=PlanContext)
+    scoped: CompiledPolicy | None = None
+    #: ``positions`` → ``passes``, built once: what a pass adds to the request's results.
+    pass_map: dict[int, PolicyResult] = field(init=False, default_factory=dict)
     #: How often the program passed lately (see :meth:`worth_evaluating`).
     outcomes: HitRatio = field(default_factory=lambda: HitRatio(MIN_EVALUATIONS, MIN_PASS_RATIO, PROBE_EVERY))
 
@@ -161,6 +186,7 @@ class FusedGroup:
     def __post_init__(self) -> None:
         if self.serial < 0:
             self.serial = self.context.serial()
+        self.pass_map = dict(zip(self.positions, self.passes, strict=True))
 
     def compile(self) -> None:
         """Compile the fused program (once); a failure leaves ``program`` None."""
@@ -177,7 +203,7 @@ class FusedGroup:
         if self.analysed or not self.compiled:
             return
         self.analysed = True
-        if self.program is not None:
+        if self.program is not None and self.scoped is None:
             self.memo = memo_spec(self.program.program.serialize(), self.reads, self.context.specs)
 
 
@@ -300,6 +326,14 @@ def _group(entries: tuple[tuple[CompiledPolicy, View], ...], view: View, chunk: 
                       context=context)
 
 
+def _scoped_group(entries: tuple[tuple[CompiledPolicy, View], ...], view: View, position: int,
+                  context: PlanContext) -> FusedGroup:
+    policy = entries[position][0]
+    programs = [p for _name, p in policy.match_conditions] + [v.expression for v in policy.validations]
+    return FusedGroup(view, (position,), (PolicyResult(policy.spec.key, Result.PASS),),
+                      " && ".join(f"({p.runtime_source})" for p in programs), context=context, scoped=policy)
+
+
 def shares_programs(policy: CompiledPolicy) -> bool:
     """Whether a fusable policy joins other policies' programs (Deny) or gets its own (Warn/Audit only)."""
     return Action.DENY in policy.spec.validation_actions
@@ -312,7 +346,12 @@ def _groups(entries: tuple[tuple[CompiledPolicy, View], ...], *, validating: boo
         chunk: list[int] = []
         conjuncts: dict[str, None] = {}  # ordered set: identical expressions are evaluated once
         for i, (policy, v) in enumerate(entries):
-            if v is not view or not validating or not policy.validating or not fusable(policy):
+            if v is not view or not validating or not policy.validating:
+                continue
+            if scoped_fusable(policy):
+                groups.append(_scoped_group(entries, view, i, context))
+                continue
+            if not fusable(policy):
                 continue
             if not shares_programs(policy):
                 groups.append(_group(entries, view, [i], dict.fromkeys(_conjunct(policy)), context))
@@ -344,4 +383,4 @@ def build_plan(coords: RequestCoordinates, candidates: list[CompiledPolicy], *, 
     return Plan(coords, entries, groups, frozenset(i for g in groups for i in g.positions), context=context)
 
 
-__all__ = ["CHUNK_CHARS", "FusedGroup", "Plan", "PlanContext", "build_plan", "fusable"]
+__all__ = ["CHUNK_CHARS", "FusedGroup", "Plan", "PlanContext", "build_plan", "fusable", "scoped_fusable"]

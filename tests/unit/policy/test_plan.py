@@ -21,7 +21,8 @@ from webhook.policy.engine import RequestContext, ValidationOutcome
 from webhook.policy.engine.fused import fused_passes
 from webhook.policy.matching import View
 from webhook.policy.memo import DecisionMemo
-from webhook.policy.plan import MIN_EVALUATIONS, PROBE_EVERY, build_plan, fusable
+from webhook.policy.model import Reference
+from webhook.policy.plan import MIN_EVALUATIONS, PROBE_EVERY, build_plan, fusable, scoped_fusable
 from webhook.policy.projection import ALL
 
 ENV = environment()
@@ -42,7 +43,8 @@ def _docs(root: Path) -> list[dict[str, Any]]:
 SHIPPED = _docs(ROOT / "policies")
 POLICIES = [d for d in SHIPPED if d.get("kind") in ("ClusterAdmissionPolicy", "AdmissionPolicy")]
 LOOKUPS = InMemoryLookups(namespaces=[d for d in SHIPPED if d.get("kind") == "Namespace"],
-                          configmaps=[d for d in SHIPPED if d.get("kind") == "ConfigMap"])
+                          configmaps=[d for d in SHIPPED if d.get("kind") == "ConfigMap"],
+                          objects={Reference("v1", "configmaps"): [d for d in SHIPPED if d.get("kind") == "ConfigMap"]})
 #: Policies that exercise the fallback: runtime errors, Warn/Audit actions, non-bool results, selectors.
 EXTRA = [
     policy("zz-errors", validations=[{"expression": "object.spec.containers[0].nope == 1"}]),
@@ -52,6 +54,24 @@ EXTRA = [
     policy("zz-nonbool", failurePolicy="Ignore", validations=[{"expression": "dyn(object.metadata.name)"}]),
     policy("zz-labels", objectSelector={"matchLabels": {"tier": "db"}},
            validations=[{"expression": "has(object.metadata.annotations)", "message": "db pods need annotations"}]),
+    # Scoped groups (plan.scoped_fusable): params with a matchCondition that is sometimes false and an audit
+    # annotation; references; a matchCondition that errors on Pods without a team label.
+    policy("zz-params", paramRef={"name": "allowed-registries", "namespace": "tollgate-system",
+                                  "parameterNotFoundAction": "Deny"},
+           matchConditions=[{"name": "not-web-3", "expression": "object.metadata.name != 'web-3'"}],
+           variables=[{"name": "registries", "expression": "params.data.registries.split(',')"}],
+           validations=[{"expression": "object.spec.containers.all(c, variables.registries.exists(r, "
+                                       "c.image.startsWith(r.trim())))", "message": "registry"}],
+           auditAnnotations=[{"key": "registries", "valueExpression": "variables.registries.join(',')"}]),
+    policy("zz-references", references=[{"apiVersion": "v1", "resource": "configmaps"}],
+           variables=[{"name": "cm", "expression": 'resource.Get("v1", "configmaps", "tollgate-system", '
+                                                   '"allowed-registries")'}],
+           validations=[{"expression": "variables.cm != null && object.spec.containers.all(c, "
+                                       "variables.cm.data.registries.split(',').exists(r, "
+                                       "c.image.startsWith(r.trim())))", "message": "registry (references)"}]),
+    policy("zz-condition-errors", failurePolicy="Ignore",
+           matchConditions=[{"name": "team", "expression": "object.metadata.labels['team'] != 'none'"}],
+           validations=[{"expression": "size(object.spec.containers) < 4"}]),
 ]
 
 
@@ -111,7 +131,8 @@ def _both(index: PolicyIndex, req: dict[str, Any]) -> tuple[tuple[Any, ...], tup
         if attempt == 0:
             CROSS_HITS[0] += MEMO.hits - hits
     per_policy = evaluate_validating(req, index.candidates(coords), LOOKUPS)
-    return _outcome(planned), _outcome(per_policy), len(fused_passes(plan, RequestContext(req, LOOKUPS), None))
+    return _outcome(planned), _outcome(per_policy), len(fused_passes(plan, RequestContext(req, LOOKUPS), None,
+                                                                      annotations={}))
 
 
 @pytest.mark.parametrize("extra", [[], EXTRA], ids=["shipped", "shipped+fallbacks"])
@@ -241,15 +262,19 @@ def test_what_is_fused_and_what_is_not() -> None:
     index = _index(EXTRA)
     plan = build_plan(RequestCoordinates.of(request(pod())), index.candidates(RequestCoordinates.of(request(pod()))))
     fused = {plan.entries[i][0].name for i in plan.fused}
-    # paramRef, auditAnnotations, selectors and broken policies are never fused; mutations
-    # never are.
-    assert "allowed-registries" not in fused and "zz-labels" not in fused and "add-default-labels" not in fused
+    # Selectors and broken policies are never fused; mutations never are. paramRef and auditAnnotations make a
+    # scoped group of one policy, never memoized.
+    assert "zz-labels" not in fused and "add-default-labels" not in fused
+    scoped = {plan.entries[g.positions[0]][0].name: g for g in plan.groups if g.scoped is not None}
+    assert "allowed-registries" in scoped and all(len(g.positions) == 1 for g in scoped.values())
+    plan.compile_all()
+    assert all(g.memo is None for g in plan.groups if g.scoped is not None)
     # Warn/Audit-only policies get programs of their own, never shared with Deny policies.
     own = {plan.entries[g.positions[0]][0].name for g in plan.groups if len(g.positions) == 1}
     assert {"zz-warn", "zz-audit", "disallow-latest-tag"} <= own
     assert {"disallow-privileged-containers", "zz-errors"} <= fused
     # Every fusable policy is in a group, a lone one too (its validations are then one program).
-    assert fused == {p.name for p, _ in plan.entries if fusable(p)}
+    assert fused == {p.name for p, _ in plan.entries if fusable(p) or scoped_fusable(p)}
 
 
 def test_a_plan_binds_the_object_pruned_to_what_its_programs_read() -> None:

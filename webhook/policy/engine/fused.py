@@ -4,6 +4,11 @@ A group whose program is ``true`` passes every policy in it at once; anything
 else (``false``, an error, the iteration budget) sends them down the
 per-policy path, so messages, warnings and failurePolicy are unchanged
 (:mod:`webhook.policy.plan`, :mod:`webhook.policy.memo`).
+
+A scoped group (one policy with params, references, matchConditions or auditAnnotations) is evaluated under
+the scope :func:`~webhook.policy.engine.prepare.bind` binds for the per-policy path, so its program reads the
+same ``params`` and cached objects; when ``bind`` would answer instead (a cache not synced, no params found),
+the group is not evaluated and the per-policy path gives that answer.
 """
 
 from __future__ import annotations
@@ -11,7 +16,12 @@ from __future__ import annotations
 from time import perf_counter
 
 from webhook.policy import lookups as caches
+from webhook.policy.cel.scope import reset_scope, set_current_scope
+from webhook.policy.engine.annotations import annotation_key
 from webhook.policy.engine.context import RequestContext
+from webhook.policy.engine.outcome import EvaluationError
+from webhook.policy.engine.prepare import Run, bind
+from webhook.policy.engine.values import value
 from webhook.policy.matching import View
 from webhook.policy.memo import DecisionMemo, memo_key
 from webhook.policy.plan import FusedGroup, Plan
@@ -21,7 +31,47 @@ __all__ = ["fused_passes"]
 
 
 def _pass(group: FusedGroup, passes: dict[int, PolicyResult]) -> None:
-    passes.update(zip(group.positions, group.passes, strict=True))
+    passes.update(group.pass_map)
+
+
+def _scoped_eval(group: FusedGroup, ctx: RequestContext, annotations: dict[str, str] | None) -> bool | None:
+    """Evaluate a scoped group's program under its policy's scope; whether it passed, None when not evaluated.
+
+    Past the request's deadline nothing is evaluated (``prepare`` answers the policy as an error, as it does
+    every policy it reaches after the deadline). A pass carries the policy's auditAnnotations, evaluated in
+    the same scope as ``_validate`` evaluates them (:mod:`webhook.policy.engine.validate`): only when each is
+    a string or null are they added to ``annotations``; an error, a non-string or no ``annotations`` to add
+    them to sends the policy down the per-policy path, which reports them as it does today.
+    """
+    policy = group.scoped
+    assert policy is not None
+    if (policy.audit_annotations and annotations is None) or ctx.past_deadline():
+        return None  # past the deadline: the per-policy path answers it as an error, as for any policy
+    run = bind(policy, group.view, ctx)
+    if not isinstance(run, Run):
+        return None  # an unsynced cache or no params: the per-policy path answers
+    scope = run.scope()
+    token = set_current_scope(scope)
+    try:
+        if group.program.eval(run.activation).plain_value() is not True:
+            return False
+        found: dict[str, str] = {}
+        for key, program in policy.audit_annotations:
+            try:
+                result = value(program, run.activation)
+            except EvaluationError:
+                return False  # the per-policy path reports it
+            if result is None:
+                continue
+            if not isinstance(result, str):
+                return False  # as the error above
+            if result.strip():
+                found[annotation_key(policy.spec, key)] = result.strip()
+    finally:
+        reset_scope(token)
+    if annotations is not None:
+        annotations.update(found)
+    return True
 
 
 def _memo_unions(plan: Plan, ctx: RequestContext, memo: DecisionMemo, tried: dict[View, list[int]],
@@ -54,7 +104,8 @@ def _memo_unions(plan: Plan, ctx: RequestContext, memo: DecisionMemo, tried: dic
 
 
 def fused_passes(plan: Plan, ctx: RequestContext, memo: DecisionMemo | None,
-                 durations: dict[str, float] | None = None) -> dict[int, PolicyResult]:
+                 durations: dict[str, float] | None = None,
+                 annotations: dict[str, str] | None = None) -> dict[int, PolicyResult]:
     """Pass results of every compiled fused group whose program is ``true`` (see :mod:`webhook.policy.plan`).
 
     With ``durations``, each group that passes adds its program's time, shared equally, to each policy it
@@ -65,6 +116,9 @@ def fused_passes(plan: Plan, ctx: RequestContext, memo: DecisionMemo | None,
     selects of ``request``/``namespaceObject`` is looked up there first by exactly what it reads
     (:mod:`webhook.policy.memo`), and remembered when it evaluates ``true``. The groups of one view are first
     looked up together, by one key over the union of their reads: a hit answers every group that passed on it.
+
+    A scoped group's pass adds its policy's auditAnnotations to ``annotations`` (without it, such a group is
+    left to the per-policy path).
     """
     passes: dict[int, PolicyResult] = {}
     if not plan.groups or not ctx.is_synced(caches.POLICIES) or ctx.past_deadline():
@@ -97,12 +151,17 @@ def fused_passes(plan: Plan, ctx: RequestContext, memo: DecisionMemo | None,
             continue  # it almost never passes: its policies are decided per policy without a first try here
         started = perf_counter()
         try:
-            value = group.program.eval(ctx.activation(group.view)).plain_value()
+            if group.scoped is not None:
+                passed_now = _scoped_eval(group, ctx, annotations)
+                if passed_now is None:
+                    continue
+            else:
+                passed_now = group.program.eval(ctx.activation(group.view)).plain_value() is True
         except RuntimeError:  # the iteration budget: decide per policy
             group.record(False)
             continue
-        group.record(value is True)
-        if value is True:
+        group.record(passed_now)
+        if passed_now:
             _pass(group, passes)
             passed.add(i)
             if durations is not None:

@@ -27,7 +27,7 @@ from webhook.policy.matching import View, has_selectors, selectors_match
 from webhook.policy.model import RBAC_REFERENCES
 from webhook.policy.vocabulary import Action, OnUnsynced, ParameterNotFoundAction, PolicyResult, Result
 
-__all__ = ["Run", "params_of", "prepare"]
+__all__ = ["Run", "bind", "params_of", "prepare"]
 
 
 def _unsynced_cache(policy: CompiledPolicy, ctx: RequestContext) -> str | None:
@@ -105,6 +105,47 @@ def prepare(policy: CompiledPolicy, view: View, ctx: RequestContext) -> Run | Po
         return error_result(policy, f"policy is not ready: {policy.error}")
     if ctx.past_deadline():
         return error_result(policy, "request deadline exceeded before the policy was evaluated")
+    bound = bind(policy, view, ctx)
+    if isinstance(bound, PolicyResult):
+        return bound
+    run, activation = bound, bound.activation
+    if policy.match_conditions:
+        token = set_current_scope(run.scope())
+        try:
+            first_error: str | None = None
+            for cond_name, program in policy.match_conditions:
+                try:
+                    if not bool_value(program, activation, "a matchCondition"):
+                        # Any false skips the policy, even when another condition errored.
+                        return PolicyResult(name, Result.SKIP, f"matchCondition {cond_name} is false")
+                except EvaluationError as e:
+                    first_error = first_error or str(e)
+            if first_error is not None:
+                return error_result(policy, first_error)
+        finally:
+            reset_scope(token)
+    return run
+
+
+def bind(policy: CompiledPolicy, view: View, ctx: RequestContext) -> Run | PolicyResult:
+    """The steps between readiness and matchConditions: the caches' sync, params, and the policy's scope.
+
+    The one place a policy's ``params``, ``spec.references`` and authorizer are bound for an evaluation: both
+    :func:`prepare` (the per-policy path) and a scoped fused group (:mod:`webhook.policy.engine.fused`) bind them
+    here, so a fused program sees exactly what the policy's own programs see.
+
+    Args:
+        policy: a Ready candidate whose rules and selectors select the request.
+        view: the view those rules chose.
+        ctx: the request.
+
+    Returns:
+        The run (its activation, params, references, authorizer, message prefix), or the final result when a
+        cache the policy reads has not synced (``onUnsynced``) or no params were found
+        (``parameterNotFoundAction``: Deny is an error subject to failurePolicy, as the API server's
+        ``validating/dispatcher.go``).
+    """
+    name = label(policy)
     cache = _unsynced_cache(policy, ctx)
     if cache is not None:
         action = policy.spec.on_unsynced
@@ -125,23 +166,6 @@ def prepare(policy: CompiledPolicy, view: View, ctx: RequestContext) -> Run | Po
         return PolicyResult(name, Result.SKIP, msg)
     activation = ctx.activation(view)
     prefix = ".".join(ctx.coords.template or ()) + ": " if view is View.POD_TEMPLATE else ""
-    run = Run(policy, view, params, activation, prefix,
-              References(policy, ctx.lookups) if policy.spec.references else None,
-              PolicyAuthorizer(policy.spec, ctx.lookups) if policy.reads_authorizer else None)
-    if policy.match_conditions:
-        token = set_current_scope(run.scope())
-        try:
-            first_error: str | None = None
-            for cond_name, program in policy.match_conditions:
-                try:
-                    if not bool_value(program, activation, "a matchCondition"):
-                        # Any false skips the policy, even when another condition errored.
-                        return PolicyResult(name, Result.SKIP, f"matchCondition {cond_name} is false")
-                except EvaluationError as e:
-                    first_error = first_error or str(e)
-            if first_error is not None:
-                return error_result(policy, first_error)
-        finally:
-            reset_scope(token)
-    return run
-
+    return Run(policy, view, params, activation, prefix,
+               References(policy, ctx.lookups) if policy.spec.references else None,
+               PolicyAuthorizer(policy.spec, ctx.lookups) if policy.reads_authorizer else None)

@@ -156,7 +156,7 @@ def evaluate_validating(request: dict[str, Any], policies: Sequence[CompiledPoli
     denials: list[PolicyResult] = []
     audit_failures: list[dict[str, object]] = []
     durations = out.durations
-    passes = fused_passes(plan, ctx, memo, durations)
+    passes = fused_passes(plan, ctx, memo, durations, out.audit_annotations)
     results = out.results
     decided_at: datetime.datetime | None = None
     for position, (policy, view) in enumerate(plan.entries):
