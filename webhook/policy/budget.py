@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from webhook.policy.cel import cost
+from webhook.policy.pruning import json_size
 from webhook.policy.vocabulary import Endpoint
 
 if TYPE_CHECKING:
@@ -71,39 +72,12 @@ class InputSize:
 
 
 def measure(values: Iterable[Any]) -> InputSize:
-    """The :class:`InputSize` of JSON-like ``values`` taken together (one walk, no serialization)."""
-    total = 0
-    largest = longest = 1
-    stack = list(values)
-    pop, extend = stack.pop, stack.extend
-    while stack:
-        v = pop()
-        kind = v.__class__
-        if kind is str:
-            n = len(v)
-            total += n + 2
-            if n > longest:
-                longest = n
-        elif kind is dict or (kind is not list and isinstance(v, dict)):
-            n = len(v)
-            total += 2
-            if n > largest:
-                largest = n
-            for key in v:
-                n = len(key)
-                total += n + 3
-                if n > longest:
-                    longest = n
-            extend(v.values())
-        elif kind is list or isinstance(v, list):
-            n = len(v)
-            total += 2
-            if n > largest:
-                largest = n
-            extend(v)
-        else:
-            total += 8
-    return InputSize(total, largest, longest)
+    """The :class:`InputSize` of JSON-like ``values`` taken together (one walk, no serialization).
+
+    Counted as :func:`webhook.policy.pruning.json_size` counts (its one definition), which the pruners also
+    count while copying a request's views (:meth:`webhook.policy.pruning.Projection.apply_sized`).
+    """
+    return InputSize(*json_size(values))
 
 
 def _plus(a: InputSize, b: InputSize) -> InputSize:
@@ -215,16 +189,20 @@ def estimated_work(plan: Plan, ctx: RequestContext, endpoint: Endpoint, *, body_
         return 0
     cached = cached_size(_cached_inputs(plan, ctx))
     views = {v for _p, v in plan.entries}
-    if body_bytes and budget is not None:
+    if body_bytes and budget is not None and not all(ctx.is_projected(v) for v in views):
         # The request's views are parts of its body; the params and the Namespace come from the cache (a
-        # Namespace with a long annotation must not hide behind a small Pod). Measuring the views of every
-        # request was 10-18% of /validate's CPU (issue 34).
+        # Namespace with a long annotation must not hide behind a small Pod). A view kept whole would be walked
+        # to be measured (a projected view's size comes with its pruning, which the evaluation binds anyway).
         crude = _plus(body_bound(body_bytes, len(views)), cached)
         bound = cost.work_at(work, crude.bytes, crude.largest_collection, crude.longest_string)
         if bound <= budget:
             return bound
-    data: list[Any] = []
+    total, largest, longest = cached.bytes, cached.largest_collection, cached.longest_string
     for view in views:
-        data.extend(ctx.view_objects(view))
-    size = _plus(measure(data), cached)
-    return cost.work_at(work, size.bytes, size.largest_collection, size.longest_string)
+        b, c, s = ctx.view_size(view)
+        total += b
+        if c > largest:
+            largest = c
+        if s > longest:
+            longest = s
+    return cost.work_at(work, total, largest, longest)
