@@ -141,21 +141,6 @@ def _add_walked(value: Any, acc: list[int]) -> None:
         acc[2] = s
 
 
-def _emptied(value: Any, acc: list[int]) -> Any:
-    """What a generated pruner keeps of an emptied ``value`` (see :func:`_kept`), its size added to ``acc``."""
-    kind = value.__class__
-    if kind is dict:
-        acc[0] += 2
-        return {}
-    if kind is str:
-        n = len(value)
-        acc[0] += n + 2
-        if n > acc[2]:
-            acc[2] = n
-        return value
-    return _add(_empty(value) if kind is list else value, acc)
-
-
 class _Source:
     """The functions generated for field trees: source lines, named ``_p0``, ``_p1``, … (each after its callees).
 
@@ -254,7 +239,7 @@ def _sized_node(name: str, fields: dict[str, str | None], other: str | None, ele
     per map (``n`` bytes, ``s`` the longest string): a map's named keys by their lengths, known here (their
     length is not compared with the longest string: the caller starts from the longest named key), other keys
     by theirs; a string or scalar kept whole inline; anything else kept whole by :func:`_add`'s walk, an
-    emptied list by :func:`_emptied`, a pruned child by its own sized pruner.
+    emptied list by :func:`_add` of :func:`_empty`'s copy, a pruned child by its own sized pruner.
     """
     strings = other is not None or any(fn is None or fn == _EMPTY for fn in fields.values())
 
@@ -267,7 +252,7 @@ def _sized_node(name: str, fields: dict[str, str | None], other: str | None, ele
         if fn is None:
             return [f"{pad}{target} = v", *(pad + line for line in whole)]
         return [f"{pad}if v.__class__ is dict:", f"{pad}    {target} = {{}}", f"{pad}    n += 2",
-                f"{pad}elif v.__class__ is list:", f"{pad}    {target} = _emptied(v, acc)",
+                f"{pad}elif v.__class__ is list:", f"{pad}    {target} = _add(_empty(v), acc)",
                 f"{pad}else:", f"{pad}    {target} = v", *(f"{pad}    {line}" for line in whole)]
 
     out = [f"def {name}(value, acc):",
@@ -378,7 +363,7 @@ def _compiled(source: str, roots: tuple[str, ...]) -> tuple[_Prune, ...]:
     Programs reading the same fields share their trees, and compiling costs ~20 µs a generated line (~7 ms for
     the Pod Security tree).
     """
-    namespace: dict[str, Any] = {"_empty": _empty, "_emptied": _emptied, "_add": _add, "_SCALARS": _SCALARS}
+    namespace: dict[str, Any] = {"_empty": _empty, "_add": _add, "_SCALARS": _SCALARS}
     exec(compile(source, f"<pruner {' '.join(roots)}>", "exec"), namespace)  # the source is generated above
     return tuple(namespace[root] for root in roots)
 
