@@ -21,16 +21,17 @@ whose work is under budget even at the views' largest sizes for the request body
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from webhook.policy.cel import cost
 from webhook.policy.pruning import json_size
 from webhook.policy.vocabulary import Endpoint
 
 if TYPE_CHECKING:
     from webhook.policy.engine.context import RequestContext
+    from webhook.policy.matching import View
+    from webhook.policy.model import ParamRef
     from webhook.policy.plan import Plan
 
 __all__ = ["INLINE_WORK_BUDGET", "InputSize", "OverBudget", "body_bound", "cached_size", "estimated_work", "measure"]
@@ -121,10 +122,11 @@ def cached_size(objects: Iterable[Any]) -> InputSize:
     Returns:
         What :func:`measure` gives for ``objects``.
     """
-    size = InputSize()
+    size = None
     for obj in objects:
-        size = _plus(size, _measured_once(_Same(obj)) if obj.__class__ is dict else measure((obj,)))
-    return size
+        one = _measured_once(_Same(obj)) if obj.__class__ is dict else measure((obj,))
+        size = one if size is None else _plus(size, one)
+    return size or InputSize()
 
 
 #: Most :func:`measure` bytes a view adds beyond its part of the body: the keys and literals of the Pod that
@@ -153,13 +155,39 @@ def body_bound(body_bytes: int, views: int) -> InputSize:
     return InputSize(views * (4 * body_bytes + _VIEW_OVERHEAD), max(1, body_bytes), max(1, body_bytes))
 
 
+@functools.lru_cache(maxsize=256)
+def _plan_reads(entries: _Same) -> tuple[tuple[View, ...], tuple[ParamRef, ...]]:
+    """The views a plan's ``entries`` evaluate and their policies' paramRefs, worked out once per plan.
+
+    A plan's entries are a tuple, never changed; the cache holds it, so its id is not reused while the entry
+    lives.
+    """
+    views = tuple(dict.fromkeys(view for _p, view in entries.value))
+    refs = tuple(p.spec.param_ref for p, _view in entries.value if p.spec.param_ref is not None)
+    return views, refs
+
+
+@functools.lru_cache(maxsize=256)
+def _work_function(work: _Same) -> Callable[[int, int, int], int]:
+    """:func:`webhook.policy.cel.cost.work_at` of ``work`` as one compiled expression of B, C and S.
+
+    A plan's work is a new dict when the plan is built and never changed; its terms are ints (the cost model's
+    coefficients and exponents), written out as literals (a quarter of ``work_at``'s generator's time).
+    """
+    terms = []
+    for (b, k, t), c in work.value.items():
+        factors = [repr(int(c)), *(name if e == 1 else f"{name} ** {int(e)}"
+                                   for name, e in (("B", b), ("C", k), ("S", t)) if e)]
+        terms.append(" * ".join(factors))
+    function: Callable[[int, int, int], int] = eval(  # the source is generated from ints only
+        compile(f"lambda B, C, S: {' + '.join(terms) or '0'}", "<work estimate>", "eval"), {})
+    return function
+
+
 def _cached_inputs(plan: Plan, ctx: RequestContext) -> list[Any]:
     """The cached objects the plan's programs can read: its policies' params and the request's Namespace."""
     found: list[Any] = []
-    for policy, _view in plan.entries:
-        ref = policy.spec.param_ref
-        if ref is None:
-            continue
+    for ref in _plan_reads(_Same(plan.entries))[1]:
         if ref.name is not None:
             found.append(ctx.lookups.get_configmap(ref.namespace or ctx.coords.namespace or "default", ref.name))
         elif ref.selector is not None:
@@ -188,13 +216,14 @@ def estimated_work(plan: Plan, ctx: RequestContext, endpoint: Endpoint, *, body_
     if not work:
         return 0
     cached = cached_size(_cached_inputs(plan, ctx))
-    views = {v for _p, v in plan.entries}
+    views = _plan_reads(_Same(plan.entries))[0]
+    work_of = _work_function(_Same(work))
     if body_bytes and budget is not None and not all(ctx.is_projected(v) for v in views):
         # The request's views are parts of its body; the params and the Namespace come from the cache (a
         # Namespace with a long annotation must not hide behind a small Pod). A view kept whole would be walked
         # to be measured (a projected view's size comes with its pruning, which the evaluation binds anyway).
         crude = _plus(body_bound(body_bytes, len(views)), cached)
-        bound = cost.work_at(work, crude.bytes, crude.largest_collection, crude.longest_string)
+        bound = work_of(crude.bytes, crude.largest_collection, crude.longest_string)
         if bound <= budget:
             return bound
     total, largest, longest = cached.bytes, cached.largest_collection, cached.longest_string
@@ -205,4 +234,4 @@ def estimated_work(plan: Plan, ctx: RequestContext, endpoint: Endpoint, *, body_
             largest = c
         if s > longest:
             longest = s
-    return cost.work_at(work, total, largest, longest)
+    return work_of(total, largest, longest)

@@ -86,6 +86,14 @@ def test_a_variable_derived_from_a_split_is_iterated_by_its_size() -> None:
     assert big_string > 10 * work_at(o.work, 10_000, 3, 10_000)
 
 
+@settings(max_examples=300, deadline=None)
+@given(work=st.dictionaries(st.tuples(*[st.integers(0, 3)] * 3), st.integers(0, 10**6), max_size=12),
+       sizes=st.tuples(st.integers(0, 10**7), st.integers(1, 10**5), st.integers(1, 10**6)))
+def test_the_compiled_work_function_is_work_at(work: dict[tuple[int, int, int], int],
+                                               sizes: tuple[int, int, int]) -> None:
+    assert budget._work_function(budget._Same(work))(*sizes) == work_at(work, *sizes)
+
+
 def test_measure_reads_bytes_largest_collection_and_longest_string() -> None:
     size = measure([{"a": ["x" * 5, "y"], "bb": {"k": 1, "l": 2, "m": 3}}])
     assert size.largest_collection == 3 and size.longest_string == 5
