@@ -251,9 +251,12 @@ def _sized_node(name: str, fields: dict[str, str | None], other: str | None, ele
                  "elif v.__class__ in _SCALARS:", "    n += 8", "else:", "    _add(v, acc)"]
         if fn is None:
             return [f"{pad}{target} = v", *(pad + line for line in whole)]
-        return [f"{pad}if v.__class__ is dict:", f"{pad}    {target} = {{}}", f"{pad}    n += 2",
+        # Emptied: a string or a scalar (the common case) is kept as it is, tested first.
+        return [f"{pad}if v.__class__ is str:", f"{pad}    {target} = v", *(f"{pad}{line}" for line in whole[1:5]),
+                f"{pad}elif v.__class__ in _SCALARS:", f"{pad}    {target} = v", f"{pad}    n += 8",
+                f"{pad}elif v.__class__ is dict:", f"{pad}    {target} = {{}}", f"{pad}    n += 2",
                 f"{pad}elif v.__class__ is list:", f"{pad}    {target} = _add(_empty(v), acc)",
-                f"{pad}else:", f"{pad}    {target} = v", *(f"{pad}    {line}" for line in whole)]
+                f"{pad}else:", f"{pad}    {target} = _add(v, acc)"]
 
     out = [f"def {name}(value, acc):",
            "    if value.__class__ is dict or isinstance(value, dict):",
@@ -284,9 +287,10 @@ def _sized_node(name: str, fields: dict[str, str | None], other: str | None, ele
             out.extend(keep(other, "out[key]", " " * 16))
         else:
             out.extend(keep(other, "out[key]", " " * 12))
-    out.extend(["        acc[0] += n",
-                "        if len(out) > acc[1]:",
-                "            acc[1] = len(out)"])
+    out.append("        acc[0] += n")
+    if other is not None or len(fields) > 1:  # the largest collection starts at 1
+        out.extend(["        if len(out) > acc[1]:",
+                    "            acc[1] = len(out)"])
     if strings:
         out.extend(["        if s > acc[2]:",
                     "            acc[2] = s"])
