@@ -30,8 +30,6 @@ from webhook.policy.vocabulary import Endpoint
 
 if TYPE_CHECKING:
     from webhook.policy.engine.context import RequestContext
-    from webhook.policy.matching import View
-    from webhook.policy.model import ParamRef
     from webhook.policy.plan import Plan
 
 __all__ = ["INLINE_WORK_BUDGET", "InputSize", "OverBudget", "body_bound", "cached_size", "estimated_work", "measure"]
@@ -156,18 +154,6 @@ def body_bound(body_bytes: int, views: int) -> InputSize:
 
 
 @functools.lru_cache(maxsize=256)
-def _plan_reads(entries: _Same) -> tuple[tuple[View, ...], tuple[ParamRef, ...]]:
-    """The views a plan's ``entries`` evaluate and their policies' paramRefs, worked out once per plan.
-
-    A plan's entries are a tuple, never changed; the cache holds it, so its id is not reused while the entry
-    lives.
-    """
-    views = tuple(dict.fromkeys(view for _p, view in entries.value))
-    refs = tuple(p.spec.param_ref for p, _view in entries.value if p.spec.param_ref is not None)
-    return views, refs
-
-
-@functools.lru_cache(maxsize=256)
 def _work_function(work: _Same) -> Callable[[int, int, int], int]:
     """:func:`webhook.policy.cel.cost.work_at` of ``work`` as one compiled expression of B, C and S.
 
@@ -187,7 +173,10 @@ def _work_function(work: _Same) -> Callable[[int, int, int], int]:
 def _cached_inputs(plan: Plan, ctx: RequestContext) -> list[Any]:
     """The cached objects the plan's programs can read: its policies' params and the request's Namespace."""
     found: list[Any] = []
-    for ref in _plan_reads(_Same(plan.entries))[1]:
+    for policy, _view in plan.entries:
+        ref = policy.spec.param_ref
+        if ref is None:
+            continue
         if ref.name is not None:
             found.append(ctx.lookups.get_configmap(ref.namespace or ctx.coords.namespace or "default", ref.name))
         elif ref.selector is not None:
@@ -216,7 +205,7 @@ def estimated_work(plan: Plan, ctx: RequestContext, endpoint: Endpoint, *, body_
     if not work:
         return 0
     cached = cached_size(_cached_inputs(plan, ctx))
-    views = _plan_reads(_Same(plan.entries))[0]
+    views = {v for _p, v in plan.entries}
     work_of = _work_function(_Same(work))
     if body_bytes and budget is not None and not all(ctx.is_projected(v) for v in views):
         # The request's views are parts of its body; the params and the Namespace come from the cache (a
