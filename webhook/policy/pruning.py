@@ -153,7 +153,7 @@ class _Source:
     def __init__(self, sized: bool = False) -> None:
         self.sized = sized
         self.lines: list[str] = []
-        #: The longest key a map's field names it (not counted by the sized pruners, see :func:`_sized_node`).
+        #: The longest field name of the generated maps (the sized pruners do not compare it, see :func:`_sized_node`).
         self.longest_key = 1
         self.names: dict[tuple[tuple[tuple[str, str | None], ...], str | None, str | None], str] = {}
 
