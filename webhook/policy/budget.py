@@ -21,11 +21,11 @@ whose work is under budget even at the views' largest sizes for the request body
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from webhook.policy.cel import cost
+from webhook.policy.pruning import json_size
 from webhook.policy.vocabulary import Endpoint
 
 if TYPE_CHECKING:
@@ -71,39 +71,12 @@ class InputSize:
 
 
 def measure(values: Iterable[Any]) -> InputSize:
-    """The :class:`InputSize` of JSON-like ``values`` taken together (one walk, no serialization)."""
-    total = 0
-    largest = longest = 1
-    stack = list(values)
-    pop, extend = stack.pop, stack.extend
-    while stack:
-        v = pop()
-        kind = v.__class__
-        if kind is str:
-            n = len(v)
-            total += n + 2
-            if n > longest:
-                longest = n
-        elif kind is dict or (kind is not list and isinstance(v, dict)):
-            n = len(v)
-            total += 2
-            if n > largest:
-                largest = n
-            for key in v:
-                n = len(key)
-                total += n + 3
-                if n > longest:
-                    longest = n
-            extend(v.values())
-        elif kind is list or isinstance(v, list):
-            n = len(v)
-            total += 2
-            if n > largest:
-                largest = n
-            extend(v)
-        else:
-            total += 8
-    return InputSize(total, largest, longest)
+    """The :class:`InputSize` of JSON-like ``values`` taken together (one walk, no serialization).
+
+    Counted as :func:`webhook.policy.pruning.json_size` counts (its one definition), which the pruners also
+    count while copying a request's views (:meth:`webhook.policy.pruning.Projection.apply_sized`).
+    """
+    return InputSize(*json_size(values))
 
 
 def _plus(a: InputSize, b: InputSize) -> InputSize:
@@ -147,10 +120,11 @@ def cached_size(objects: Iterable[Any]) -> InputSize:
     Returns:
         What :func:`measure` gives for ``objects``.
     """
-    size = InputSize()
+    size = None
     for obj in objects:
-        size = _plus(size, _measured_once(_Same(obj)) if obj.__class__ is dict else measure((obj,)))
-    return size
+        one = _measured_once(_Same(obj)) if obj.__class__ is dict else measure((obj,))
+        size = one if size is None else _plus(size, one)
+    return size or InputSize()
 
 
 #: Most :func:`measure` bytes a view adds beyond its part of the body: the keys and literals of the Pod that
@@ -177,6 +151,23 @@ def body_bound(body_bytes: int, views: int) -> InputSize:
         ``InputSize(views × (4 × body_bytes + 256), body_bytes, body_bytes)``.
     """
     return InputSize(views * (4 * body_bytes + _VIEW_OVERHEAD), max(1, body_bytes), max(1, body_bytes))
+
+
+@functools.lru_cache(maxsize=256)
+def _work_function(work: _Same) -> Callable[[int, int, int], int]:
+    """:func:`webhook.policy.cel.cost.work_at` of ``work`` as one compiled expression of B, C and S.
+
+    A plan's work is a new dict when the plan is built and never changed; its terms are ints (the cost model's
+    coefficients and exponents), written out as literals (a quarter of ``work_at``'s generator's time).
+    """
+    terms = []
+    for (b, k, t), c in work.value.items():
+        factors = [repr(int(c)), *(name if e == 1 else f"{name} ** {int(e)}"
+                                   for name, e in (("B", b), ("C", k), ("S", t)) if e)]
+        terms.append(" * ".join(factors))
+    function: Callable[[int, int, int], int] = eval(  # the source is generated from ints only
+        compile(f"lambda B, C, S: {' + '.join(terms) or '0'}", "<work estimate>", "eval"), {})
+    return function
 
 
 def _cached_inputs(plan: Plan, ctx: RequestContext) -> list[Any]:
@@ -215,16 +206,21 @@ def estimated_work(plan: Plan, ctx: RequestContext, endpoint: Endpoint, *, body_
         return 0
     cached = cached_size(_cached_inputs(plan, ctx))
     views = {v for _p, v in plan.entries}
-    if body_bytes and budget is not None:
+    work_of = _work_function(_Same(work))
+    if body_bytes and budget is not None and not all(ctx.is_projected(v) for v in views):
         # The request's views are parts of its body; the params and the Namespace come from the cache (a
-        # Namespace with a long annotation must not hide behind a small Pod). Measuring the views of every
-        # request was 10-18% of /validate's CPU (issue 34).
+        # Namespace with a long annotation must not hide behind a small Pod). A view kept whole would be walked
+        # to be measured (a projected view's size comes with its pruning, which the evaluation binds anyway).
         crude = _plus(body_bound(body_bytes, len(views)), cached)
-        bound = cost.work_at(work, crude.bytes, crude.largest_collection, crude.longest_string)
+        bound = work_of(crude.bytes, crude.largest_collection, crude.longest_string)
         if bound <= budget:
             return bound
-    data: list[Any] = []
+    total, largest, longest = cached.bytes, cached.largest_collection, cached.longest_string
     for view in views:
-        data.extend(ctx.view_objects(view))
-    size = _plus(measure(data), cached)
-    return cost.work_at(work, size.bytes, size.largest_collection, size.longest_string)
+        b, c, s = ctx.view_size(view)
+        total += b
+        if c > largest:
+            largest = c
+        if s > longest:
+            longest = s
+    return work_of(total, largest, longest)

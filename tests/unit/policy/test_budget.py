@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import astuple
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,14 @@ def test_a_variable_derived_from_a_split_is_iterated_by_its_size() -> None:
     assert big_string > 10 * work_at(o.work, 10_000, 3, 10_000)
 
 
+@settings(max_examples=300, deadline=None)
+@given(work=st.dictionaries(st.tuples(*[st.integers(0, 3)] * 3), st.integers(0, 10**6), max_size=12),
+       sizes=st.tuples(st.integers(0, 10**7), st.integers(1, 10**5), st.integers(1, 10**6)))
+def test_the_compiled_work_function_is_work_at(work: dict[tuple[int, int, int], int],
+                                               sizes: tuple[int, int, int]) -> None:
+    assert budget._work_function(budget._Same(work))(*sizes) == work_at(work, *sizes)
+
+
 def test_measure_reads_bytes_largest_collection_and_longest_string() -> None:
     size = measure([{"a": ["x" * 5, "y"], "bb": {"k": 1, "l": 2, "m": 3}}])
     assert size.largest_collection == 3 and size.longest_string == 5
@@ -148,6 +157,31 @@ def test_the_shipped_policies_on_an_ordinary_pod_stay_inline() -> None:
     outcome = evaluate_validating(req, _plan(index, req), lookups, work_budget=INLINE_WORK_BUDGET,
                                   body_bytes=len(json.dumps(req)))
     assert not outcome.allowed  # evaluated, not refused
+
+
+def test_the_estimate_is_the_work_at_the_measured_pruned_views_and_cached_objects() -> None:
+    """The sizes counted while pruning replace measuring the pruned views: the estimate is what the plan's work
+    gives at measure's sizes of the pruned views, the params and the Namespace (the longest string may be the
+    trees' longest field name, an upper bound), for a projected view and for a workload's Pod view."""
+    index, lookups = _shipped()
+    workload = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "default"},
+                "spec": {"template": {"metadata": {"labels": {"app": "a" * 70}}, "spec": pod()["spec"]}}}
+    for obj in (pod(images=("docker.io/library/nginx:latest",), privileged=True), workload):
+        req = request(obj)
+        plan = _plan(index, req)
+        ctx = RequestContext(req, lookups)
+        ctx.project(plan.projections)
+        got = estimated_work(plan, ctx, Endpoint.VALIDATE)
+        views = dict.fromkeys(v for _p, v in plan.entries)
+        assert any(ctx.is_projected(v) for v in views)
+        fresh = RequestContext(req, lookups)
+        fresh.project(plan.projections)
+        size = measure([o for v in views for o in fresh.view_objects(v)]
+                       + budget._cached_inputs(plan, fresh))
+        for v in views:
+            assert ctx.view_size(v)[:2] == astuple(measure(fresh.view_objects(v)))[:2]
+        assert work_at(plan.work, size.bytes, size.largest_collection, size.longest_string) <= got
+        assert got <= work_at(plan.work, size.bytes, size.largest_collection, max(size.longest_string, 64))
 
 
 SPLIT_TWICE = "object.metadata.annotations.x.split('').all(a, object.metadata.annotations.x.split('').size() > 0)"

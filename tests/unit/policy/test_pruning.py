@@ -11,8 +11,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from webhook.policy.budget import InputSize, measure
 from webhook.policy.projection import ALL, EACH, KEYS, Tree, union
-from webhook.policy.pruning import Projection, _Source, project
+from webhook.policy.pruning import Projection, _Source, json_size, project
 
 # -- the reference: the closure pruners of webhook/policy/pruning.py before they were generated (at 841f558) -----
 
@@ -172,3 +173,41 @@ def test_shared_code_is_generated_once() -> None:
     source.pruner({"a": {EACH: {"x": {}}}, "b": {EACH: {"x": {}}}, "c": {KEYS: {"x": {}}}})
     # {x}; a's and b's (maps' values and lists' elements by {x}); c's (maps' values emptied); the root.
     assert sum(line.startswith("def ") for line in source.lines) == 4
+
+
+# -- sized pruning: the copy and its size in one walk ---------------------------------------------------------------
+
+@settings(max_examples=500, deadline=None)
+@given(obj_tree=TREES, old_tree=TREES, obj=VALUES, old=VALUES)
+def test_a_sized_projection_gives_the_same_copies_and_what_measure_gives_for_them(obj_tree: Any, old_tree: Any,
+                                                                                 obj: Any, old: Any) -> None:
+    """The inline work estimate adds the sizes counted while pruning instead of measuring the pruned copies: they
+    must be what ``measure`` gives for them (never less: a costly request would run on the event loop)."""
+    projection = Projection.of({"object": obj_tree, "oldObject": old_tree})
+    if projection is None:
+        return
+    before = copy.deepcopy((obj, old))
+    pruned_obj, pruned_old, size = projection.apply_sized(obj, old)
+    expected = projection.apply(obj, old)
+    assert _typed((pruned_obj, pruned_old)) == _typed(expected)
+    inputs = _nodes((obj, old))
+    assert _nodes((pruned_obj, pruned_old)) & inputs == _nodes(expected) & inputs
+    measured = measure([pruned_obj, pruned_old])
+    assert (size[0], size[1]) == (measured.bytes, measured.largest_collection)
+    # The longest string is never below measure's, and above it only up to the longest name the trees give a key.
+    assert measured.longest_string <= size[2] <= max(measured.longest_string, _longest_name(obj_tree),
+                                                     _longest_name(old_tree))
+    assert _typed((obj, old)) == _typed(before)
+
+
+def _longest_name(tree: Any) -> int:
+    """The longest field name in ``tree`` (the iteration segments are not names)."""
+    if tree is ALL:
+        return 1
+    return max([1, *(len(k) for k in tree if k not in (EACH, KEYS)), *map(_longest_name, tree.values())])
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=VALUES)
+def test_json_size_is_what_measure_gives(value: Any) -> None:
+    assert InputSize(*json_size([value, value])) == measure([value, value])

@@ -17,7 +17,7 @@ from webhook.policy.cel.authz import authorizer_value
 from webhook.policy.cel.env import environment
 from webhook.policy.lookups import Lookups
 from webhook.policy.matching import View
-from webhook.policy.pruning import Projection
+from webhook.policy.pruning import Projection, json_size
 from webhook.policy.request import RequestCoordinates
 
 __all__ = ["RequestContext", "ephemeral_as_pod", "synthesize_pod"]
@@ -79,6 +79,7 @@ class RequestContext:
         self._view_objects: dict[View, tuple[Any, Any]] = {}
         self._projections: dict[View, Projection | None] = {}
         self._projected: dict[View, tuple[Any, Any]] = {}
+        self._sizes: dict[View, tuple[int, int, int]] = {}
         self._synced: dict[str, bool] = {}
         self._namespace_obj: Any = ...
 
@@ -123,6 +124,7 @@ class RequestContext:
         """
         self._projections = projections or {}
         self._projected.clear()
+        self._sizes.clear()
 
     def view_objects(self, view: View, *, projected: bool = True) -> tuple[Any, Any]:
         """``(object, oldObject)`` of ``view``: the request's, or its templates' Pods.
@@ -133,7 +135,7 @@ class RequestContext:
         if projected:
             pruned = self._projected.get(view)
             if pruned is None:
-                pruned = self._projected[view] = self._pruned(view, *self.view_objects(view, projected=False))
+                pruned = self._projected[view] = self._pruned_sized(view, *self.view_objects(view, projected=False))
             return pruned
         whole = self._view_objects.get(view)
         if whole is None:
@@ -149,6 +151,33 @@ class RequestContext:
                 whole = (obj, old)
             self._view_objects[view] = whole
         return self._pruned(view, *whole) if projected else whole
+
+    def is_projected(self, view: View) -> bool:
+        """Whether ``view`` has a projection (then :meth:`view_size` comes with its pruning, without a walk)."""
+        return self._projections.get(view) is not None
+
+    def view_size(self, view: View) -> tuple[int, int, int]:
+        """What :func:`webhook.policy.pruning.json_size` gives for :meth:`view_objects` of ``view``.
+
+        Counted while pruning the view (:meth:`Projection.apply_sized`, once per request and view); an
+        unprojected view's whole objects are walked once.
+
+        Returns:
+            ``(bytes, largest_collection, longest_string)``, as :func:`webhook.policy.budget.measure` counts them.
+        """
+        objects = self.view_objects(view)
+        size = self._sizes.get(view)
+        if size is None:
+            size = self._sizes[view] = json_size(objects)
+        return size
+
+    def _pruned_sized(self, view: View, obj: Any, old: Any) -> tuple[Any, Any]:
+        """:meth:`_pruned`, the pruned pair's size kept for :meth:`view_size`."""
+        projection = self._projections.get(view)
+        if projection is None:
+            return obj, old
+        pruned_obj, pruned_old, self._sizes[view] = projection.apply_sized(obj, old)
+        return pruned_obj, pruned_old
 
     def _pruned(self, view: View, obj: Any, old: Any) -> tuple[Any, Any]:
         projection = self._projections.get(view)
