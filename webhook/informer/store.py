@@ -329,13 +329,13 @@ class ListBuffer:
                 if ns:
                     if ns == last_ns:  # a LIST comes sorted by key: namespaces come in runs
                         key = prefix + name
-                    else:
-                        prefix = ns + "/"
-                        key = prefix + name
+                    else:  # the run's prefix changes only once the key is made (a name that is not a string)
+                        ns_prefix = ns + "/"
+                        key = ns_prefix + name
                         found = ns_index.get(ns)
                         if found is None:
                             ns_index[ns] = found = {}
-                        keys_of_ns, last_ns = found, ns
+                        keys_of_ns, last_ns, prefix = found, ns, ns_prefix
                     keys_of_ns[key] = None
                 else:
                     key = str(name)

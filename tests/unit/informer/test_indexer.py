@@ -111,6 +111,8 @@ def _page() -> list[dict[str, Any]]:
         {"metadata": {"name": 5, "namespace": "x"}},  # not strings: formatted as the general loop does
         {"metadata": {"name": "n", "namespace": 7}},
         {"metadata": {"name": "d", "namespace": "x"}},
+        {"metadata": {"name": 6, "namespace": "q"}},  # a new namespace whose name is not a string ...
+        {"metadata": {"name": "e", "namespace": "x"}},  # ... leaves the run of x as it was
     ]
 
 
@@ -127,8 +129,8 @@ def test_compact_list_page_stores_what_the_general_loop_stores_and_leaves_the_in
     general.add_page(copy.deepcopy(received))
     assert fast.items == general.items
     assert fast.indices == general.indices == {"namespace": {
-        "x": {"x/a": None, "x/b": None, "x/5": None, "x/d": None}, "y": {"y/c": None}, "z": {"z/": None},
-        7: {"7/n": None}}}
+        "x": {"x/a": None, "x/b": None, "x/5": None, "x/d": None, "x/e": None}, "y": {"y/c": None},
+        "z": {"z/": None}, 7: {"7/n": None}, "q": {"q/6": None}}}
     assert decode(fast.items["x/a"]) == {"metadata": {"name": "a", "namespace": "x", "resourceVersion": "2"}}
     assert all("managedFields" not in decode(v).get("metadata", {}) for v in fast.items.values())
     assert page == received  # managedFields put back into what the ListerWatcher returned
