@@ -178,8 +178,8 @@ def keep_fields(paths: Iterable[str | tuple[str, ...]]) -> TransformFunc:
     return transform
 
 
-#: Joined with orjson's output to copy it to an exact-size ``bytes`` (see :func:`encode`).
-_EMPTY = b""
+#: Added to orjson's output to copy it to an exact-size ``bytes`` (see :func:`encode`).
+_SPACE = b" "
 #: A default no JSON value can be.
 _MISSING: Any = object()
 #: "metadata", "name", "namespace", "managedFields" as orjson's key cache holds them: a dict that orjson
@@ -189,16 +189,16 @@ _KEYS: tuple[str, str, str, str] = tuple(orjson.loads(b'{"metadata":0,"name":0,"
 
 
 def encode(obj: KubeObject) -> bytes:
-    """The compact stored form of ``obj`` (JSON bytes, no spaces), allocated to its exact size.
+    """The compact stored form of ``obj``: its JSON without spaces, then one space, allocated to its exact size.
 
     orjson returns its output in the buffer it grew (4 KiB for a 600-byte object with orjson 3.13, as
-    tracemalloc shows); kept as is, that is ~5x the JSON per cached object. The copy is
-    ``b"".join((out, b""))``: one exact-size allocation and memcpy, about 40 % cheaper than
-    ``memoryview(out).tobytes()`` (no memoryview object; 1.4k against 2.3k instructions per 600-byte
-    object under callgrind). A join of one item, a full slice or ``bytes(out)`` would return ``out``
-    itself.
+    tracemalloc shows); kept as is, that is ~5x the JSON per cached object. The copy is ``out + b" "``: one
+    exact-size allocation and memcpy, and the trailing space is JSON whitespace every parser skips. It
+    costs 0.3k instructions per object less than ``b"".join((out, b""))`` (no tuple, no buffer protocol;
+    callgrind, the compact LIST loop), which was 40 % cheaper than ``memoryview(out).tobytes()``. A join of
+    one item, a full slice, ``bytes(out)`` or ``out + b""`` would return ``out`` itself.
     """
-    return _EMPTY.join((orjson.dumps(obj), _EMPTY))
+    return orjson.dumps(obj) + _SPACE
 
 
 def decode(stored: Stored) -> KubeObject:
@@ -410,7 +410,7 @@ class ListBuffer:
                     else:
                         keys[key] = None
             # An exact-size copy (see encode()).
-            items.put(key, _EMPTY.join((dumps(obj), _EMPTY)) if compact else obj, namespace)
+            items.put(key, dumps(obj) + _SPACE if compact else obj, namespace)
 
     def _add_page_compact(self, objs: Iterable[KubeObject], handed_over: bool) -> None:
         """:meth:`add_page` for the common informer (compact, namespace index only, drop_managed_fields).
@@ -435,7 +435,7 @@ class ListBuffer:
         namespace has a ``/``, or whose key this buffer holds flat, goes through the general loop.
         """
         by_namespace, flat = self.items.by_namespace, self.items.flat
-        dumps, join, empty, missing = orjson.dumps, _EMPTY.join, _EMPTY, _MISSING
+        dumps, space, missing = orjson.dumps, _SPACE, _MISSING
         k_metadata, k_name, k_namespace, k_managed = _KEYS
         last_ns: Any = None
         objs_of_ns: dict[str, Stored] = {}
@@ -466,14 +466,14 @@ class ListBuffer:
                 continue
             if handed_over:
                 meta.pop(k_managed, None)
-                kept[key] = join((dumps(obj), empty))
+                kept[key] = dumps(obj) + space
                 continue
             managed = meta.pop(k_managed, missing)
             if managed is missing:
-                kept[key] = join((dumps(obj), empty))
+                kept[key] = dumps(obj) + space
             else:
                 try:
-                    kept[key] = join((dumps(obj), empty))
+                    kept[key] = dumps(obj) + space
                 finally:
                     meta[k_managed] = managed
 
