@@ -27,6 +27,7 @@ from __future__ import annotations
 import builtins
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 import orjson
@@ -322,10 +323,8 @@ class Objects:
     __iter__ = keys
 
     def values(self) -> Iterator[Stored]:
-        """Every stored form, in :meth:`items`' order."""
-        for objs in self.by_namespace.values():
-            yield from objs.values()
-        yield from self.flat.values()
+        """Every stored form, in :meth:`items`' order (iterated in C: the informer lists them after each sync)."""
+        return chain(chain.from_iterable(map(dict.values, self.by_namespace.values())), self.flat.values())
 
 
 def _namespace_of(key_func: Callable[[KubeObject], str], ns: Any) -> str | None:
