@@ -16,15 +16,18 @@ read): about 1.2x the object's JSON size instead of ~7x for a parsed dict, at
 pages (or WatchList's initial events) one object at a time, transforms,
 encodes and indexes each as it arrives, so the parsed page can be dropped at
 once and memory stays bounded while a sync runs (client-go applies its
-TransformFunc in the DeltaFIFO, before anything is kept).
+TransformFunc in the DeltaFIFO, before anything is kept). Stored forms are
+kept by namespace, then name (:class:`Objects`), which is also the namespace
+index.
 Pure; no I/O.
 """
 
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 import orjson
@@ -176,8 +179,8 @@ def keep_fields(paths: Iterable[str | tuple[str, ...]]) -> TransformFunc:
     return transform
 
 
-#: Joined with orjson's output to copy it to an exact-size ``bytes`` (see :func:`encode`).
-_EMPTY = b""
+#: Added to orjson's output to copy it to an exact-size ``bytes`` (see :func:`encode`).
+_SPACE = b" "
 #: A default no JSON value can be.
 _MISSING: Any = object()
 #: "metadata", "name", "namespace", "managedFields" as orjson's key cache holds them: a dict that orjson
@@ -187,16 +190,16 @@ _KEYS: tuple[str, str, str, str] = tuple(orjson.loads(b'{"metadata":0,"name":0,"
 
 
 def encode(obj: KubeObject) -> bytes:
-    """The compact stored form of ``obj`` (JSON bytes, no spaces), allocated to its exact size.
+    """The compact stored form of ``obj``: its JSON without spaces, then one space, allocated to its exact size.
 
     orjson returns its output in the buffer it grew (4 KiB for a 600-byte object with orjson 3.13, as
-    tracemalloc shows); kept as is, that is ~5x the JSON per cached object. The copy is
-    ``b"".join((out, b""))``: one exact-size allocation and memcpy, about 40 % cheaper than
-    ``memoryview(out).tobytes()`` (no memoryview object; 1.4k against 2.3k instructions per 600-byte
-    object under callgrind). A join of one item, a full slice or ``bytes(out)`` would return ``out``
-    itself.
+    tracemalloc shows); kept as is, that is ~5x the JSON per cached object. The copy is ``out + b" "``: one
+    exact-size allocation and memcpy, and the trailing space is JSON whitespace every parser skips. It
+    costs 0.3k instructions per object less than ``b"".join((out, b""))`` (no tuple, no buffer protocol;
+    callgrind, the compact LIST loop), which was 40 % cheaper than ``memoryview(out).tobytes()``. A join of
+    one item, a full slice, ``bytes(out)`` or ``out + b""`` would return ``out`` itself.
     """
-    return _EMPTY.join((orjson.dumps(obj), _EMPTY))
+    return orjson.dumps(obj) + _SPACE
 
 
 def decode(stored: Stored) -> KubeObject:
@@ -209,6 +212,124 @@ def decode(stored: Stored) -> KubeObject:
 
 class IndexConflictError(ValueError):
     """``add_indexers`` named an index that already exists."""
+
+
+class Objects:
+    """The stored forms by key, in two levels: a namespace's objects by name in a dict of their own.
+
+    An object whose key is ``namespace/name`` (:func:`meta_namespace_key`) and whose namespace is a string
+    without ``/`` is kept in :attr:`by_namespace` ``[namespace][name]``; any other (cluster-scoped objects,
+    malformed namespaces, custom key functions) in :attr:`flat` ``[key]``. A key is in one place at most, and
+    the place is found from the key alone (its part before the first ``/`` is the namespace, the rest the
+    name). The namespaces' dicts are also the namespace index of the objects they hold (client-go keeps a
+    separate ``namespace`` index of keys): one dict insert per object and no ``namespace/name`` string is
+    made while a LIST is stored, which is what the LIST path's loop saves (callgrind, see
+    docs/performance.md, "The LIST path, round 5"); the keys are made when they are listed. An emptied
+    namespace's dict is dropped, as client-go drops an emptied index set (kubernetes#84959).
+    """
+
+    __slots__ = ("by_namespace", "flat")
+
+    def __init__(self) -> None:
+        self.by_namespace: dict[str, dict[str, Stored]] = {}
+        self.flat: dict[str, Stored] = {}
+
+    def get(self, key: str) -> Stored | None:
+        """The stored form under ``key``, or None."""
+        ns, sep, name = key.partition("/")
+        if sep:
+            objs = self.by_namespace.get(ns)
+            if objs is not None:
+                found = objs.get(name)
+                if found is not None:
+                    return found
+        return self.flat.get(key)
+
+    def __getitem__(self, key: str) -> Stored:
+        found = self.get(key)
+        if found is None:
+            raise KeyError(key)
+        return found
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self.get(key) is not None
+
+    def __len__(self) -> int:
+        return sum(map(len, self.by_namespace.values())) + len(self.flat)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Objects) and dict(self.items()) == dict(other.items())
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def put(self, key: str, stored: Stored, namespace: str | None) -> None:
+        """Keep ``stored`` under ``key``: in ``namespace``'s dict (``key`` is ``namespace/name``), or flat (None)."""
+        if namespace is not None:
+            objs = self.by_namespace.get(namespace)
+            if objs is None:
+                self.by_namespace[namespace] = objs = {}
+            objs[key[len(namespace) + 1:]] = stored
+            if self.flat:
+                self.flat.pop(key, None)
+        else:
+            self.flat[key] = stored
+            self._pop_namespaced(key)
+
+    def pop(self, key: str) -> Stored | None:
+        """Remove and return the stored form under ``key`` (None if absent)."""
+        found = self._pop_namespaced(key)
+        return found if found is not None else self.flat.pop(key, None)
+
+    def _pop_namespaced(self, key: str) -> Stored | None:
+        ns, sep, name = key.partition("/")
+        if not sep:
+            return None
+        objs = self.by_namespace.get(ns)
+        if objs is None:
+            return None
+        found = objs.pop(name, None)
+        if not objs:
+            del self.by_namespace[ns]
+        return found
+
+    def in_namespace_dict(self, key: str) -> bool:
+        """Whether ``key`` is kept in its namespace's dict (not flat)."""
+        return key not in self.flat and key in self
+
+    def namespace_items(self, namespace: str) -> list[tuple[str, Stored]]:
+        """``(key, stored form)`` of the objects in ``namespace``'s dict (a new list)."""
+        objs = self.by_namespace.get(namespace)
+        if not objs:
+            return []
+        prefix = namespace + "/"
+        return [(prefix + name, v) for name, v in objs.items()]
+
+    def items(self) -> Iterator[tuple[str, Stored]]:
+        """Every ``(key, stored form)``: each namespace's in the order they came, then the flat ones."""
+        for ns, objs in self.by_namespace.items():
+            prefix = ns + "/"
+            for name, v in objs.items():
+                yield prefix + name, v
+        yield from self.flat.items()
+
+    def keys(self) -> Iterator[str]:
+        """Every key, in :meth:`items`' order."""
+        for ns, objs in self.by_namespace.items():
+            prefix = ns + "/"
+            for name in objs:
+                yield prefix + name
+        yield from self.flat
+
+    __iter__ = keys
+
+    def values(self) -> Iterator[Stored]:
+        """Every stored form, in :meth:`items`' order (iterated in C: the informer lists them after each sync)."""
+        return chain(chain.from_iterable(map(dict.values, self.by_namespace.values())), self.flat.values())
+
+
+def _namespace_of(key_func: Callable[[KubeObject], str], ns: Any) -> str | None:
+    """The namespace whose dict of :class:`Objects` keeps an object of namespace ``ns`` (None: kept flat)."""
+    return ns if key_func is meta_namespace_key and type(ns) is str and ns and "/" not in ns else None
 
 
 class ListBuffer:
@@ -228,8 +349,11 @@ class ListBuffer:
     def __init__(self, indexers: dict[str, IndexFunc], *, transform: TransformFunc | None, compact: bool,
                  key_func: Callable[[KubeObject], str] = meta_namespace_key) -> None:
         self.indexers = dict(indexers)
-        self.items: dict[str, Stored] = {}
+        self.items = Objects()
+        #: The index functions' keys by value; the namespace index holds only the objects kept flat when
+        #: it is :func:`namespace_index` over :func:`meta_namespace_key` (see :class:`Objects`).
         self.indices: dict[str, dict[str, KeySet]] = {name: {} for name in indexers}
+        self._derived_ns = key_func is meta_namespace_key and indexers.get(NAMESPACE_INDEX) is namespace_index
         self._transform = transform
         self._compact = compact
         self._key_func = key_func
@@ -252,16 +376,16 @@ class ListBuffer:
         """
         if (self._compact and self._transform is drop_managed_fields and self._key_func is meta_namespace_key
                 and self.indexers == {NAMESPACE_INDEX: namespace_index}):
-            self._add_page_compact(objs, self.indices[NAMESPACE_INDEX], handed_over)
+            self._add_page_compact(objs, handed_over)
         else:
             self._add_page_general(objs)
 
     def _add_page_general(self, objs: Iterable[KubeObject]) -> None:
         transform, items, compact = self._transform, self.items, self._compact
         default_key = self._key_func is meta_namespace_key
-        ns_index = self.indices.get(NAMESPACE_INDEX) if self.indexers.get(NAMESPACE_INDEX) is namespace_index else None
-        others = [(fn, self.indices[name]) for name, fn in self.indexers.items()
-                  if not (name == NAMESPACE_INDEX and ns_index is not None)]
+        derived_ns = self._derived_ns
+        indexed = [(name == NAMESPACE_INDEX and derived_ns, fn, self.indices[name])
+                   for name, fn in self.indexers.items()]
         dumps = orjson.dumps
         for received in objs:
             obj = transform(received) if transform is not None else received
@@ -269,23 +393,15 @@ class ListBuffer:
                 meta = obj.get("metadata") or {}
                 ns = meta.get("namespace")
                 key = f"{ns}/{meta.get('name', '')}" if ns else str(meta.get("name", ""))
+                namespace = _namespace_of(meta_namespace_key, ns)
             else:
-                ns = None
                 key = self._key_func(obj)
+                namespace = None
             if key in items:
                 self._unindex(key)
-            if ns_index is not None:
-                if default_key:
-                    if ns:
-                        keys = ns_index.get(ns)
-                        if keys is None:
-                            ns_index[ns] = {key: None}
-                        else:
-                            keys[key] = None
-                else:
-                    for v in namespace_index(obj):
-                        ns_index.setdefault(v, {})[key] = None
-            for fn, index in others:
+            for in_namespace_dict, fn, index in indexed:
+                if in_namespace_dict and namespace is not None:
+                    continue  # its namespace's dict of items indexes it
                 for v in fn(obj):
                     keys = index.get(v)
                     if keys is None:
@@ -293,9 +409,9 @@ class ListBuffer:
                     else:
                         keys[key] = None
             # An exact-size copy (see encode()).
-            items[key] = _EMPTY.join((dumps(obj), _EMPTY)) if compact else obj
+            items.put(key, dumps(obj) + _SPACE if compact else obj, namespace)
 
-    def _add_page_compact(self, objs: Iterable[KubeObject], ns_index: dict[str, KeySet], handed_over: bool) -> None:
+    def _add_page_compact(self, objs: Iterable[KubeObject], handed_over: bool) -> None:
         """:meth:`add_page` for the common informer (compact, namespace index only, drop_managed_fields).
 
         The same store as the general loop for less CPU (callgrind, the bench's client syncing 20k ConfigMaps
@@ -308,50 +424,55 @@ class ListBuffer:
           ListerWatcher may keep the objects it returns, as the local directory source does); from a page
           ``handed_over``, it is only taken out (putting it back costs 0.55k instructions per object:
           the dict grows again);
-        * the namespace's key set and the key's ``namespace/`` prefix are made once per run of one
-          namespace (a LIST comes sorted by key); a key seen before in this buffer names the same
-          namespace, so nothing is unindexed;
+        * each object goes straight into its namespace's dict of :class:`Objects` under its name, which is
+          also its namespace index entry: one dict insert per object and no key string made;
+        * that dict is found once per run of one namespace (a LIST comes sorted by key); a key seen before
+          in this buffer names the same namespace, so nothing is unindexed;
         * the four metadata keys are looked up with orjson's own key objects (:data:`_KEYS`).
 
-        An object without a ``metadata`` mapping or a name, or whose name or namespace is not a string,
-        goes through the general loop.
+        An object without a ``metadata`` mapping or a name, whose name or namespace is not a string, whose
+        namespace has a ``/``, or whose key this buffer holds flat, goes through the general loop.
         """
-        items, dumps, join, empty, missing = self.items, orjson.dumps, _EMPTY.join, _EMPTY, _MISSING
+        by_namespace, flat = self.items.by_namespace, self.items.flat
+        dumps, space, missing = orjson.dumps, _SPACE, _MISSING
         k_metadata, k_name, k_namespace, k_managed = _KEYS
         last_ns: Any = None
-        prefix = ""
-        keys_of_ns: KeySet = {}
+        objs_of_ns: dict[str, Stored] = {}
         for obj in objs:
             try:
                 meta = obj[k_metadata]
-                name = meta[k_name]
+                key = meta[k_name]  # the name, in the namespace's dict
                 ns = meta.get(k_namespace)
                 if ns:
-                    if ns == last_ns:  # a LIST comes sorted by key: namespaces come in runs
-                        key = prefix + name
-                    else:
-                        prefix = ns + "/"
-                        key = prefix + name
-                        found = ns_index.get(ns)
+                    if ns != last_ns:  # a LIST comes sorted by key: namespaces come in runs
+                        if "/" in ns:  # TypeError if ns is not a string
+                            raise TypeError("kept flat")
+                        found = by_namespace.get(ns)
                         if found is None:
-                            ns_index[ns] = found = {}
-                        keys_of_ns, last_ns = found, ns
-                    keys_of_ns[key] = None
+                            by_namespace[ns] = found = {}
+                        objs_of_ns, last_ns = found, ns
+                    if key.__class__ is not str or (flat and f"{ns}/{key}" in flat):
+                        raise TypeError("kept flat")
+                    kept = objs_of_ns
                 else:
-                    key = str(name)
-            except (KeyError, TypeError):  # no metadata or name, or not strings: formatted as the general loop does
+                    key = str(key)
+                    if "/" in key:
+                        raise TypeError("may be a namespaced key")
+                    kept = flat
+            except (KeyError, TypeError):  # formatted and kept as the general loop does
                 self._add_page_general((obj,))
+                last_ns = None  # it may have dropped the run's dict (a key it moved out was the dict's last)
                 continue
             if handed_over:
                 meta.pop(k_managed, None)
-                items[key] = join((dumps(obj), empty))
+                kept[key] = dumps(obj) + space
                 continue
             managed = meta.pop(k_managed, missing)
             if managed is missing:
-                items[key] = join((dumps(obj), empty))
+                kept[key] = dumps(obj) + space
             else:
                 try:
-                    items[key] = join((dumps(obj), empty))
+                    kept[key] = dumps(obj) + space
                 finally:
                     meta[k_managed] = managed
 
@@ -362,11 +483,14 @@ class ListBuffer:
         key = self._key_func(obj)
         if key in self.items:
             self._unindex(key)
-            del self.items[key]
+            self.items.pop(key)
 
     def _unindex(self, key: str) -> None:
         old = decode(self.items[key])
+        in_namespace_dict = self.items.in_namespace_dict(key)
         for name, fn in self.indexers.items():
+            if name == NAMESPACE_INDEX and in_namespace_dict and self._derived_ns:
+                continue
             index = self.indices[name]
             for v in fn(old):
                 keys = index.get(v)
@@ -379,8 +503,9 @@ class ListBuffer:
 class Indexer:
     """A Store with secondary indices (client-go ``cache.Indexer`` over ``threadSafeMap``).
 
-    ``get_by_key`` is one dict lookup (plus one JSON parse when compact); ``by_index`` one dict
-    lookup plus the size of the result. Empty index sets are dropped (kubernetes#84959).
+    ``get_by_key`` is two dict lookups (the key's namespace, then its name; see :class:`Objects`) plus one
+    JSON parse when compact; ``by_index`` one or two dict lookups plus the size of the result. Empty index
+    sets are dropped (kubernetes#84959).
 
     Args:
         indexers: extra index functions (``namespace`` is always there).
@@ -393,7 +518,7 @@ class Indexer:
                  key_func: Callable[[KubeObject], str] = meta_namespace_key, compact: bool = False) -> None:
         self._key_func = key_func
         self.compact = compact
-        self._items: dict[str, Stored] = {}
+        self._items = Objects()
         self._indexers: dict[str, IndexFunc] = {NAMESPACE_INDEX: namespace_index}
         self._indexers.update(indexers or {})
         self._indices: dict[str, dict[str, KeySet]] = {name: {} for name in self._indexers}
@@ -416,7 +541,7 @@ class Indexer:
 
     def list_keys(self) -> builtins.list[str]:
         """Every key (a new list)."""
-        return list(self._items)
+        return list(self._items.keys())
 
     def list(self) -> builtins.list[KubeObject]:
         """Every object (a new list; O(n): not for the request path)."""
@@ -434,13 +559,27 @@ class Indexer:
     def __contains__(self, key: object) -> bool:
         return key in self._items
 
+    def _derived_ns(self) -> bool:
+        """Whether the namespace dicts of :class:`Objects` are (with the flat objects' entries) the namespace index."""
+        return self._key_func is meta_namespace_key and self._indexers.get(NAMESPACE_INDEX) is namespace_index
+
+    def _index_entries(self, index_name: str, value: str) -> builtins.list[tuple[str, Stored]]:
+        keys = self._indices[index_name].get(value, ())
+        found = [(k, self._items[k]) for k in keys]
+        if index_name == NAMESPACE_INDEX and self._derived_ns() and type(value) is str:
+            found[:0] = self._items.namespace_items(value)
+        return found
+
     def index_keys(self, index_name: str, value: str) -> frozenset[str]:
         """Keys whose ``index_name`` values include ``value``.
 
         Raises:
             KeyError: no such index.
         """
-        return frozenset(self._indices[index_name].get(value, ()))
+        keys = self._indices[index_name].get(value, ())
+        if index_name == NAMESPACE_INDEX and self._derived_ns() and type(value) is str:
+            return frozenset(k for k, _ in self._items.namespace_items(value)).union(keys)
+        return frozenset(keys)
 
     def by_index(self, index_name: str, value: str) -> builtins.list[KubeObject]:
         """Objects whose ``index_name`` values include ``value``.
@@ -448,14 +587,17 @@ class Indexer:
         Raises:
             KeyError: no such index.
         """
-        keys = self._indices[index_name].get(value, ())
+        found = self._index_entries(index_name, value)
         if self.compact:
-            return [decode(self._items[k]) for k in keys]
-        return [self._items[k] for k in keys]  # type: ignore[misc]
+            return [decode(v) for _, v in found]
+        return [v for _, v in found]  # type: ignore[misc]
 
     def index_values(self, index_name: str) -> builtins.list[str]:
         """Every indexed value of ``index_name`` that has at least one object."""
-        return list(self._indices[index_name])
+        values = list(self._indices[index_name])
+        if index_name == NAMESPACE_INDEX and self._derived_ns():
+            values.extend(ns for ns in self._items.by_namespace if ns not in self._indices[index_name])
+        return values
 
     @property
     def indexers(self) -> dict[str, IndexFunc]:
@@ -472,8 +614,11 @@ class Indexer:
         clash = set(indexers) & set(self._indexers)
         if clash:
             raise IndexConflictError(f"indexer(s) already exist: {sorted(clash)}")
-        objects = [(k, decode(v)) for k, v in self._items.items()]
-        computed = {name: [(k, fn(obj)) for k, obj in objects] for name, fn in indexers.items()}
+        objects = [(k, decode(v), k not in self._items.flat) for k, v in self._items.items()]
+        derived = self._key_func is meta_namespace_key
+        computed = {name: [(k, fn(obj)) for k, obj, in_namespace_dict in objects
+                           if not (in_namespace_dict and derived and name == NAMESPACE_INDEX and fn is namespace_index)]
+                    for name, fn in indexers.items()}
         for name, pairs in computed.items():
             index: dict[str, KeySet] = {}
             for key, values in pairs:
@@ -491,9 +636,16 @@ class Indexer:
         """Whether ``name`` is an index."""
         return name in self._indexers
 
-    def _values(self, obj: KubeObject) -> dict[str, builtins.list[str]]:
-        # Computed before any mutation, so a failing IndexFunc leaves the store intact.
-        return {name: fn(obj) for name, fn in self._indexers.items()}
+    def _values(self, obj: KubeObject, in_namespace_dict: bool) -> dict[str, builtins.list[str]]:
+        # Computed before any mutation, so a failing IndexFunc leaves the store intact. An object in its
+        # namespace's dict of items has no separate namespace index entry (see Objects).
+        skip = NAMESPACE_INDEX if in_namespace_dict and self._derived_ns() else None
+        return {name: fn(obj) for name, fn in self._indexers.items() if name != skip}
+
+    def _namespace_of(self, obj: KubeObject) -> str | None:
+        if self._key_func is not meta_namespace_key:
+            return None
+        return _namespace_of(meta_namespace_key, (obj.get("metadata") or {}).get("namespace"))
 
     def _unindex(self, key: str, values: dict[str, builtins.list[str]]) -> None:
         for name, vals in values.items():
@@ -514,24 +666,26 @@ class Indexer:
     def upsert(self, obj: KubeObject) -> Stored | None:
         """Add or replace ``obj``; returns the previous stored form under its key, if any."""
         key = self._key_func(obj)
-        new_values = self._values(obj)
+        namespace = self._namespace_of(obj)
+        new_values = self._values(obj, namespace is not None)
         old = self._items.get(key)
         if old is not None:
-            old_values = self._values(decode(old))
+            old_values = self._values(decode(old), self._items.in_namespace_dict(key))
             if old_values != new_values:
                 self._unindex(key, old_values)
                 self._index(key, new_values)
         else:
             self._index(key, new_values)
-        self._items[key] = encode(obj) if self.compact else obj
+        self._items.put(key, encode(obj) if self.compact else obj, namespace)
         return old
 
     def delete(self, obj_or_key: KubeObject | str) -> Stored | None:
         """Remove by object or key; returns the removed stored form, or None if absent."""
         key = obj_or_key if isinstance(obj_or_key, str) else self._key_func(obj_or_key)
-        old = self._items.pop(key, None)
+        in_namespace_dict = self._items.in_namespace_dict(key)
+        old = self._items.pop(key)
         if old is not None:
-            self._unindex(key, self._values(decode(old)))
+            self._unindex(key, self._values(decode(old), in_namespace_dict))
         return old
 
     def new_buffer(self, transform: TransformFunc | None = None) -> ListBuffer:
@@ -549,9 +703,13 @@ class Indexer:
         if missing:
             for name in missing:
                 indices[name] = {}
+            derived = self._key_func is meta_namespace_key
             for key, stored in buffer.items.items():
                 obj = decode(stored)
+                in_namespace_dict = key not in buffer.items.flat
                 for name, fn in missing.items():
+                    if in_namespace_dict and derived and name == NAMESPACE_INDEX and fn is namespace_index:
+                        continue
                     for v in fn(obj):
                         indices[name].setdefault(v, {})[key] = None
         self._items, self._indices = buffer.items, indices

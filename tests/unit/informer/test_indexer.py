@@ -12,10 +12,12 @@ from webhook.informer.store import (
     DeletedFinalStateUnknown,
     IndexConflictError,
     Indexer,
+    ListBuffer,
     decode,
     drop_managed_fields,
     encode,
     meta_namespace_key,
+    namespace_index,
 )
 
 
@@ -111,7 +113,22 @@ def _page() -> list[dict[str, Any]]:
         {"metadata": {"name": 5, "namespace": "x"}},  # not strings: formatted as the general loop does
         {"metadata": {"name": "n", "namespace": 7}},
         {"metadata": {"name": "d", "namespace": "x"}},
+        {"metadata": {"name": 6, "namespace": "q"}},  # a new namespace whose name is not a string ...
+        {"metadata": {"name": "e", "namespace": "x"}},  # ... leaves the run of x as it was
+        {"metadata": {"name": "m", "namespace": "8"}},
+        {"metadata": {"name": "m", "namespace": 8}},  # the same key, kept flat: it moves out of 8's dict ...
+        {"metadata": {"name": "o", "namespace": "8"}},  # ... which was dropped, emptied: found again
+        {"metadata": {"name": "n", "namespace": "7"}},  # the key of 7/n again: moves out of the flat ones
+        {"metadata": {"name": "b", "namespace": "a/"}},  # a namespace with a slash: kept flat
+        {"metadata": {"name": "x/d"}},  # a cluster-scoped name that is a namespaced key: replaces it
     ]
+
+
+def _namespace_index(buffer: ListBuffer) -> dict[Any, set[str]]:
+    """The namespace index an Indexer holding ``buffer`` answers (keys by namespace)."""
+    idx = Indexer(compact=True)
+    idx.replace_with(buffer)
+    return {ns: set(idx.index_keys(NAMESPACE_INDEX, ns)) for ns in idx.index_values(NAMESPACE_INDEX)}
 
 
 def test_compact_list_page_stores_what_the_general_loop_stores_and_leaves_the_input_whole() -> None:
@@ -126,9 +143,13 @@ def test_compact_list_page_stores_what_the_general_loop_stores_and_leaves_the_in
     general = Indexer(compact=True).new_buffer(same_transform)
     general.add_page(copy.deepcopy(received))
     assert fast.items == general.items
-    assert fast.indices == general.indices == {"namespace": {
-        "x": {"x/a": None, "x/b": None, "x/5": None, "x/d": None}, "y": {"y/c": None}, "z": {"z/": None},
-        7: {"7/n": None}}}
+    assert fast.indices == general.indices
+    assert _namespace_index(fast) == _namespace_index(general) == {
+        "x": {"x/a", "x/b", "x/5", "x/e"}, "y": {"y/c"}, "z": {"z/"}, "7": {"7/n"}, "q": {"q/6"}, 8: {"8/m"},
+        "8": {"8/o"}, "a/": {"a//b"}}
+    assert len(fast) == len(general) == len(dict(fast.items.items())) == 14
+    assert decode(fast.items["x/d"]) == {"metadata": {"name": "x/d"}}
+    assert decode(fast.items["8/m"])["metadata"]["namespace"] == 8
     assert decode(fast.items["x/a"]) == {"metadata": {"name": "a", "namespace": "x", "resourceVersion": "2"}}
     assert all("managedFields" not in decode(v).get("metadata", {}) for v in fast.items.values())
     assert page == received  # managedFields put back into what the ListerWatcher returned
@@ -176,3 +197,51 @@ def test_index_key_sets_are_not_walked_by_the_garbage_collector() -> None:
     for indices in (buffer.indices, general.indices, idx._indices):
         key_sets = [keys for index in indices.values() for keys in index.values()]
         assert key_sets and not any(gc.is_tracked(keys) for keys in key_sets)
+
+
+def test_keys_move_between_namespace_dicts_and_flat_keeping_one_object_per_key() -> None:
+    idx = Indexer({"app": by_app}, compact=True)
+    idx.upsert(obj("d", "x", app="web"))
+    idx.upsert({"metadata": {"name": "x/d", "labels": {"app": "api"}}})  # cluster-scoped, the same key
+    assert len(idx) == 1 and idx.index_values(NAMESPACE_INDEX) == [] and idx.list_keys() == ["x/d"]
+    assert idx.index_keys("app", "web") == frozenset() and idx.index_keys("app", "api") == frozenset({"x/d"})
+    idx.upsert(obj("d", "x", app="web"))  # back into x's dict
+    assert idx.by_index(NAMESPACE_INDEX, "x") == [obj("d", "x", app="web")] and len(idx) == 1
+    idx.upsert({"metadata": {"name": "n", "namespace": 7, "labels": {}}})  # kept flat, indexed under 7
+    idx.upsert(obj("m", "7"))
+    assert idx.index_keys(NAMESPACE_INDEX, 7) == frozenset({"7/n"})  # type: ignore[arg-type]
+    assert idx.index_keys(NAMESPACE_INDEX, "7") == frozenset({"7/m"}) and sorted(idx.index_values(NAMESPACE_INDEX),
+                                                                                key=str) == [7, "7", "x"]
+    assert idx.delete("x/d") is not None and idx.delete("7/m") is not None
+    assert idx.index_values(NAMESPACE_INDEX) == [7] and idx.get_by_key("x/d") is None and "7/n" in idx
+    idx.remove_indexer(NAMESPACE_INDEX)
+    idx.upsert(obj("a", "y"))
+    with pytest.raises(KeyError):
+        idx.index_keys(NAMESPACE_INDEX, "y")
+    idx.add_indexers({NAMESPACE_INDEX: lambda o: ["all"]})  # not namespace_index: an index of its own
+    assert idx.index_keys(NAMESPACE_INDEX, "all") == frozenset({"7/n", "y/a"})
+    assert idx.index_keys(NAMESPACE_INDEX, "y") == frozenset()
+
+
+def test_custom_key_functions_keep_every_object_flat() -> None:
+    idx = Indexer(key_func=lambda o: "k/" + o["metadata"]["name"])
+    idx.upsert(obj("a", "x"))
+    assert idx.get_by_key("k/a") == obj("a", "x") and idx.index_keys(NAMESPACE_INDEX, "x") == frozenset({"k/a"})
+    buffer = idx.new_buffer()
+    buffer.add_page([obj("b", "x")])
+    idx.replace_with(buffer)
+    assert idx.list_keys() == ["k/b"] and idx.index_keys(NAMESPACE_INDEX, "x") == frozenset({"k/b"})
+
+
+def test_a_namespace_index_added_again_lists_each_object_once() -> None:
+    idx = Indexer(compact=True)
+    idx.upsert(obj("a", "x"))
+    idx.remove_indexer(NAMESPACE_INDEX)
+    idx.add_indexers({NAMESPACE_INDEX: namespace_index})
+    assert idx.by_index(NAMESPACE_INDEX, "x") == [obj("a", "x")]
+    idx.remove_indexer(NAMESPACE_INDEX)
+    buffer = idx.new_buffer()
+    idx.add_indexers({NAMESPACE_INDEX: namespace_index})  # after the buffer was made: computed by replace_with
+    buffer.add(obj("b", "x"))
+    idx.replace_with(buffer)
+    assert idx.by_index(NAMESPACE_INDEX, "x") == [obj("b", "x")]

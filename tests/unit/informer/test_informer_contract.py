@@ -309,7 +309,10 @@ def test_a_watchlist_buffer_unindexes_what_initial_events_delete() -> None:
     buffer.add(cm("b", "3", ns="other"))
     buffer.delete(cm("b", "4", ns="other"))
     buffer.delete(cm("missing", "5"))
-    assert list(buffer.items) == ["default/a"] and buffer.indices["namespace"] == {"default": {"default/a": None}}
+    idx = Indexer(compact=True)
+    idx.replace_with(buffer)
+    assert list(buffer.items) == ["default/a"] and idx.index_values("namespace") == ["default"]
+    assert idx.index_keys("namespace", "default") == frozenset({"default/a"})
 
 
 def test_a_transforming_buffer_deletes_by_the_transformed_key() -> None:
