@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import functools
 import logging
 import re
 import ssl
@@ -145,7 +144,6 @@ def parse_go_duration(text: str | None) -> float | None:
     return sum(float(n) * _UNITS[u] for n, u in parts)
 
 
-@functools.lru_cache(maxsize=64)  # the API server sends the same few ?timeout= values on every review
 def request_budget(timeout_param: str | None, default: float) -> float:
     """Seconds the server may spend on a review, from ``?timeout=`` (Go duration).
 
@@ -153,7 +151,7 @@ def request_budget(timeout_param: str | None, default: float) -> float:
     appends it as ``?timeout=<n>s``. Absent or invalid values give
     ``default``; values are capped at :data:`MAX_TIMEOUT`; then
     :data:`DEADLINE_MARGIN` is taken off so the answer arrives before the API
-    server gives up (never below 0.1 s). Pure, so its answers are cached (64 most recent).
+    server gives up (never below 0.1 s).
     """
     budget = parse_go_duration(timeout_param) or default
     return max(min(budget, MAX_TIMEOUT) - DEADLINE_MARGIN, 0.1)
