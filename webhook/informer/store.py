@@ -314,11 +314,7 @@ class Objects:
 
     def keys(self) -> Iterator[str]:
         """Every key, in :meth:`items`' order."""
-        for ns, objs in self.by_namespace.items():
-            prefix = ns + "/"
-            for name in objs:
-                yield prefix + name
-        yield from self.flat
+        return (key for key, _ in self.items())
 
     __iter__ = keys
 
@@ -327,9 +323,21 @@ class Objects:
         return chain(chain.from_iterable(map(dict.values, self.by_namespace.values())), self.flat.values())
 
 
-def _namespace_of(key_func: Callable[[KubeObject], str], ns: Any) -> str | None:
-    """The namespace whose dict of :class:`Objects` keeps an object of namespace ``ns`` (None: kept flat)."""
-    return ns if key_func is meta_namespace_key and type(ns) is str and ns and "/" not in ns else None
+def _namespace_of(ns: Any) -> str | None:
+    """The namespace whose dict of :class:`Objects` keeps an object of namespace ``ns`` (None: kept flat).
+
+    Only for objects keyed by :func:`meta_namespace_key`.
+    """
+    return ns if type(ns) is str and ns and "/" not in ns else None
+
+
+def _kept_by_namespace_dicts(key_func: Callable[[KubeObject], str], name: str, fn: IndexFunc | None) -> bool:
+    """Whether index ``name`` (function ``fn``) of a store keyed by ``key_func`` is :class:`Objects`' namespace dicts.
+
+    It is for the namespace index over the default keys: the objects kept in those dicts have no entries of
+    their own in it (the flat ones do).
+    """
+    return name == NAMESPACE_INDEX and fn is namespace_index and key_func is meta_namespace_key
 
 
 class ListBuffer:
@@ -353,7 +361,6 @@ class ListBuffer:
         #: The index functions' keys by value; the namespace index holds only the objects kept flat when
         #: it is :func:`namespace_index` over :func:`meta_namespace_key` (see :class:`Objects`).
         self.indices: dict[str, dict[str, KeySet]] = {name: {} for name in indexers}
-        self._derived_ns = key_func is meta_namespace_key and indexers.get(NAMESPACE_INDEX) is namespace_index
         self._transform = transform
         self._compact = compact
         self._key_func = key_func
@@ -383,8 +390,7 @@ class ListBuffer:
     def _add_page_general(self, objs: Iterable[KubeObject]) -> None:
         transform, items, compact = self._transform, self.items, self._compact
         default_key = self._key_func is meta_namespace_key
-        derived_ns = self._derived_ns
-        indexed = [(name == NAMESPACE_INDEX and derived_ns, fn, self.indices[name])
+        indexed = [(_kept_by_namespace_dicts(self._key_func, name, fn), fn, self.indices[name])
                    for name, fn in self.indexers.items()]
         dumps = orjson.dumps
         for received in objs:
@@ -393,7 +399,7 @@ class ListBuffer:
                 meta = obj.get("metadata") or {}
                 ns = meta.get("namespace")
                 key = f"{ns}/{meta.get('name', '')}" if ns else str(meta.get("name", ""))
-                namespace = _namespace_of(meta_namespace_key, ns)
+                namespace = _namespace_of(ns)
             else:
                 key = self._key_func(obj)
                 namespace = None
@@ -489,7 +495,7 @@ class ListBuffer:
         old = decode(self.items[key])
         in_namespace_dict = self.items.in_namespace_dict(key)
         for name, fn in self.indexers.items():
-            if name == NAMESPACE_INDEX and in_namespace_dict and self._derived_ns:
+            if in_namespace_dict and _kept_by_namespace_dicts(self._key_func, name, fn):
                 continue
             index = self.indices[name]
             for v in fn(old):
@@ -561,7 +567,7 @@ class Indexer:
 
     def _derived_ns(self) -> bool:
         """Whether the namespace dicts of :class:`Objects` are (with the flat objects' entries) the namespace index."""
-        return self._key_func is meta_namespace_key and self._indexers.get(NAMESPACE_INDEX) is namespace_index
+        return _kept_by_namespace_dicts(self._key_func, NAMESPACE_INDEX, self._indexers.get(NAMESPACE_INDEX))
 
     def _index_entries(self, index_name: str, value: str) -> builtins.list[tuple[str, Stored]]:
         keys = self._indices[index_name].get(value, ())
@@ -615,9 +621,8 @@ class Indexer:
         if clash:
             raise IndexConflictError(f"indexer(s) already exist: {sorted(clash)}")
         objects = [(k, decode(v), k not in self._items.flat) for k, v in self._items.items()]
-        derived = self._key_func is meta_namespace_key
         computed = {name: [(k, fn(obj)) for k, obj, in_namespace_dict in objects
-                           if not (in_namespace_dict and derived and name == NAMESPACE_INDEX and fn is namespace_index)]
+                           if not (in_namespace_dict and _kept_by_namespace_dicts(self._key_func, name, fn))]
                     for name, fn in indexers.items()}
         for name, pairs in computed.items():
             index: dict[str, KeySet] = {}
@@ -645,7 +650,7 @@ class Indexer:
     def _namespace_of(self, obj: KubeObject) -> str | None:
         if self._key_func is not meta_namespace_key:
             return None
-        return _namespace_of(meta_namespace_key, (obj.get("metadata") or {}).get("namespace"))
+        return _namespace_of((obj.get("metadata") or {}).get("namespace"))
 
     def _unindex(self, key: str, values: dict[str, builtins.list[str]]) -> None:
         for name, vals in values.items():
@@ -703,12 +708,11 @@ class Indexer:
         if missing:
             for name in missing:
                 indices[name] = {}
-            derived = self._key_func is meta_namespace_key
             for key, stored in buffer.items.items():
                 obj = decode(stored)
                 in_namespace_dict = key not in buffer.items.flat
                 for name, fn in missing.items():
-                    if in_namespace_dict and derived and name == NAMESPACE_INDEX and fn is namespace_index:
+                    if in_namespace_dict and _kept_by_namespace_dicts(self._key_func, name, fn):
                         continue
                     for v in fn(obj):
                         indices[name].setdefault(v, {})[key] = None
