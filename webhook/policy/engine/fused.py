@@ -17,11 +17,10 @@ from time import perf_counter
 
 from webhook.policy import lookups as caches
 from webhook.policy.cel.scope import reset_scope, set_current_scope
-from webhook.policy.engine.annotations import annotation_key
+from webhook.policy.engine.audit_annotations import add_policy_annotations
 from webhook.policy.engine.context import RequestContext
 from webhook.policy.engine.outcome import EvaluationError
 from webhook.policy.engine.prepare import Run, bind
-from webhook.policy.engine.values import value
 from webhook.policy.matching import View
 from webhook.policy.memo import DecisionMemo, memo_key
 from webhook.policy.plan import FusedGroup, Plan
@@ -56,17 +55,10 @@ def _scoped_eval(group: FusedGroup, ctx: RequestContext, annotations: dict[str, 
         if group.program.eval(run.activation).plain_value() is not True:
             return False
         found: dict[str, str] = {}
-        for key, program in policy.audit_annotations:
-            try:
-                result = value(program, run.activation)
-            except EvaluationError:
-                return False  # the per-policy path reports it
-            if result is None:
-                continue
-            if not isinstance(result, str):
-                return False  # as the error above
-            if result.strip():
-                found[annotation_key(policy.spec, key)] = result.strip()
+        try:
+            add_policy_annotations(policy, run.activation, found)
+        except EvaluationError:
+            return False  # an error or a non-string: the per-policy path reports it
     finally:
         reset_scope(token)
     if annotations is not None:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from webhook.policy.budget import OverBudget, estimated_work
 from webhook.policy.cel.scope import reset_scope, set_current_scope
 from webhook.policy.compiler import CompiledPolicy, CompiledValidation
-from webhook.policy.engine.annotations import annotation_key
+from webhook.policy.engine.audit_annotations import add_policy_annotations
 from webhook.policy.engine.context import RequestContext
 from webhook.policy.engine.fused import fused_passes
 from webhook.policy.engine.outcome import (
@@ -95,15 +95,7 @@ def _validate(run: Run, warnings: list[str], annotations: dict[str, str]) -> Pol
             if bool_value(validation.expression, run.activation, "a validation expression"):
                 continue
             failures.append((run.prefix + _message(validation, run, warnings), validation.code, validation.reason))
-        for key, program in policy.audit_annotations:
-            result = value(program, run.activation)
-            if result is None:
-                continue
-            if not isinstance(result, str):
-                raise EvaluationError(f"{program.path}: must evaluate to string or null, but evaluated to "
-                                      f"{cel_type_name(result)}")
-            if result.strip():
-                annotations[annotation_key(policy.spec, key)] = result.strip()
+        add_policy_annotations(policy, run.activation, annotations)
     except EvaluationError as e:
         return error_result(policy, run.prefix + str(e))
     finally:
